@@ -1,0 +1,64 @@
+"""The `stratbench` command: parse, call, print. Every verb lives in harness/commands/."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import click
+
+from harness import __version__
+from harness.commands import bench, cleanup, comm, env, run
+from harness.errors import InputError
+
+USAGE_EXIT = 2
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="stratbench")
+def cli() -> None:
+    """Measure, simulate and recommend distributed-training strategies."""
+
+
+for module in (env, run, comm, bench, cleanup):
+    cli.add_command(module.command)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Warnings (e.g. a skipped corrupt results file) as one stderr line each."""
+    print(f"stratbench: warning: {_one_line(str(message))}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point. Bad input: one line on stderr, exit code 2, never a traceback."""
+    from results.store import StoreError
+
+    warnings.showwarning = _show_warning
+    try:
+        result = cli.main(args=argv, prog_name="stratbench", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.exceptions.Abort:
+        print("stratbench: interrupted", file=sys.stderr)
+        return 130
+    except click.UsageError as exc:
+        print(f"stratbench: error: {_one_line(exc.format_message())}", file=sys.stderr)
+        return USAGE_EXIT
+    except click.ClickException as exc:
+        print(f"stratbench: error: {_one_line(exc.format_message())}", file=sys.stderr)
+        return exc.exit_code
+    except InputError as exc:
+        print(f"stratbench: error: {_one_line(str(exc))}", file=sys.stderr)
+        return USAGE_EXIT
+    except StoreError as exc:
+        print(f"stratbench: error: {_one_line(str(exc))}", file=sys.stderr)
+        return 1
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

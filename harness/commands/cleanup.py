@@ -1,0 +1,35 @@
+"""`stratbench cleanup`: remove what killed runs left behind (issue 6 adds emulated hosts)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from harness.commands.common import info, results_option
+from harness.paths import results_dir
+
+STALE_TMP_S = 3600.0
+
+
+def remove_stale_temporaries(root: Path, older_than_s: float = STALE_TMP_S) -> list[Path]:
+    """Hidden temporaries of writers that died before their rename (never visible rows)."""
+    now = time.time()
+    removed = []
+    for tmp in root.glob("runs/*/*/.*.tmp") if root.is_dir() else []:
+        try:
+            if now - tmp.stat().st_mtime > older_than_s:
+                tmp.unlink()
+                removed.append(tmp)
+        except FileNotFoundError:
+            continue
+    return removed
+
+
+@click.command("cleanup")
+@results_option
+def command(results: str | None) -> None:
+    """Remove leftovers of earlier runs: stale temporary files (emulated hosts: issue #6)."""
+    removed = remove_stale_temporaries(results_dir(results))
+    info(f"removed {len(removed)} stale temporary file(s)")

@@ -1,0 +1,159 @@
+"""The environment manifest: what machine, software and commit a result came from.
+
+Results are only comparable across machines and nights when each run says where it ran.
+Framework probes (TensorFlow, torch) run in child processes with a timeout: importing
+TensorFlow is slow and noisy, a broken install must not break `stratbench env`, and the
+parent process must stay free of both frameworks (DESIGN.md's boundaries).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+MANIFEST_VERSION = 1
+PROBE_TIMEOUT_S = 120.0
+
+# TPU VMs and Colab advertise a TPU through these variables or device files.
+TPU_ENV_VARS = ("TPU_NAME", "COLAB_TPU_ADDR", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES")
+TPU_DEVICE_GLOBS = ("accel*", "vfio/[0-9]*")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_model() -> str:
+    """The marketing name of the CPU (platform.processor() is often empty on Linux)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def nvidia_smi_gpus() -> list[dict[str, Any]]:
+    """GPUs as the driver sees them, independent of any framework's CUDA build."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=index,name,memory.total,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus = []
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 4:
+            continue
+        mem_mib = parts[2].split()[0]
+        gpus.append({
+            "index": int(parts[0]), "name": parts[1],
+            "memory_bytes": int(float(mem_mib) * 2**20) if mem_mib.replace(".", "").isdigit()
+            else None,
+            "driver": parts[3],
+        })
+    return gpus
+
+
+def tpu_hints() -> dict[str, Any]:
+    """Signs of a TPU visible without initialising one (TPUStrategy needs a real one)."""
+    env = {k: os.environ[k] for k in TPU_ENV_VARS if k in os.environ}
+    devices = sorted(str(p) for g in TPU_DEVICE_GLOBS for p in Path("/dev").glob(g))
+    return {"present": bool(env or devices), "env": env, "devices": devices}
+
+
+def git_commit() -> dict[str, Any]:
+    """The project's commit, from the source tree of this package or the working directory."""
+    here = Path(__file__).resolve().parent.parent
+    for where in (here, Path.cwd()):
+        try:
+            commit = subprocess.run(
+                ["git", "-C", str(where), "rev-parse", "HEAD"],
+                capture_output=True, text=True, timeout=10, check=True,
+            ).stdout.strip()
+            dirty = subprocess.run(
+                ["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True, text=True, timeout=10, check=True,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            continue
+        return {"commit": commit, "dirty": bool(dirty), "from": str(where)}
+    return {"commit": os.environ.get("STRATBENCH_COMMIT"), "dirty": None, "from": "env"}
+
+
+def probe_framework(name: str, timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """Run `harness.probes <name>` in a child and return its JSON, or why it could not."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "harness.probes", name],
+            capture_output=True, text=True, timeout=timeout, env=env,
+        )
+    except subprocess.TimeoutExpired:
+        return {"available": False, "reason": f"probe timed out after {timeout:.0f} s"}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"available": False, "reason": f"probe failed: {tail}"}
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def collect(frameworks: bool = True) -> dict[str, Any]:
+    """The full manifest. `frameworks=False` skips the slow TF/torch probes."""
+    vm = psutil.virtual_memory()
+    manifest: dict[str, Any] = {
+        "manifest_version": MANIFEST_VERSION,
+        "collected_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "cpu": {
+            "model": cpu_model(),
+            "arch": platform.machine(),
+            "physical_cores": psutil.cpu_count(logical=False),
+            "logical_cores": psutil.cpu_count(logical=True),
+            "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+            else psutil.cpu_count(logical=True),
+        },
+        "memory_bytes": vm.total,
+        "os": {"system": platform.system(), "release": platform.release(),
+               "platform": platform.platform()},
+        "python": {"version": platform.python_version(),
+                   "implementation": platform.python_implementation(),
+                   "executable": sys.executable},
+        "versions": {dist: _version(dist) for dist in (
+            "stratbench", "tensorflow", "tensorflow-cpu", "keras", "tf-keras", "torch",
+            "simpy", "pandas", "numpy", "pyarrow", "scipy")},
+        "gpus": {"nvidia_smi": nvidia_smi_gpus()},
+        "tpu": tpu_hints(),
+        "git": git_commit(),
+        "privileges": {"root": os.geteuid() == 0 if hasattr(os, "geteuid") else False,
+                       "ip": shutil.which("ip"), "tc": shutil.which("tc")},
+    }
+    if frameworks:
+        tf = probe_framework("tensorflow")
+        torch = probe_framework("torch")
+        manifest["frameworks"] = {"tensorflow": tf, "torch": torch}
+        manifest["gpus"]["tensorflow"] = tf.get("gpus", [])
+        manifest["gpus"]["torch"] = torch.get("gpus", [])
+        manifest["tpu"]["tensorflow"] = tf.get("tpus", [])
+        manifest["keras_implementation"] = tf.get("keras_implementation")
+    return manifest
