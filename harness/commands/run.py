@@ -1,35 +1,114 @@
-"""`stratbench run`: benchmark strategies on real workloads (runners land with issues 4/5)."""
+"""`stratbench run`: benchmark strategies on real workloads, one stored row per case."""
 
 from __future__ import annotations
 
-import click
+import dataclasses
+import sys
 
-from harness import catalog, specs
-from harness.commands.common import NotBuiltError, json_option, results_option
+import click
+from tqdm import tqdm
+
+from harness import catalog, environment, specs
+from harness.commands.common import info, json_option, print_json, results_option
+from harness.errors import InputError
+from harness.execute import execute
+from harness.paths import results_dir
+from harness.plan import Case, plan, resolve_workloads
+from results.schema import ResultRow
+from results.store import ResultsStore
+
+SUITES: dict[str, tuple[str, ...]] = {
+    "quick": ("mlp:S", "recsys:S"),
+    "nightly": ("mlp:S", "cnn:S", "transformer:S", "recsys:S", "mlp:M"),
+    "full": ("mlp:S", "cnn:S", "transformer:S", "recsys:S",
+             "mlp:M", "cnn:M", "transformer:M", "recsys:M"),
+}
+
+
+def _resume_target(store: ResultsStore) -> tuple[str, list[Case]]:
+    for run_id in reversed(store.run_ids()):
+        manifest = store.manifest(run_id) or {}
+        if manifest.get("kind") == "run" and manifest.get("cases"):
+            return run_id, [Case(**c) for c in manifest["cases"]]
+    raise InputError(f"--resume: no earlier run with a stored plan under {store.root}")
+
+
+def _row_line(row: ResultRow) -> str:
+    if row.status != "ok":
+        return f"{row.case_id}: {row.status}: {row.reason}"
+    eff = "" if row.scaling_efficiency != row.scaling_efficiency else \
+        f", efficiency {row.scaling_efficiency:.2f}"
+    diff = "" if row.max_weight_diff != row.max_weight_diff else \
+        f", max weight diff {row.max_weight_diff:.1e}"
+    return (f"{row.case_id}: ok, median step {row.step_time_median_s * 1e3:.1f} ms "
+            f"[{row.step_time_ci95_low_s * 1e3:.1f}, {row.step_time_ci95_high_s * 1e3:.1f}], "
+            f"{row.throughput_samples_s:.0f} samples/s{eff}{diff}")
+
+
+def run_cases(cases: list[Case], store: ResultsStore, run_id: str, skip: set[str],
+              quiet: bool) -> list[ResultRow]:
+    todo = [c for c in cases if c.case_id not in skip]
+    bar = tqdm(total=len(todo), unit="case", disable=quiet or not todo, file=sys.stderr)
+
+    def progress(case: Case, row: ResultRow) -> None:
+        bar.update(1)
+        bar.write(_row_line(row), file=sys.stderr)
+
+    try:
+        return execute(cases, store, run_id, skip=skip, progress=progress)
+    finally:
+        bar.close()
 
 
 @click.command("run")
-@click.option("--suite", type=click.Choice(["quick", "nightly", "full"]), default=None,
-              help="A predefined case matrix.")
+@click.option("--suite", type=click.Choice(sorted(SUITES)), default=None,
+              help="A predefined set of workloads (quick: mlp:S recsys:S).")
 @click.option("--framework", default="all", show_default=True, help="tf, torch or all.")
 @click.option("--strategy", "strategy_names", multiple=True, metavar="NAME",
-              help="Strategy name (repeatable) or all.")
+              help="Strategy name (repeatable) or all (default).")
 @click.option("--workload", "workloads", multiple=True, metavar="FAMILY:SIZE",
               help="Workload (repeatable), e.g. mlp:S, or module:callable.")
 @click.option("--cluster", default="local", show_default=True,
               help="local | netns:hosts=N,rate=RATE[,...] | slurm[:...]")
-@click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True)
-@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
-@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--steps", type=click.IntRange(min=1, max=100_000), default=20,
+              show_default=True, help="Timed steps per repetition.")
+@click.option("--warmup", type=click.IntRange(min=0, max=10_000), default=3,
+              show_default=True, help="Untimed steps before them.")
+@click.option("--repeats", type=click.IntRange(min=1, max=1000), default=3,
+              show_default=True, help="Repetitions, each in fresh processes.")
 @click.option("--timeout", type=click.FloatRange(min=1.0), default=600.0, show_default=True,
-              help="Seconds per case before its process tree is killed.")
-@click.option("--resume", is_flag=True, help="Finish the latest run; skip finished cases.")
+              help="Seconds per repetition before the case's process tree is killed.")
+@click.option("--resume", is_flag=True,
+              help="Finish the latest run: run only its cases that have no row yet.")
 @results_option
 @json_option
 def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
             workloads: tuple[str, ...], cluster: str, steps: int, warmup: int, repeats: int,
             timeout: float, resume: bool, results: str | None, as_json: bool) -> None:
     """Train workloads under each strategy and store one row per case."""
-    catalog.strategies(framework, strategy_names)
-    specs.parse_cluster(cluster)
-    raise NotBuiltError("run", "strategy runners: issues #4 and #5")
+    store = ResultsStore(results_dir(results))
+    if resume:
+        run_id, cases = _resume_target(store)
+        skip = store.finished_case_ids(run_id)
+        info(f"resuming run {run_id}: {len(skip)} of {len(cases)} cases already done")
+    else:
+        strategies = catalog.strategies(framework, strategy_names)
+        cluster_spec = specs.parse_cluster(cluster)
+        names = list(workloads) or list(SUITES[suite or "quick"])
+        cases = plan(strategies, resolve_workloads(names), cluster_spec.text, steps, warmup,
+                     repeats, timeout)
+        store.check_writable()
+        manifest = environment.collect(frameworks=False)
+        manifest.update(kind="run", cases=[dataclasses.asdict(c) for c in cases],
+                        argv=sys.argv[1:])
+        run_id = store.start_run(manifest)
+        skip = set()
+        info(f"run {run_id}: {len(cases)} cases, results in {store.root}")
+    rows = run_cases(cases, store, run_id, skip, quiet=as_json)
+    if as_json:
+        print_json({"run_id": run_id, "results": str(store.root),
+                    "rows": [r.to_dict() for r in rows]})
+    else:
+        counts = {s: sum(r.status == s for r in rows) for s in ("ok", "failed", "timeout",
+                                                                   "unavailable")}
+        info(f"run {run_id}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))

@@ -1,0 +1,206 @@
+"""Run planned cases, one after another, and store exactly one row per case.
+
+A case that cannot run here becomes an `unavailable` row that says why; a crash or a
+timeout becomes a `failed` or `timeout` row with the error; the run always goes on, and rows
+already written are never touched (each is its own file).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.catalog import STRATEGIES
+from harness.launch.processes import GroupResult, run_group
+from harness.measure import stats
+from harness.plan import Case
+from harness.runners import layout
+from results.schema import ResultRow, Status
+from results.store import ResultsStore, load
+
+FRAMEWORK_MODULE = {"tf": "tensorflow", "torch": "torch"}
+INSTALL_HINT = {"tf": "pip install 'stratbench[tf]'", "torch": "pip install 'stratbench[torch]'"}
+# Reference-vs-strategy weights must agree to this (float32 reductions in another order).
+WEIGHT_TOLERANCE = 1e-4
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def unavailable_reason(case: Case) -> str | None:
+    """Why this case cannot run on this machine, or None if it can."""
+    module = FRAMEWORK_MODULE[case.framework]
+    if importlib.util.find_spec(module) is None:
+        return f"{module} is not installed: {INSTALL_HINT[case.framework]}"
+    if case.strategy == "tpu":
+        return "no TPU on this machine (TPUClusterResolver found no TPU name or device)"
+    if case.framework == "tf":
+        return "runner not built yet (issue #4)"
+    if case.cluster != "local":
+        return f"cluster {case.cluster!r}: only the local launcher exists yet (issue #6)"
+    return None
+
+
+def strategy_of(case: Case) -> Any:
+    return next(s for s in STRATEGIES
+                if s.framework == case.framework and s.name == case.strategy)
+
+
+@dataclass
+class CaseOutcome:
+    row: ResultRow
+    steps: pd.DataFrame | None
+
+
+def _max_weight_diff(a_path: str, b_path: str) -> float:
+    with np.load(a_path, allow_pickle=False) as a, np.load(b_path, allow_pickle=False) as b:
+        if sorted(a.files) != sorted(b.files):
+            return math.inf
+        return max(float(np.max(np.abs(a[k] - b[k]))) if a[k].size else 0.0 for k in a.files)
+
+
+def _bytes_sent(case: Case, exchange: str, report: dict[str, Any]) -> tuple[float, str]:
+    """What one replica sends per step: measured where the runner counts it (parameter
+    servers count the bytes they push), else what the exchange algorithm sends."""
+    if "bytes_pushed_per_step" in report:
+        return float(report["bytes_pushed_per_step"]), "measured: bytes pushed"
+    grad = report.get("grad_bytes")
+    n = case.replicas
+    if grad is None or exchange == "none" or n < 2:
+        return 0.0 if exchange == "none" else math.nan, "none"
+    if exchange in ("allreduce", "sharded"):  # ring all-reduce; reduce-scatter + all-gather
+        return 2 * (n - 1) / n * grad, "algorithm: ring 2(n-1)/n x gradient bytes"
+    return float(grad), "algorithm: full gradient to the central device"
+
+
+def _base_row(case: Case, run_id: str, status: str, reason: str, started: str) -> ResultRow:
+    workload, _, size = case.workload.partition(":")
+    return ResultRow(
+        run_id=run_id, case_id=case.case_id, framework=case.framework, strategy=case.strategy,
+        workload=workload, size=size, cluster=case.cluster, replicas=case.replicas,
+        status=status, reason=reason, started_at=started, finished_at=_now(),
+        steps=case.steps, warmup=case.warmup, repeats=case.repeats,
+        global_batch=case.global_batch,
+    )
+
+
+def execute_case(case: Case, run_id: str, workdir: Path) -> CaseOutcome:
+    started = _now()
+    why = unavailable_reason(case)
+    if why:
+        return CaseOutcome(_base_row(case, run_id, Status.UNAVAILABLE.value, why, started), None)
+    case_file = workdir / "case.json"
+    case_file.write_text(case.to_json())
+    step_rows: list[dict[str, Any]] = []
+    last: GroupResult | None = None
+    rss: list[float] = []
+    losses: list[float] = []
+    weights: str | None = None
+    for repeat in range(case.repeats):
+        group = run_group(layout.processes(case, case_file), workdir / f"r{repeat}",
+                          case.timeout_s)
+        last = group
+        if group.status != "ok":
+            row = _base_row(case, run_id, group.status, group.reason, started)
+            return CaseOutcome(row, pd.DataFrame(step_rows) if step_rows else None)
+        reports = sorted((o.report for o in group.outcomes
+                          if o.report and "step_times_s" in o.report),
+                         key=lambda r: r.get("rank", 0))
+        rss += [o.report["peak_rss_bytes"] for o in group.outcomes if o.report]
+        per_rank = np.array([r["step_times_s"] for r in reports])
+        # A synchronous step ends when its slowest rank ends.
+        slowest = per_rank.max(axis=0) if per_rank.size else np.array([])
+        for step, value in enumerate(slowest):
+            step_rows.append({"repeat": repeat, "step": step, "step_time_s": float(value),
+                              "loss": float(reports[0]["losses"][case.warmup + step])})
+        losses = reports[0]["losses"]
+        first = reports[0]
+        weights = next((r["weights"] for r in reports if "weights" in r), weights)
+    assert last is not None
+    strat = strategy_of(case)
+    summary = stats.summarize([r["step_time_s"] for r in step_rows])
+    row = _base_row(case, run_id, Status.OK.value, "", started)
+    row.step_time_median_s = summary.median_s
+    row.step_time_ci95_low_s = summary.ci95_low_s
+    row.step_time_ci95_high_s = summary.ci95_high_s
+    row.step_time_p10_s = summary.p10_s
+    row.step_time_p90_s = summary.p90_s
+    row.throughput_samples_s = case.global_batch / summary.median_s
+    row.peak_rss_bytes = float(max(rss)) if rss else math.nan
+    row.loss_first = float(losses[case.warmup]) if losses else math.nan
+    row.loss_last = float(losses[-1]) if losses else math.nan
+    extra: dict[str, Any] = {"threads_per_process": first.get("threads"),
+                             "per_replica_batch": case.per_replica_batch,
+                             "loss_decreased": bool(losses and losses[-1] < losses[0])}
+    row.bytes_sent_per_step, extra["bytes_sent_method"] = _bytes_sent(case, strat.exchange,
+                                                                     first)
+    for server in first.get("servers", []):
+        for key in ("staleness_mean", "staleness_max"):
+            extra[key] = max(extra.get(key, 0), server[key])
+        extra.setdefault("ps_shard_bytes", []).append(server["shard_bytes"])
+    if strat.synchronous and strat.exchange != "none" and weights:
+        ref = run_group([layout.reference(case, case_file)], workdir / "reference",
+                        case.timeout_s)
+        ref_weights = ref.outcomes[0].report.get("weights") if ref.outcomes[0].report else None
+        if ref.status == "ok" and ref_weights:
+            row.max_weight_diff = _max_weight_diff(weights, ref_weights)
+            extra["weights_match"] = row.max_weight_diff <= WEIGHT_TOLERANCE
+        else:
+            extra["reference_error"] = ref.reason
+    row.extra = extra
+    return CaseOutcome(row, pd.DataFrame(step_rows))
+
+
+def fill_scaling_efficiency(row: ResultRow, baselines: dict[tuple[str, str], float]) -> None:
+    """Against the same framework's one-replica case on the same workload, this run."""
+    key = (row.framework, f"{row.workload}:{row.size}")
+    if row.status != Status.OK.value:
+        return
+    if row.replicas == 1:
+        baselines[key] = row.throughput_samples_s
+        row.scaling_efficiency = 1.0
+        return
+    if key in baselines:
+        row.scaling_efficiency = stats.scaling_efficiency(
+            row.throughput_samples_s, row.replicas, baselines[key])
+
+
+def _stored_baselines(store: ResultsStore, run_id: str) -> dict[tuple[str, str], float]:
+    """One-replica throughputs already stored in this run (a resumed run needs them)."""
+    frame = load(store.root)
+    done = frame[(frame.run_id == run_id) & (frame.status == "ok") & (frame.replicas == 1)]
+    return {(r.framework, f"{r.workload}:{r.size}"): float(r.throughput_samples_s)
+            for r in done.itertuples()}
+
+
+def execute(cases: list[Case], store: ResultsStore, run_id: str,
+            skip: set[str] | None = None,
+            progress: Callable[[Case, ResultRow], None] | None = None) -> list[ResultRow]:
+    """Run every case not in `skip`; each row is stored as soon as its case ends."""
+    rows: list[ResultRow] = []
+    baselines = _stored_baselines(store, run_id) if skip else {}
+    for case in cases:
+        if skip and case.case_id in skip:
+            continue
+        workdir = Path(tempfile.mkdtemp(prefix="stratbench-case-"))
+        try:
+            outcome = execute_case(case, run_id, workdir)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        fill_scaling_efficiency(outcome.row, baselines)
+        store.write_case(outcome.row, outcome.steps)
+        rows.append(outcome.row)
+        if progress:
+            progress(case, outcome.row)
+    return rows

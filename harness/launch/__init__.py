@@ -1,0 +1,1 @@
+"""Launchers: start a case's processes on a cluster, enforce its timeout, collect reports."""

@@ -1,0 +1,134 @@
+"""Start a group of worker processes, wait with a deadline, and always kill the whole tree.
+
+The parent never times anything (pyperf's rule): each process writes its own JSON report.
+Every process starts in its own session, so a timeout or a dead peer ends with killpg of each
+group: no orphan keeps a port or a core after the case.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+POLL_S = 0.05
+TAIL_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One process of a case: which role (worker, ps, chief, reference) and how to start it."""
+
+    role: str
+    index: int
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    must_finish: bool = True  # False for servers that the case ends by killing (ps tasks)
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}{self.index}"
+
+
+@dataclass
+class Outcome:
+    spec: ProcessSpec
+    returncode: int | None
+    report: dict[str, Any] | None
+    stderr_tail: str
+
+
+@dataclass
+class GroupResult:
+    status: str  # ok | failed | timeout
+    reason: str
+    outcomes: list[Outcome]
+    wall_s: float
+
+
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            child.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+def _tail(path: Path) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return text[-TAIL_CHARS:]
+
+
+def _error_line(tail: str) -> str:
+    """The most telling line of a crashed process's stderr (the exception, not the noise)."""
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if "Error" in line or "error" in line or "Exception" in line:
+            return line[:300]
+    return lines[-1][:300] if lines else "no output"
+
+
+def run_group(specs: list[ProcessSpec], workdir: Path, timeout_s: float) -> GroupResult:
+    """Run processes together; each writes `<workdir>/<name>.json` as its report."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    procs: list[tuple[ProcessSpec, subprocess.Popen[bytes], Path]] = []
+    start = time.monotonic()
+    try:
+        for spec in specs:
+            err = workdir / f"{spec.name}.stderr"
+            with open(err, "wb") as err_fh:
+                proc = subprocess.Popen(
+                    [*spec.argv, "--report", str(workdir / f"{spec.name}.json")],
+                    stdin=subprocess.DEVNULL, stdout=err_fh, stderr=subprocess.STDOUT,
+                    env={**os.environ, **spec.env}, start_new_session=True,
+                )
+            procs.append((spec, proc, err))
+        status, reason = "ok", ""
+        while True:
+            pending = [(s, p) for s, p, _ in procs if s.must_finish and p.poll() is None]
+            if not pending and all(p.returncode == 0 for s, p, _ in procs if s.must_finish):
+                break  # servers that stumble after every worker is done do not count
+            crashed = sorted(((s, p) for s, p, _ in procs if p.poll() not in (None, 0)),
+                             key=lambda sp: not sp[0].must_finish)  # workers' errors first
+            if crashed:
+                spec, proc = crashed[0]
+                err = next(e for s, _, e in procs if s is spec)
+                status = "failed"
+                reason = (f"{spec.name} exited with code {proc.returncode}: "
+                          f"{_error_line(_tail(err))}")
+                break
+            if time.monotonic() - start > timeout_s:
+                status = "timeout"
+                names = ", ".join(s.name for s, _ in pending)
+                reason = f"timed out after {timeout_s:.0f} s waiting for {names}"
+                break
+            time.sleep(POLL_S)
+    finally:
+        for _, proc, _ in procs:
+            _kill_tree(proc)
+    outcomes = []
+    for spec, proc, err in procs:
+        report_path = workdir / f"{spec.name}.json"
+        report = None
+        if report_path.exists():
+            with contextlib.suppress(ValueError, OSError):
+                report = json.loads(report_path.read_text())
+        outcomes.append(Outcome(spec, proc.returncode, report, _tail(err)))
+    if status == "ok":
+        missing = [o.spec.name for o in outcomes if o.spec.must_finish and o.report is None]
+        if missing:
+            status, reason = "failed", f"no report from {', '.join(missing)}"
+    return GroupResult(status, reason, outcomes, time.monotonic() - start)

@@ -1,0 +1,1 @@
+"""Measurement: statistics of step times and what a worker reports about itself."""

@@ -1,0 +1,62 @@
+"""Honest statistics of step times: median, spread, and a distribution-free 95% CI.
+
+Step times are skewed (a GC pause, a late packet), so the median, not the mean, is the
+summary, and its confidence interval comes from order statistics of the binomial
+distribution (no normality assumed), as in pyperf and nccl-tests practice.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int
+    median_s: float
+    ci95_low_s: float
+    ci95_high_s: float
+    p10_s: float
+    p90_s: float
+    mean_s: float
+    stdev_s: float
+
+
+def median_ci(values: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """Order-statistic interval [x_(l), x_(u)] that covers the median with >= confidence."""
+    x = np.sort(np.asarray(values, dtype=float))
+    n = len(x)
+    if n == 0:
+        return math.nan, math.nan
+    if n < 6:  # too few points for a 95% order-statistic interval: report the range
+        return float(x[0]), float(x[-1])
+    alpha = 1.0 - confidence
+    low = int(stats.binom.ppf(alpha / 2, n, 0.5))
+    high = int(stats.binom.isf(alpha / 2, n, 0.5))
+    low = max(low - 1, 0)
+    high = min(high, n - 1)
+    return float(x[low]), float(x[high])
+
+
+def summarize(step_times_s: np.ndarray | list[float]) -> Summary:
+    x = np.asarray(step_times_s, dtype=float)
+    if x.size == 0:
+        nan = math.nan
+        return Summary(0, nan, nan, nan, nan, nan, nan, nan)
+    low, high = median_ci(x)
+    return Summary(
+        n=int(x.size), median_s=float(np.median(x)), ci95_low_s=low, ci95_high_s=high,
+        p10_s=float(np.percentile(x, 10)), p90_s=float(np.percentile(x, 90)),
+        mean_s=float(x.mean()), stdev_s=float(x.std(ddof=1)) if x.size > 1 else 0.0,
+    )
+
+
+def scaling_efficiency(throughput: float, replicas: int, baseline_throughput: float) -> float:
+    """Throughput of N replicas over N times one replica's, at the same per-replica batch."""
+    if not (baseline_throughput > 0 and replicas > 0 and throughput > 0):
+        return math.nan
+    return throughput / (replicas * baseline_throughput)

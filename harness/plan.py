@@ -1,0 +1,92 @@
+"""The case matrix: which (framework, strategy, workload, cluster) cases a run will execute.
+
+A case is plain data (a frozen dataclass serialised to JSON for the worker processes), so the
+parent plans and the children execute without sharing anything else.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from harness.catalog import Strategy
+from harness.errors import InputError
+
+# Replicas per strategy on the local cluster: multi-replica strategies use 2 (this machine
+# has 2 cores); parameter servers run 2 workers and 2 shards so K > 1 really shards.
+LOCAL_REPLICAS = 2
+PS_SHARDS = 2
+
+
+@dataclass(frozen=True)
+class Case:
+    framework: str
+    strategy: str
+    workload: str
+    cluster: str
+    replicas: int
+    steps: int
+    warmup: int
+    repeats: int
+    timeout_s: float
+    per_replica_batch: int
+    seed: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def case_id(self) -> str:
+        return f"{self.framework}/{self.strategy}/{self.workload}/{self.cluster}/{self.replicas}"
+
+    @property
+    def global_batch(self) -> int:
+        return self.per_replica_batch * self.replicas
+
+    @property
+    def total_steps(self) -> int:
+        return self.warmup + self.steps
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Case:
+        return cls(**json.loads(text))
+
+
+def replicas_for(strategy: Strategy) -> int:
+    return 1 if strategy.exchange == "none" else LOCAL_REPLICAS
+
+
+def plan(strategies: list[Strategy], workloads: list[tuple[str, int]], cluster: str,
+         steps: int, warmup: int, repeats: int, timeout_s: float) -> list[Case]:
+    """Baselines first (per framework and workload), so every later case finds its baseline
+    for scaling efficiency in the same run."""
+    cases = []
+    for name, batch in workloads:
+        for strat in sorted(strategies, key=lambda s: (s.framework, s.exchange != "none")):
+            options: dict[str, Any] = {}
+            if strat.exchange == "parameter_server":
+                options["ps_shards"] = PS_SHARDS
+            cases.append(Case(
+                framework=strat.framework, strategy=strat.name, workload=name, cluster=cluster,
+                replicas=replicas_for(strat), steps=steps, warmup=warmup, repeats=repeats,
+                timeout_s=timeout_s, per_replica_batch=batch, options=options,
+            ))
+    return cases
+
+
+def resolve_workloads(names: list[str]) -> list[tuple[str, int]]:
+    """`FAMILY:SIZE` names -> (canonical name, default per-replica batch); bad names are
+    InputErrors naming the allowed families and sizes."""
+    from workloads.catalog import parse_workload
+    from workloads.spec import WorkloadError
+
+    resolved = []
+    for name in names:
+        try:
+            spec = parse_workload(name)
+        except WorkloadError as exc:
+            raise InputError(str(exc)) from exc
+        resolved.append((spec.name, spec.batch_size))
+    return resolved

@@ -1,0 +1,264 @@
+"""PyTorch parameter servers over torch.distributed.rpc: synchronous and asynchronous.
+
+K server processes each own a shard of the parameters (greedy by size, so K > 1 really
+splits the bytes); W workers pull what changed, compute gradients on their shard of the
+batch, and push them. Embedding gradients travel as the touched rows only and pulls carry
+only rows changed since the worker's last pull: this is why a parameter server moves far
+fewer bytes than an all-reduce on embedding-heavy models.
+
+- synchronous: a server applies the mean of the W pushes of a step once all have arrived and
+  answers every push after that, so all replicas stay equal to one device on the global
+  batch (the parent checks the weights);
+- asynchronous: every push is applied at once; the server reports the staleness it saw
+  (how many updates of that shard happened between a worker's pull and its push).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed.rpc as rpc
+
+from harness.plan import Case
+from harness.runners import torch_workload as tw
+
+LEARNING_RATE = 0.05
+Grad = tuple[str, torch.Tensor | None, torch.Tensor]  # (name, row indices or None, values)
+
+
+class ShardServer:
+    """One parameter shard: its tensors, the update rule, and per-worker dirty rows."""
+
+    def __init__(self, params: dict[str, torch.Tensor], sparse: set[str], workers: int,
+                 synchronous: bool):
+        self.params = params
+        self.sparse = sparse
+        self.workers = workers
+        self.synchronous = synchronous
+        self.lock = threading.Lock()
+        self.version = 0
+        self.pending: list[list[Grad]] = []
+        self.waiting: list[torch.futures.Future[Any]] = []
+        # rows changed since each worker last pulled (None: everything, at the start)
+        self.dirty: list[dict[str, set[int] | None]] = [
+            {n: None for n in params} for _ in range(workers)]
+        self.pulled_version = [0] * workers
+        self.staleness: list[int] = []
+
+    def _apply(self, grads: list[Grad], scale: float) -> None:
+        touched: dict[str, set[int] | None] = {}
+        for name, rows, values in grads:
+            param = self.params[name]
+            if rows is None:
+                param.sub_(values, alpha=LEARNING_RATE * scale)
+                touched[name] = None
+            else:
+                param.index_add_(0, rows, values, alpha=-LEARNING_RATE * scale)
+                prev = touched.get(name, set())
+                if prev is not None:
+                    touched[name] = prev | set(rows.tolist())
+        for dirty in self.dirty:
+            for name, rows_set in touched.items():
+                if rows_set is None or dirty[name] is None:
+                    dirty[name] = None
+                else:
+                    dirty[name] |= rows_set  # type: ignore[operator]
+        self.version += 1
+
+    def pull(self, worker: int) -> tuple[int, list[Grad]]:
+        with self.lock:
+            out: list[Grad] = []
+            for name, rows in self.dirty[worker].items():
+                param = self.params[name]
+                if rows is None:
+                    out.append((name, None, param.clone()))
+                elif rows:
+                    idx = torch.tensor(sorted(rows), dtype=torch.long)
+                    out.append((name, idx, param.index_select(0, idx)))
+            self.dirty[worker] = {n: set() for n in self.params}
+            self.pulled_version[worker] = self.version
+            return self.version, out
+
+    def push(self, worker: int, grads: list[Grad]) -> torch.futures.Future[Any]:
+        done: torch.futures.Future[Any] = torch.futures.Future()
+        with self.lock:
+            if not self.synchronous:
+                self.staleness.append(self.version - self.pulled_version[worker])
+                self._apply(grads, 1.0)
+                done.set_result(self.version)
+                return done
+            self.pending.append(grads)
+            self.waiting.append(done)
+            if len(self.pending) < self.workers:
+                return done
+            merged = [g for push in self.pending for g in push]
+            self._apply(merged, 1.0 / self.workers)
+            waiting, self.pending, self.waiting = self.waiting, [], []
+        for fut in waiting:
+            fut.set_result(self.version)
+        return done
+
+    def stats(self) -> dict[str, Any]:
+        with self.lock:
+            s = self.staleness
+            return {"updates": self.version, "staleness_mean": float(np.mean(s)) if s else 0.0,
+                    "staleness_max": int(max(s)) if s else 0,
+                    "shard_bytes": sum(p.numel() * p.element_size()
+                                       for p in self.params.values())}
+
+
+_SERVER: ShardServer | None = None
+_STOP = threading.Event()
+
+
+def _server() -> ShardServer:
+    assert _SERVER is not None, "parameter server not initialised"
+    return _SERVER
+
+
+def _rpc_pull(worker: int) -> tuple[int, list[Grad]]:
+    return _server().pull(worker)
+
+
+@rpc.functions.async_execution
+def _rpc_push(worker: int, grads: list[Grad]) -> torch.futures.Future[Any]:
+    return _server().push(worker, grads)
+
+
+def _rpc_stats() -> dict[str, Any]:
+    return _server().stats()
+
+
+def _rpc_stop() -> None:
+    _STOP.set()
+
+
+def assign_shards(sizes: dict[str, int], shards: int) -> dict[str, int]:
+    """Largest tensors first onto the least-loaded shard: balanced bytes per server."""
+    load = [0] * shards
+    owner = {}
+    for name, size in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0])):
+        k = load.index(min(load))
+        owner[name] = k
+        load[k] += size
+    return owner
+
+
+def _init_rpc(case: Case, name: str, rank: int, world: int) -> None:
+    options = rpc.TensorPipeRpcBackendOptions(
+        init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+        rpc_timeout=max(60.0, case.timeout_s),
+        num_worker_threads=max(16, 4 * world),
+        _transports=["uv"],
+    )
+    rpc.init_rpc(name, rank=rank, world_size=world, rpc_backend_options=options)
+
+
+def _layout(case: Case) -> tuple[int, int]:
+    shards = int(case.options.get("ps_shards", 1))
+    return shards, case.replicas
+
+
+def run_server(case: Case, index: int) -> dict[str, Any]:
+    global _SERVER
+    shards, workers = _layout(case)
+    spec = tw.spec(case)
+    model = tw.build(spec, case.seed, sparse_embeddings=True)
+    params = dict(model.named_parameters())
+    owner = assign_shards({n: p.numel() for n, p in params.items()}, shards)
+    mine = {n: p.detach().clone() for n, p in params.items() if owner[n] == index}
+    _SERVER = ShardServer(mine, tw.sparse_parameter_names(model) & set(mine), workers,
+                          synchronous=case.strategy == "parameter_server")
+    _init_rpc(case, f"ps{index}", index, shards + workers)
+    rpc.shutdown()  # waits until every worker has shut down too
+    return {"role": "ps", **_SERVER.stats()}
+
+
+def run_worker(case: Case, index: int, workdir: Path) -> dict[str, Any]:
+    shards, workers = _layout(case)
+    spec = tw.spec(case)
+    torch.manual_seed(case.seed)
+    model = tw.build(spec, case.seed, sparse_embeddings=True)
+    params = dict(model.named_parameters())
+    owner = assign_shards({n: p.numel() for n, p in params.items()}, shards)
+    _init_rpc(case, f"worker{index}", shards + index, shards + workers)
+    servers = [f"ps{k}" for k in range(shards)]
+    times: list[float] = []
+    losses: list[float] = []
+    pushed: list[int] = []
+    try:
+        for step in range(case.total_steps):
+            batch = tw.shard(tw.batch(spec, step, case.global_batch, case.seed), index, workers)
+            tw.inject_fault(case, index, step)
+            start = time.perf_counter()
+            pulls = [rpc.rpc_async(s, _rpc_pull, args=(index,)) for s in servers]
+            with torch.no_grad():
+                for fut in pulls:
+                    _, updates = fut.wait()
+                    for name, rows, values in updates:
+                        if rows is None:
+                            params[name].copy_(values)
+                        else:
+                            params[name].index_copy_(0, rows, values)
+            model.zero_grad(set_to_none=True)
+            loss = tw.loss(spec, model, batch)
+            loss.backward()
+            per_server: list[list[Grad]] = [[] for _ in servers]
+            sent = 0
+            for name, p in params.items():
+                if p.grad is None:
+                    continue
+                g = p.grad
+                if g.is_sparse:
+                    g = g.coalesce()
+                    rows, values = g.indices()[0], g.values()
+                    per_server[owner[name]].append((name, rows, values))
+                    sent += values.numel() * values.element_size() + rows.numel() * 8
+                else:
+                    per_server[owner[name]].append((name, None, g))
+                    sent += g.numel() * g.element_size()
+            acks = [rpc.rpc_async(s, _rpc_push, args=(index, per_server[k]))
+                    for k, s in enumerate(servers)]
+            for fut in acks:
+                fut.wait()
+            value = float(loss.detach())
+            elapsed = time.perf_counter() - start
+            if step >= case.warmup:
+                times.append(elapsed)
+                pushed.append(sent)
+            losses.append(value)
+        # one last pull so the saved weights are the servers' weights
+        with torch.no_grad():
+            for s in servers:
+                _, updates = rpc.rpc_sync(s, _rpc_pull, args=(index,))
+                for name, rows, values in updates:
+                    if rows is None:
+                        params[name].copy_(values)
+                    else:
+                        params[name].index_copy_(0, rows, values)
+        server_stats = [rpc.rpc_sync(s, _rpc_stats) for s in servers] if index == 0 else []
+    finally:
+        rpc.shutdown()
+    report: dict[str, Any] = {"step_times_s": times, "losses": losses, "rank": index,
+                              "world": workers, "threads": torch.get_num_threads(),
+                              "bytes_pushed_per_step": float(np.median(pushed)) if pushed
+                              else 0.0, "servers": server_stats}
+    if index == 0:
+        path = workdir / f"weights-{case.strategy}-0.npz"
+        np.savez(path, **{n: p.detach().numpy().copy() for n, p in params.items()})
+        report["weights"] = str(path)
+    return report
+
+
+def run(case: Case, role: str, index: int, workdir: Path) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    if role == "ps":
+        return run_server(case, index)
+    return run_worker(case, index, workdir)
+

@@ -1,0 +1,132 @@
+"""PyTorch strategies, child side: single_device, ddp, fsdp (parameter servers: torch_ps).
+
+Imported only inside a worker process of a torch case (DESIGN.md: `import torch` lives in
+torch-specific modules). Each worker builds the same model from the same seed, trains on its
+shard of the same global batch, times its own steps, and rank 0 saves its final weights so
+the parent can compare them with one device trained on the global batch.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from harness.plan import LOCAL_REPLICAS, Case
+from harness.runners import torch_workload as tw
+
+LEARNING_RATE = 0.05
+
+
+def _threads(case: Case) -> int:
+    """One 'device' is this machine's cores split evenly among the local replicas, the
+    same for the baseline and the distributed cases, so efficiency compares like with like."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // LOCAL_REPLICAS)
+
+
+def _init_group(case: Case, rank: int, world: int) -> None:
+    addr = os.environ["MASTER_ADDR"]
+    port = os.environ["MASTER_PORT"]
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world,
+        timeout=timedelta(seconds=max(30.0, case.timeout_s)),
+    )
+
+
+def _wrap(case: Case, model: torch.nn.Module) -> torch.nn.Module:
+    if case.strategy == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        bucket_mb = float(case.options.get("bucket_mb", 25))
+        return DistributedDataParallel(model, bucket_cap_mb=bucket_mb)
+    if case.strategy == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for module in tw.shard_units(model):
+            fully_shard(module)
+        fully_shard(model)
+        return model
+    return model
+
+
+def _full_weights(case: Case, model: torch.nn.Module) -> dict[str, np.ndarray]:
+    if case.strategy == "fsdp":
+        from torch.distributed.tensor import DTensor
+
+        out = {}
+        for name, p in model.named_parameters():
+            full = p.full_tensor() if isinstance(p, DTensor) else p
+            out[name] = full.detach().cpu().numpy().copy()
+        return out
+    inner = model.module if hasattr(model, "module") else model
+    return {n: p.detach().cpu().numpy().copy() for n, p in inner.named_parameters()}
+
+
+def train(case: Case, rank: int, world: int, batch_per_rank: int,
+          workdir: Path, save_weights: bool, distributed: bool = True) -> dict[str, Any]:
+    """The timed loop shared by every synchronous torch strategy (and the reference)."""
+    spec = tw.spec(case)
+    torch.manual_seed(case.seed)
+    model = tw.build(spec, case.seed)
+    if distributed:
+        model = _wrap(case, model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
+    global_batch = batch_per_rank * world
+    batches = [tw.shard(tw.batch(spec, step, global_batch, case.seed), rank, world)
+               for step in range(case.total_steps)]
+    times, losses = [], []
+    for step, batch in enumerate(batches):
+        tw.inject_fault(case, rank, step)
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = tw.loss(spec, model, batch)
+        loss.backward()
+        optimizer.step()
+        value = float(loss.detach())
+        elapsed = time.perf_counter() - start
+        if step >= case.warmup:
+            times.append(elapsed)
+        losses.append(value)
+    report: dict[str, Any] = {"step_times_s": times, "losses": losses, "rank": rank,
+                              "world": world, "threads": torch.get_num_threads(),
+                              "grad_bytes": tw.grad_bytes(model)}
+    # gathering full weights is a collective under FSDP: every rank takes part
+    weights = _full_weights(case, model) if distributed else {
+        n: p.detach().cpu().numpy().copy() for n, p in model.named_parameters()}
+    if save_weights:
+        path = workdir / f"weights-{case.strategy}-{rank}.npz"
+        np.savez(path, **weights)
+        report["weights"] = str(path)
+    return report
+
+
+def run(case: Case, role: str, index: int, workdir: Path) -> dict[str, Any]:
+    if role == "reference":  # one device, global batch: the correctness baseline
+        torch.set_num_threads(_threads(case))
+        return train(case, 0, 1, case.global_batch, workdir, save_weights=True,
+                     distributed=False)
+    if case.strategy == "single_device":
+        torch.set_num_threads(_threads(case))
+        return train(case, 0, 1, case.per_replica_batch, workdir, save_weights=True)
+    if case.strategy in ("ddp", "fsdp"):
+        torch.set_num_threads(_threads(case))
+        _init_group(case, index, case.replicas)
+        report = train(case, index, case.replicas, case.per_replica_batch, workdir,
+                       save_weights=index == 0)
+        # Leave together and skip gloo's teardown: a rank tearing its threads down while a
+        # peer still talks aborts ("terminate called without an active exception"); the
+        # worker ends with os._exit right after its report, so the OS closes the sockets.
+        dist.barrier()
+        return report
+    if case.strategy in ("parameter_server", "parameter_server_async"):
+        from harness.runners import torch_ps
+
+        return torch_ps.run(case, role, index, workdir)
+    raise ValueError(f"no torch runner for strategy {case.strategy!r}")

@@ -1,0 +1,52 @@
+"""The child process of a case: `python -m harness.worker --case FILE --role R --index I`.
+
+Measure in the child, decide in the parent (pyperf): the worker builds its workload, times
+its own steps and writes a JSON report; the parent only launches, waits and collects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import resource
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.plan import Case
+
+# framework -> module holding `run(case, role, index, workdir) -> dict`
+RUNNER_MODULES = {"torch": "harness.runners.torch_runner", "tf": "harness.runners.tf_runner"}
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.worker")
+    parser.add_argument("--case", required=True, type=Path)
+    parser.add_argument("--role", required=True)
+    parser.add_argument("--index", required=True, type=int)
+    parser.add_argument("--report", required=True, type=Path)
+    args = parser.parse_args(argv)
+    case = Case.from_json(args.case.read_text())
+    runner = importlib.import_module(RUNNER_MODULES[case.framework])
+    report: dict[str, Any] = runner.run(case, args.role, args.index, args.report.parent)
+    report["peak_rss_bytes"] = peak_rss_bytes()
+    report["pid"] = os.getpid()
+    tmp = args.report.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report))
+    os.replace(tmp, args.report)
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The report is on disk: skip interpreter teardown, where framework threads (gloo,
+    # TensorPipe, TF's runtime) may abort the process after the work is done.
+    os._exit(code)

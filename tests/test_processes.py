@@ -1,0 +1,86 @@
+"""Process groups: reports collected, crashes and hangs end the group, nothing survives."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import psutil
+
+from harness.launch.ports import free_ports
+from harness.launch.processes import ProcessSpec, run_group
+
+WRITE_REPORT = textwrap.dedent("""
+    import json, sys, time
+    report = sys.argv[sys.argv.index("--report") + 1]
+    mode = sys.argv[1]
+    if mode == "crash":
+        raise RuntimeError("boom in worker")
+    if mode == "hang":
+        import subprocess
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+        time.sleep(300)
+    json.dump({"ok": mode}, open(report, "w"))
+""")
+
+
+def spec(mode: str, index: int = 0, must_finish: bool = True) -> ProcessSpec:
+    return ProcessSpec("worker", index, (sys.executable, "-c", WRITE_REPORT, mode),
+                       must_finish=must_finish)
+
+
+def _no_orphans(pids_before: set[int]) -> None:
+    leftovers = [p for p in psutil.process_iter(["pid", "cmdline"])
+                 if p.pid not in pids_before and "time.sleep(300)" in " ".join(
+                     p.info["cmdline"] or [])]
+    assert not leftovers, leftovers
+
+
+def test_reports_are_collected(tmp_path):
+    result = run_group([spec("a", 0), spec("b", 1)], tmp_path, timeout_s=60)
+    assert result.status == "ok", result.reason
+    assert [o.report for o in result.outcomes] == [{"ok": "a"}, {"ok": "b"}]
+
+
+def test_a_crash_fails_the_group_with_the_error_and_kills_peers(tmp_path):
+    before = {p.pid for p in psutil.process_iter()}
+    result = run_group([spec("hang", 0), spec("crash", 1)], tmp_path, timeout_s=60)
+    assert result.status == "failed"
+    assert "worker1 exited with code 1" in result.reason
+    assert "RuntimeError: boom in worker" in result.reason
+    assert result.wall_s < 30
+    _no_orphans(before)
+
+
+def test_a_hang_times_out_and_the_whole_tree_is_killed(tmp_path):
+    before = {p.pid for p in psutil.process_iter()}
+    result = run_group([spec("hang", 0)], tmp_path, timeout_s=2)
+    assert result.status == "timeout"
+    assert "timed out after 2 s" in result.reason and "worker0" in result.reason
+    _no_orphans(before)
+
+
+def test_servers_that_need_not_finish_are_killed_when_workers_end(tmp_path):
+    before = {p.pid for p in psutil.process_iter()}
+    result = run_group([spec("hang", 0, must_finish=False), spec("done", 1)], tmp_path, 60)
+    assert result.status == "ok"
+    assert result.outcomes[1].report == {"ok": "done"}
+    _no_orphans(before)
+
+
+def test_missing_report_is_a_failure(tmp_path):
+    silent = ProcessSpec("worker", 0, (sys.executable, "-c", "pass"))
+    result = run_group([silent], tmp_path, 30)
+    assert result.status == "failed" and "no report from worker0" in result.reason
+
+
+def test_free_ports_are_distinct_and_bindable():
+    import socket
+
+    ports = free_ports(4)
+    assert len(set(ports)) == 4
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+    json.dumps(ports)

@@ -1,0 +1,38 @@
+"""Step-time statistics: the CI covers the median, and summaries are ordered sensibly."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.measure import stats
+
+
+@given(st.lists(st.floats(1e-6, 10.0), min_size=1, max_size=300))
+def test_summary_is_ordered(values):
+    s = stats.summarize(values)
+    assert s.ci95_low_s <= s.median_s <= s.ci95_high_s
+    assert s.p10_s <= s.median_s <= s.p90_s
+    assert min(values) <= s.ci95_low_s and s.ci95_high_s <= max(values)
+
+
+@settings(deadline=None, max_examples=5)
+@given(st.integers(0, 10_000))
+def test_median_ci_covers_the_true_median_about_95_percent(seed):
+    rng = np.random.default_rng(seed)
+    covered = 0
+    trials = 400
+    for _ in range(trials):
+        x = rng.lognormal(mean=0.0, sigma=0.5, size=40)  # true median exp(0) = 1
+        low, high = stats.median_ci(x)
+        covered += low <= 1.0 <= high
+    assert 0.92 <= covered / trials <= 0.995
+
+
+def test_scaling_efficiency():
+    assert stats.scaling_efficiency(200.0, 2, 100.0) == 1.0
+    assert stats.scaling_efficiency(150.0, 2, 100.0) == 0.75
+    assert math.isnan(stats.scaling_efficiency(150.0, 2, 0.0))

@@ -1,0 +1,47 @@
+"""One entry for the CLI's `--workload TEXT`: built-in, profile, user reference or entry point.
+
+    mlp:S                           built-in family and size -> WorkloadSpec
+    profile:params=25e6,...         numbers only -> ProfileWorkload
+    pkg.module:make / dir/f.py:make user callable -> UserWorkload
+    myworkload                      entry point in group stratbench.workloads -> UserWorkload
+"""
+
+from __future__ import annotations
+
+from workloads.catalog import parse_workload
+from workloads.profile import PREFIX, ProfileWorkload, parse_profile
+from workloads.spec import FAMILIES, SIZES, WorkloadError, WorkloadSpec
+from workloads.user import (
+    UserWorkload,
+    entry_point_names,
+    is_file_reference,
+    load_entry_point,
+    load_user_workload,
+)
+
+Workload = WorkloadSpec | UserWorkload | ProfileWorkload
+
+
+def _looks_builtin(target: str, attr: str) -> bool:
+    """'mlp:S', 'foo:S' (a mistyped family): not a module path with a size-like attribute."""
+    if target.lower() in FAMILIES:
+        return True
+    return attr.upper() in SIZES and "." not in target and not is_file_reference(target)
+
+
+def resolve_workload(text: str) -> Workload:
+    """The workload `text` names; WorkloadError (one line) if it names none."""
+    text = text.strip()
+    if text.startswith(PREFIX):
+        return parse_profile(text)
+    target, sep, attr = text.rpartition(":")
+    if sep:
+        if _looks_builtin(target, attr):
+            return parse_workload(text)
+        return load_user_workload(text)
+    if text in entry_point_names():
+        return load_entry_point(text)
+    installed = ", ".join(entry_point_names()) or "none installed"
+    raise WorkloadError(f"unknown workload {text!r} (use FAMILY:SIZE like mlp:S, "
+                        f"profile:params=...,flops_per_sample=..., module:callable, "
+                        f"file.py:callable, or an entry point: {installed})")
