@@ -43,6 +43,10 @@ def unavailable_reason(case: Case) -> str | None:
     module = FRAMEWORK_MODULE[case.framework]
     if importlib.util.find_spec(module) is None:
         return f"{module} is not installed: {INSTALL_HINT[case.framework]}"
+    owner = case.options.get("workload_framework")
+    if owner and owner != case.framework:
+        return (f"user workload {case.options.get('workload_label')!r} is a {owner} model; "
+                f"it runs only under {owner} strategies")
     if case.strategy == "tpu":
         return "no TPU on this machine (TPUClusterResolver found no TPU name or device)"
     if case.framework == "tf":
@@ -85,7 +89,8 @@ def _bytes_sent(case: Case, exchange: str, report: dict[str, Any]) -> tuple[floa
 
 
 def _base_row(case: Case, run_id: str, status: str, reason: str, started: str) -> ResultRow:
-    workload, _, size = case.workload.partition(":")
+    workload = case.options.get("workload_label") or case.workload.partition(":")[0]
+    size = case.options.get("workload_size", case.workload.partition(":")[2])
     return ResultRow(
         run_id=run_id, case_id=case.case_id, framework=case.framework, strategy=case.strategy,
         workload=workload, size=size, cluster=case.cluster, replicas=case.replicas,
@@ -180,8 +185,8 @@ def _stored_baselines(store: ResultsStore, run_id: str) -> dict[tuple[str, str],
     """One-replica throughputs already stored in this run (a resumed run needs them)."""
     frame = load(store.root)
     done = frame[(frame.run_id == run_id) & (frame.status == "ok") & (frame.replicas == 1)]
-    return {(r.framework, f"{r.workload}:{r.size}"): float(r.throughput_samples_s)
-            for r in done.itertuples()}
+    return {(str(fw), f"{wl}:{size}"): float(tp) for fw, wl, size, tp in zip(
+        done.framework, done.workload, done["size"], done.throughput_samples_s, strict=True)}
 
 
 def execute(cases: list[Case], store: ResultsStore, run_id: str,

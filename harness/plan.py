@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from harness.catalog import Strategy
@@ -58,35 +59,59 @@ def replicas_for(strategy: Strategy) -> int:
     return 1 if strategy.exchange == "none" else LOCAL_REPLICAS
 
 
-def plan(strategies: list[Strategy], workloads: list[tuple[str, int]], cluster: str,
+def plan(strategies: list[Strategy], workloads: list[WorkloadChoice], cluster: str,
          steps: int, warmup: int, repeats: int, timeout_s: float) -> list[Case]:
     """Baselines first (per framework and workload), so every later case finds its baseline
     for scaling efficiency in the same run."""
     cases = []
-    for name, batch in workloads:
+    for choice in workloads:
         for strat in sorted(strategies, key=lambda s: (s.framework, s.exchange != "none")):
-            options: dict[str, Any] = {}
+            options: dict[str, Any] = {"workload_label": choice.label,
+                                       "workload_size": choice.size}
+            if choice.framework:
+                options["workload_framework"] = choice.framework
             if strat.exchange == "parameter_server":
                 options["ps_shards"] = PS_SHARDS
             cases.append(Case(
-                framework=strat.framework, strategy=strat.name, workload=name, cluster=cluster,
-                replicas=replicas_for(strat), steps=steps, warmup=warmup, repeats=repeats,
-                timeout_s=timeout_s, per_replica_batch=batch, options=options,
+                framework=strat.framework, strategy=strat.name, workload=choice.ref,
+                cluster=cluster, replicas=replicas_for(strat), steps=steps, warmup=warmup,
+                repeats=repeats, timeout_s=timeout_s, per_replica_batch=choice.batch,
+                options=options,
             ))
     return cases
 
 
-def resolve_workloads(names: list[str]) -> list[tuple[str, int]]:
-    """`FAMILY:SIZE` names -> (canonical name, default per-replica batch); bad names are
-    InputErrors naming the allowed families and sizes."""
-    from workloads.catalog import parse_workload
-    from workloads.spec import WorkloadError
+@dataclass(frozen=True)
+class WorkloadChoice:
+    """A workload as the plan needs it: its reference, batch and, for user models, owner."""
+
+    ref: str  # what the worker resolves again: mlp:S, or an absolute file.py:callable
+    batch: int
+    label: str  # the row's workload column
+    size: str  # the row's size column ("" for user workloads)
+    framework: str | None = None  # a user workload runs only in its own framework
+
+
+def resolve_workloads(names: list[str]) -> list[WorkloadChoice]:
+    """`--workload` values -> choices; bad names are InputErrors naming what is allowed."""
+    from workloads import ProfileWorkload, UserWorkload, WorkloadError, resolve_workload
+    from workloads.user import is_file_reference
 
     resolved = []
     for name in names:
         try:
-            spec = parse_workload(name)
+            workload = resolve_workload(name)
         except WorkloadError as exc:
             raise InputError(str(exc)) from exc
-        resolved.append((spec.name, spec.batch_size))
+        if isinstance(workload, ProfileWorkload):
+            raise InputError(f"workload {name!r} is a profile (numbers only): it can be "
+                             "simulated (stratbench simulate --profile) but not run")
+        if isinstance(workload, UserWorkload):
+            target, _, attr = name.rpartition(":")
+            ref = f"{Path(target).resolve()}:{attr}" if is_file_reference(target) else name
+            resolved.append(WorkloadChoice(ref, workload.batch_size, workload.name, "",
+                                           workload.framework))
+        else:
+            resolved.append(WorkloadChoice(workload.name, workload.batch_size,
+                                           workload.family, workload.size))
     return resolved

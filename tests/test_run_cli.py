@@ -74,3 +74,25 @@ def test_resume_without_an_earlier_run_is_a_clear_error(tmp_path):
     proc = stratbench("run", "--resume", "--results", str(tmp_path))
     assert proc.returncode == 2
     assert "no earlier run" in proc.stderr
+
+
+def test_a_user_workload_from_a_file_runs_through_the_pipeline(tmp_path):
+    fixture = os.path.join(os.path.dirname(__file__), "fixtures", "user_workload.py")
+    proc = stratbench("run", "--framework", "all", "--strategy", "single_device",
+                      "--strategy", "ddp", "--strategy", "one_device",
+                      "--workload", f"{fixture}:torch_workload", *FAST,
+                      "--results", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["strategy"]: r for r in json.loads(proc.stdout)["rows"]}
+    assert rows["ddp"]["status"] == "ok", rows["ddp"]["reason"]
+    assert rows["ddp"]["workload"] == "tiny-torch"
+    assert rows["ddp"]["max_weight_diff"] < 1e-5
+    assert rows["single_device"]["status"] == "ok"
+    assert rows["one_device"]["status"] == "unavailable"
+    assert "is a torch model" in rows["one_device"]["reason"]
+
+
+def test_a_profile_workload_cannot_be_run(tmp_path):
+    proc = stratbench("run", "--workload", "profile:params=1e6,flops_per_sample=1e6",
+                      "--results", str(tmp_path))
+    assert proc.returncode == 2 and "can be simulated" in proc.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import psutil
@@ -9,14 +10,15 @@ import pytest
 
 from harness.catalog import strategies
 from harness.execute import execute
-from harness.plan import Case, plan
+from harness.plan import Case, plan, resolve_workloads
 from results import ResultsStore, load, load_steps
 
 pytestmark = pytest.mark.heavy
 
 
 def _cases(names: list[str], workload: str = "mlp:S", steps: int = 4, **kw) -> list[Case]:
-    cases = plan(strategies("torch", names), [(workload, 16)], "local", steps=steps,
+    choice = dataclasses.replace(resolve_workloads([workload])[0], batch=16)
+    cases = plan(strategies("torch", names), [choice], "local", steps=steps,
                  warmup=1, repeats=kw.pop("repeats", 1), timeout_s=kw.pop("timeout_s", 120))
     return cases
 

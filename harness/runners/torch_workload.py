@@ -14,25 +14,35 @@ import torch
 from torch import nn
 
 from harness.plan import Case
-from workloads import data
+from workloads import UserWorkload, WorkloadSpec, data, resolve_workload
 from workloads import torch_models as models
-from workloads.catalog import parse_workload
-from workloads.spec import WorkloadSpec
 
-batch = data.batch
 shard = data.shard
-shard_units = models.shard_units
+shard_units = models.shard_units  # [] for a user's model: sharded at its root
+Workload = WorkloadSpec | UserWorkload
 
 
-def spec(case: Case) -> WorkloadSpec:
-    return parse_workload(case.workload)
+def spec(case: Case) -> Workload:
+    workload = resolve_workload(case.workload)
+    assert isinstance(workload, WorkloadSpec | UserWorkload), "profiles are never run"
+    return workload
 
 
-def build(workload: WorkloadSpec, seed: int, sparse_embeddings: bool = False) -> nn.Module:
+def build(workload: Workload, seed: int, sparse_embeddings: bool = False) -> nn.Module:
+    if isinstance(workload, UserWorkload):
+        return models.check_model(workload.build_model(seed), workload.name)
     return models.build_model(workload, seed, sparse=sparse_embeddings)
 
 
-def loss(workload: WorkloadSpec, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+def batch(workload: Workload, step: int, batch_size: int, seed: int) -> Any:
+    if isinstance(workload, UserWorkload):
+        return workload.make_batch(step, batch_size, seed)
+    return data.batch(workload, step, batch_size, seed)
+
+
+def loss(workload: Workload, model: nn.Module, batch: Any) -> torch.Tensor:
+    if isinstance(workload, UserWorkload):
+        return workload.loss_fn(model, batch)
     return models.loss(workload, model, batch)
 
 
