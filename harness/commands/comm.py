@@ -1,23 +1,48 @@
-"""`stratbench comm`: nccl-tests-style collective micro-benchmarks (issue 5)."""
+"""`stratbench comm`: nccl-tests-style collective micro-benchmarks and the fitted alpha/beta."""
 
 from __future__ import annotations
 
 import click
 
-from harness import catalog, specs
-from harness.commands.common import NotBuiltError, json_option, results_option
+from harness import catalog, environment, specs
+from harness.comm import format_table, run_comm, store_comm, sweep_sizes
+from harness.commands.common import NotBuiltError, info, json_option, print_json, results_option
+from harness.paths import results_dir
+from results.store import ResultsStore
 
 
 @click.command("comm")
 @click.option("--framework", default="torch", show_default=True, help="tf, torch or all.")
 @click.option("--cluster", default="local", show_default=True)
-@click.option("--sizes", default="1KiB:256MiB", show_default=True, metavar="MIN:MAX")
+@click.option("--sizes", default="1KiB:64MiB", show_default=True, metavar="MIN:MAX",
+              help="Per-rank buffer sizes, stepping x4.")
+@click.option("--world", type=click.IntRange(2, 16), default=2, show_default=True,
+              help="Ranks taking part.")
+@click.option("--timeout", type=click.FloatRange(min=1.0), default=900.0, show_default=True)
 @results_option
 @json_option
-def command(framework: str, cluster: str, sizes: str, results: str | None,
-            as_json: bool) -> None:
+def command(framework: str, cluster: str, sizes: str, world: int, timeout: float,
+            results: str | None, as_json: bool) -> None:
     """Time all-reduce, broadcast, reduce-scatter, all-gather and PS push/pull by size."""
-    catalog.frameworks(framework)
-    specs.parse_cluster(cluster)
-    specs.parse_size_range(sizes)
-    raise NotBuiltError("comm", "collective benchmarks: issue #5")
+    frameworks = catalog.frameworks(framework)
+    cluster_spec = specs.parse_cluster(cluster)
+    low, high = specs.parse_size_range(sizes)
+    if "torch" not in frameworks:
+        raise NotBuiltError("comm --framework tf", "TF collectives: issue #5")
+    if cluster_spec.kind != "local":
+        raise NotBuiltError(f"comm --cluster {cluster_spec.kind}", "emulated hosts: issue #6")
+    store = ResultsStore(results_dir(results))
+    store.check_writable()
+    manifest = environment.collect(frameworks=False)
+    manifest.update(kind="comm", sizes=sizes, world=world)
+    run_id = store.start_run(manifest)
+    info(f"comm run {run_id}: torch gloo, {world} ranks, {cluster_spec.text}")
+    result = run_comm("torch", cluster_spec.text, sweep_sizes(low, high), world, timeout)
+    if result.status != "ok":
+        raise click.ClickException(f"comm benchmark {result.status}: {result.reason}")
+    store_comm(store, run_id, result, f"torch-{cluster_spec.kind}-{world}")
+    if as_json:
+        print_json({"run_id": run_id, "points": result.points.to_dict("records"),
+                    "fits": result.fits.to_dict("records")})
+    else:
+        click.echo(format_table(result))

@@ -115,6 +115,14 @@ def run(case: Case, role: str, index: int, workdir: Path) -> dict[str, Any]:
     if case.strategy == "single_device":
         torch.set_num_threads(_threads(case))
         return train(case, 0, 1, case.per_replica_batch, workdir, save_weights=True)
+    if case.strategy == "comm":
+        from harness.runners import torch_comm
+
+        torch.set_num_threads(_threads(case))
+        _init_group(case, index, case.replicas)
+        report = torch_comm.run(case, index)
+        dist.barrier()
+        return report
     if case.strategy in ("ddp", "fsdp"):
         torch.set_num_threads(_threads(case))
         _init_group(case, index, case.replicas)

@@ -1,0 +1,80 @@
+"""`stratbench comm`, parent side: plan the size sweep, launch it, store points and fits."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from harness import calibrate
+from harness.launch.processes import run_group
+from harness.plan import Case
+from harness.runners import layout
+from results.store import ResultsStore
+
+COMM_TABLE = "comm"
+CALIBRATION_TABLE = "calibration"
+STEP_FACTOR = 4
+
+
+def sweep_sizes(low: int, high: int, factor: int = STEP_FACTOR) -> list[int]:
+    """low, low*4, ... up to high (high itself included), as nccl-tests' -f 4."""
+    sizes, size = [], low
+    while size < high:
+        sizes.append(size)
+        size *= factor
+    sizes.append(high)
+    return sorted(set(sizes))
+
+
+@dataclass
+class CommResult:
+    status: str
+    reason: str
+    points: pd.DataFrame
+    fits: pd.DataFrame
+
+
+def run_comm(framework: str, cluster: str, sizes: list[int], world: int,
+             timeout_s: float) -> CommResult:
+    case = Case(framework=framework, strategy="comm", workload="", cluster=cluster,
+                replicas=world, steps=0, warmup=0, repeats=1, timeout_s=timeout_s,
+                per_replica_batch=1, options={"sizes": sizes})
+    workdir = Path(tempfile.mkdtemp(prefix="stratbench-comm-"))
+    try:
+        case_file = workdir / "case.json"
+        case_file.write_text(case.to_json())
+        group = run_group(layout.processes(case, case_file), workdir / "r0", timeout_s)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if group.status != "ok":
+        return CommResult(group.status, group.reason, pd.DataFrame(), pd.DataFrame())
+    report = next(o.report for o in group.outcomes if o.report and o.report.get("rank") == 0)
+    points = calibrate.with_bandwidths(pd.DataFrame(report["points"]))
+    points.insert(0, "framework", framework)
+    points.insert(1, "cluster", cluster)
+    link_class = "loopback" if cluster == "local" else cluster
+    fits = calibrate.fits_frame(calibrate.fit(points, link_class))
+    return CommResult("ok", "", points, fits)
+
+
+def store_comm(store: ResultsStore, run_id: str, result: CommResult, name: str) -> None:
+    store.write_table(run_id, COMM_TABLE, name, result.points)
+    store.write_table(run_id, CALIBRATION_TABLE, name, result.fits)
+
+
+def format_table(result: CommResult) -> str:
+    """nccl-tests' columns: size, time, algbw, busbw; then the fitted alpha and beta."""
+    lines = [f"{'op':<15}{'size':>12}{'time (us)':>14}{'algbw GB/s':>12}{'busbw GB/s':>12}"]
+    for r in result.points.to_dict("records"):
+        lines.append(f"{r['op']:<15}{r['bytes']:>12}{r['time_s'] * 1e6:>14.1f}"
+                     f"{r['algbw_bytes_s'] / 1e9:>12.3f}{r['busbw_bytes_s'] / 1e9:>12.3f}")
+    lines.append("")
+    lines.append(f"{'fit':<15}{'alpha (us)':>12}{'beta (GB/s)':>14}{'residual':>12}")
+    for f in result.fits.to_dict("records"):
+        lines.append(f"{f['op']:<15}{f['alpha_s'] * 1e6:>12.1f}"
+                     f"{f['bandwidth_bytes_s'] / 1e9:>14.3f}{f['residual_rel']:>11.0%}")
+    return "\n".join(lines)

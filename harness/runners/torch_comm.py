@@ -1,0 +1,82 @@
+"""Collective micro-benchmarks on torch.distributed, child side (nccl-tests style).
+
+Every rank runs the same sweep; each (operation, size) point is a barrier, warm-up, then
+timed iterations until a time budget or an iteration cap; the slowest rank's time counts,
+as in nccl-tests (a collective is done when every rank is done).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from harness.plan import Case
+
+OPS = ("all_reduce", "broadcast", "reduce_scatter", "all_gather", "ps_push", "ps_pull")
+BUDGET_S = 0.25
+MIN_ITERS, MAX_ITERS = 3, 50
+
+
+def _op(name: str, nbytes: int, rank: int, world: int) -> Any:
+    """A closure running one `name` on an `nbytes` buffer (per rank, as nccl-tests sizes)."""
+    elems = max(world, nbytes // 4) // world * world  # divisible for reduce_scatter
+    buf = torch.ones(elems, dtype=torch.float32)
+    if name == "all_reduce":
+        return lambda: dist.all_reduce(buf)
+    if name == "broadcast":
+        return lambda: dist.broadcast(buf, src=0)
+    if name == "reduce_scatter":
+        out = torch.empty(elems // world)
+        return lambda: dist.reduce_scatter_tensor(out, buf)
+    if name == "all_gather":
+        part = torch.ones(elems // world)
+        return lambda: dist.all_gather_into_tensor(buf, part)
+    if name in ("ps_push", "ps_pull"):  # rank 0 is the server; the others are workers
+        push = name == "ps_push"
+
+        def exchange() -> None:
+            if rank == 0:
+                reqs = [(dist.irecv if push else dist.isend)(buf, peer)
+                        for peer in range(1, world)]
+                for req in reqs:
+                    req.wait()
+            else:
+                (dist.send if push else dist.recv)(buf, 0)
+        return exchange
+    raise ValueError(f"unknown collective {name!r}")
+
+
+def _agreed_max(value: float) -> float:
+    local = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(local, op=dist.ReduceOp.MAX)
+    return float(local.item())
+
+
+def _time(fn: Any) -> float:
+    dist.barrier()
+    start = time.perf_counter()
+    fn()  # warm-up: connections and buffers
+    # Every rank must run the same number of iterations, so the count is agreed, not local.
+    warm = _agreed_max(time.perf_counter() - start)
+    iters = int(min(MAX_ITERS, max(MIN_ITERS, BUDGET_S // max(warm, 1e-9))))
+    times = []
+    for _ in range(iters):
+        dist.barrier()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return _agreed_max(times[len(times) // 2])  # the slowest rank's median
+
+
+def run(case: Case, rank: int) -> dict[str, Any]:
+    world = case.replicas
+    points = []
+    for name in case.options.get("ops", OPS):
+        for nbytes in case.options["sizes"]:
+            points.append({"op": name, "bytes": int(nbytes), "world": world,
+                           "time_s": _time(_op(name, int(nbytes), rank, world))})
+    return {"step_times_s": [], "losses": [], "rank": rank, "points": points}

@@ -1,0 +1,75 @@
+"""Collective benchmarks: nccl-tests units, the alpha/beta fit, and the CLI end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness import calibrate
+from harness.comm import sweep_sizes
+
+
+def test_sweep_steps_by_four_and_ends_at_max():
+    assert sweep_sizes(1024, 256 * 2**20)[:3] == [1024, 4096, 16384]
+    assert sweep_sizes(1024, 256 * 2**20)[-1] == 256 * 2**20
+    assert sweep_sizes(1000, 5000) == [1000, 4000, 5000]
+    assert sweep_sizes(4096, 4096) == [4096]
+
+
+def test_bus_bandwidth_uses_nccl_tests_factors():
+    pts = pd.DataFrame({"op": ["all_reduce", "all_gather", "reduce_scatter", "broadcast"],
+                        "bytes": [8e6] * 4, "world": [4] * 4, "time_s": [0.01] * 4})
+    out = calibrate.with_bandwidths(pts).set_index("op")
+    assert out.loc["all_reduce", "algbw_bytes_s"] == pytest.approx(8e8)
+    assert out.loc["all_reduce", "busbw_bytes_s"] == pytest.approx(8e8 * 2 * 3 / 4)
+    assert out.loc["all_gather", "busbw_bytes_s"] == pytest.approx(8e8 * 3 / 4)
+    assert out.loc["reduce_scatter", "busbw_bytes_s"] == pytest.approx(8e8 * 3 / 4)
+    assert out.loc["broadcast", "busbw_bytes_s"] == pytest.approx(8e8)
+
+
+@given(alpha=st.floats(1e-6, 1e-2), bandwidth=st.floats(1e7, 1e11), world=st.integers(2, 64),
+       op=st.sampled_from(sorted(calibrate.TERMS)))
+def test_fit_recovers_alpha_and_beta_from_model_data(alpha, bandwidth, world, op):
+    sizes = np.array(sweep_sizes(1024, 256 * 2**20), dtype=float)
+    lat, bw = calibrate.TERMS[op](world)
+    times = lat * alpha + bw * sizes / bandwidth
+    pts = pd.DataFrame({"op": op, "bytes": sizes, "world": world, "time_s": times})
+    (f,) = calibrate.fit(pts)
+    assert f.alpha_s == pytest.approx(alpha, rel=0.02, abs=1e-9)
+    assert f.bandwidth_bytes_s == pytest.approx(bandwidth, rel=0.02)
+    assert f.residual_rel < 0.01
+
+
+def test_fit_reports_a_bad_model_as_a_large_residual():
+    sizes = np.array(sweep_sizes(1024, 2**26), dtype=float)
+    times = 1e-4 + (sizes / 1e9) ** 1.5  # not linear in size
+    (f,) = calibrate.fit(pd.DataFrame({"op": "all_reduce", "bytes": sizes, "world": 2,
+                                       "time_s": times}))
+    assert f.residual_rel > 0.1
+
+
+@pytest.mark.heavy
+def test_comm_cli_prints_points_and_fits(tmp_path):
+    root = tmp_path
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "comm", "--sizes", "1KiB:256KiB",
+                           "--results", str(root), "--json"], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    ops = {p["op"] for p in out["points"]}
+    assert ops == set(calibrate.TERMS)
+    for p in out["points"]:
+        assert p["algbw_bytes_s"] == pytest.approx(p["bytes"] / p["time_s"])
+    assert {f["op"] for f in out["fits"]} == ops
+    assert all(f["residual_rel"] >= 0 and f["alpha_s"] >= 0 for f in out["fits"])
+    from results.store import load_table
+
+    assert len(load_table(root, "calibration")) == len(ops)
+    assert len(load_table(root, "comm")) == len(out["points"])
