@@ -8,7 +8,7 @@ import warnings
 import click
 
 from harness import __version__
-from harness.commands import bench, cleanup, comm, env, run, workloads
+from harness.commands import bench, cleanup, comm, env, run, simulate, workloads
 from harness.errors import InputError
 
 USAGE_EXIT = 2
@@ -20,7 +20,7 @@ def cli() -> None:
     """Measure, simulate and recommend distributed-training strategies."""
 
 
-for module in (env, workloads, run, comm, bench, cleanup):
+for module in (env, workloads, run, comm, simulate, bench, cleanup):
     cli.add_command(module.command)
 
 

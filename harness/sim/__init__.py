@@ -1,0 +1,51 @@
+"""The SimPy network simulator: topologies, collective schedules, a step model, an API.
+
+Imports neither TensorFlow nor torch (only numpy and simpy), so simulating works on a laptop
+without a framework. The CLI calls :func:`simulate` (and :func:`simulate_collective`); the
+rest is here for the recommender, the calibrator and the tests.
+"""
+
+from harness.sim.api import COLLECTIVE_ALGORITHMS, simulate, simulate_collective
+from harness.sim.calibration import Calibration, LinkCalibration, from_preset, from_topology
+from harness.sim.engine import CollectiveResult, run_collective
+from harness.sim.preset import load_preset, preset_names
+from harness.sim.profile import WorkloadProfile, parse_profile
+from harness.sim.schedule import Schedule, Step, Transfer, execute
+from harness.sim.spec import SpecError, parse_topology
+from harness.sim.step_model import StepResult, simulate_step
+from harness.sim.strategies import (
+    DEFAULT_STRATEGIES,
+    REAL_TO_SIM,
+    SIM_STRATEGIES,
+    resolve_strategy,
+)
+from harness.sim.topology import Topology
+
+__all__ = [
+    "COLLECTIVE_ALGORITHMS",
+    "DEFAULT_STRATEGIES",
+    "REAL_TO_SIM",
+    "SIM_STRATEGIES",
+    "Calibration",
+    "CollectiveResult",
+    "LinkCalibration",
+    "Schedule",
+    "SpecError",
+    "Step",
+    "StepResult",
+    "Topology",
+    "Transfer",
+    "WorkloadProfile",
+    "execute",
+    "from_preset",
+    "from_topology",
+    "load_preset",
+    "parse_profile",
+    "parse_topology",
+    "preset_names",
+    "resolve_strategy",
+    "run_collective",
+    "simulate",
+    "simulate_collective",
+    "simulate_step",
+]

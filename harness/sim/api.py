@@ -1,0 +1,174 @@
+"""What the CLI calls: a topology spec, workers, strategies and a workload in; result rows out.
+
+Rows have the results schema's shape (``source='simulated'``, ``framework='sim'``), one per
+strategy; a strategy the topology cannot run (e.g. dedicated servers on a torus) ends as an
+``unavailable`` row with the reason, never as a missing row. Bad input (an unparsable spec,
+an unknown strategy, more workers than devices) raises SpecError, which the CLI turns into
+one line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from harness.sim import calibration as cal
+from harness.sim.closed_forms import busbw
+from harness.sim.collectives import ring_all_gather, ring_reduce_scatter, tree_broadcast
+from harness.sim.engine import MODES, run_collective
+from harness.sim.profile import WorkloadProfile
+from harness.sim.ps import central_storage, ps_sync
+from harness.sim.schedule import Schedule
+from harness.sim.spec import SpecError, parse_topology
+from harness.sim.step_model import StepResult, simulate_step
+from harness.sim.strategies import ALLREDUCE, allreduce_schedule, expand_strategies
+from harness.sim.topology import Hierarchy, Topology, TopologyError, n_devices, with_servers
+
+NAN = float("nan")
+
+
+def _setup(topology_spec: str, workers: int, calibration: cal.Calibration | None
+           ) -> tuple[Topology, cal.Calibration]:
+    topo = parse_topology(topology_spec)
+    kind, _, rest = topology_spec.strip().partition(":")
+    base = (cal.from_preset(rest.partition(",")[0].strip()) if kind == "preset"
+            else cal.from_topology(topo))
+    calibration = base if calibration is None else cal.merge(base, calibration)
+    topo = cal.apply(topo, calibration)
+    if not isinstance(workers, int) or not 1 <= workers <= n_devices(topo):
+        raise SpecError(f"workers={workers} must be from 1 to the {n_devices(topo)} devices "
+                        f"of {topology_spec!r}")
+    return topo, calibration
+
+
+def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "all",
+             profile: WorkloadProfile | None = None,
+             calibration: cal.Calibration | None = None, *, workload: str | None = None,
+             stragglers: int = 0, straggler_factor: float = 1.0, mode: str = "fast",
+             ps_shards: int | None = None, ps_colocated: bool = False) -> list[dict[str, Any]]:
+    """Simulate one training step of each strategy; one results row per strategy.
+
+    ``strategy``: 'all', a simulator name (allreduce_ring, allreduce_tree,
+    allreduce_halving_doubling, allreduce_hierarchical, fsdp, parameter_server,
+    parameter_server_async, central_storage), a framework's name (ddp, mirrored,
+    multi_worker_mirrored, fsdp, 'tf:parameter_server', ...), or a list of those.
+    ``calibration``: link and compute costs (e.g. measured ones); whatever it leaves out comes
+    from the preset (``preset:NAME``: links, device speed, price) or the spec's own bandwidths
+    and latencies.
+    """
+    if profile is None:
+        raise SpecError("simulate needs a workload profile (e.g. params=25M,batch=32,"
+                        "step_compute=100ms)")
+    if mode not in MODES:
+        raise SpecError(f"unknown simulation mode {mode!r} (choose from {', '.join(MODES)})")
+    topo, calib = _setup(topology_spec, workers, calibration)
+    pairs = expand_strategies(strategy)
+    single = cal.compute_seconds(profile, calib)[0] + profile.optimizer_s
+    rows = []
+    for requested, sim in pairs:
+        base = {
+            "source": "simulated", "framework": "sim", "strategy": sim,
+            "requested_strategy": requested, "workload": workload or profile.name,
+            "size": profile.size, "cluster": topology_spec, "replicas": workers,
+            "case_id": f"sim/{sim}/{workload or profile.name}/{topology_spec}/{workers}",
+            "price_per_device_hour": (NAN if calib.price_per_device_hour is None
+                                      else calib.price_per_device_hour),
+            "calibration_sources": ",".join(f"{k}={v}" for k, v in
+                                            sorted(calib.sources().items())),
+        }
+        try:
+            result = simulate_step(sim, topo, workers, profile, calib, stragglers=stragglers,
+                                   straggler_factor=straggler_factor, mode=mode,
+                                   ps_shards=ps_shards, ps_colocated=ps_colocated)
+        except TopologyError as exc:
+            rows.append(base | _unavailable(str(exc)))
+            continue
+        rows.append(base | _row(result, single, profile.batch_per_replica, calib))
+    return rows
+
+
+def _unavailable(reason: str) -> dict[str, Any]:
+    return {"status": "unavailable", "reason": reason, "step_time_median_s": NAN,
+            "step_time_ci95_low_s": NAN, "step_time_ci95_high_s": NAN,
+            "throughput_samples_s": NAN, "scaling_efficiency": NAN, "max_weight_diff": NAN,
+            "exposed_comm_s": NAN, "bytes_per_step": NAN}
+
+
+def _row(r: StepResult, single_step_s: float, batch: int, calib: cal.Calibration
+         ) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "status": "ok", "reason": "",
+        "step_time_median_s": r.step_time_s,
+        # a simulation is deterministic: the interval is the point
+        "step_time_ci95_low_s": r.step_time_s, "step_time_ci95_high_s": r.step_time_s,
+        "throughput_samples_s": r.throughput_samples_s,
+        # T1 / (N * TN) in throughput terms: against N replicas that never communicate
+        "scaling_efficiency": r.throughput_samples_s * single_step_s / (r.workers * batch),
+        "max_weight_diff": NAN,
+        "exposed_comm_s": r.exposed_comm_s, "comm_s": r.comm_s, "compute_s": r.compute_s,
+        "optimizer_s": r.optimizer_s, "bytes_per_step": r.bytes_per_step,
+        "bytes_per_worker": r.bytes_per_worker,
+        "staleness_mean": NAN if r.staleness_mean is None else r.staleness_mean,
+        "staleness_max": NAN if r.staleness_max is None else r.staleness_max,
+        "compute_source": r.compute_source, "sim_mode": r.mode, "sim_events": r.events,
+        "sim_wall_s": r.wall_s, "sim_notes": "; ".join(r.notes),
+    }
+    for k, v in r.class_bytes.items():
+        row[f"bytes_{k}"] = v
+    for k, v in r.utilisation.items():
+        row[f"utilisation_{k}"] = v
+    price = calib.price_per_device_hour
+    row["cost_per_million_samples_usd"] = (
+        NAN if price is None or not r.throughput_samples_s
+        else price * r.workers / 3600 / r.throughput_samples_s * 1e6)
+    return row
+
+
+COLLECTIVE_ALGORITHMS = (*ALLREDUCE, "reduce_scatter_ring", "all_gather_ring",
+                         "broadcast_tree", "parameter_server", "central_storage")
+
+
+def simulate_collective(topology_spec: str, workers: int, algorithm: str, nbytes: float,
+                        calibration: cal.Calibration | None = None, *, mode: str = "fast",
+                        ps_shards: int | None = None) -> dict[str, Any]:
+    """One collective of ``nbytes`` per rank, in nccl-tests units (time, algbw, busbw): what
+    the simulator predicts for a ``stratbench comm`` measurement."""
+    if algorithm not in COLLECTIVE_ALGORITHMS:
+        raise SpecError(f"unknown collective {algorithm!r} (choose from "
+                        f"{', '.join(COLLECTIVE_ALGORITHMS)})")
+    if not (math.isfinite(nbytes) and nbytes >= 0):
+        raise SpecError(f"message size {nbytes} must be >= 0 bytes")
+    topo, _ = _setup(topology_spec, workers, calibration)
+    devices = None
+    schedule: Schedule
+    try:
+        if algorithm in ALLREDUCE:
+            schedule = allreduce_schedule(algorithm, topo, workers, nbytes)
+        elif algorithm == "reduce_scatter_ring":
+            schedule = ring_reduce_scatter(workers)
+        elif algorithm == "all_gather_ring":
+            schedule = ring_all_gather(workers)
+        elif algorithm == "broadcast_tree":
+            schedule = tree_broadcast(workers, 0, max(1, min(64, int(nbytes // 2**20))))
+        elif algorithm == "central_storage":
+            schedule = central_storage(workers)
+        else:
+            k = ps_shards or max(1, -(-workers // 8))
+            schedule = ps_sync(workers, k, colocated=False)
+            base = topo
+            topo = with_servers(topo, k)
+            assert isinstance(base, Hierarchy)
+            devices = [*range(workers), *range(base.devices + base.servers,
+                                               base.devices + base.servers + k)]
+    except TopologyError as exc:
+        return {"source": "simulated", "collective": algorithm, "cluster": topology_spec,
+                "replicas": workers, "bytes": nbytes, "status": "unavailable",
+                "reason": str(exc), "time_s": NAN, "algbw": NAN, "busbw": NAN}
+    r = run_collective(schedule, topo, nbytes, mode=mode, devices=devices)
+    return {"source": "simulated", "collective": algorithm, "cluster": topology_spec,
+            "replicas": workers, "bytes": nbytes, "status": "ok", "reason": "",
+            "time_s": r.time_s, "algbw": r.algbw,
+            "busbw": busbw(schedule.collective, workers, nbytes, r.time_s) if r.time_s else NAN,
+            "bytes_sent": r.bytes_sent, "steps": r.steps, "sim_mode": r.mode,
+            "sim_events": r.events, "sim_wall_s": r.wall_s}

@@ -1,0 +1,80 @@
+"""How fast the simulator is: one 100 MB all-reduce on a two-level topology (8 devices/host).
+
+    python -m harness.sim.bench [--workers 64 1024 8192] [--algorithms ring hierarchical]
+                                [--detailed-max 64] [--size 100MB] [--json]
+
+For each worker count and algorithm: wall time (schedule construction + simulation),
+simulated time, SimPy events processed, events per second, and the transfers the schedule
+stands for. The detailed mode (one SimPy process per transfer) runs up to ``--detailed-max``
+workers, to show its O(p^2) growth beside the fast mode's. The issue's target: 1024 workers
+in <= 5 s and 8192 in <= 60 s of wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from harness.sim.engine import run_collective
+from harness.sim.spec import parse_size, parse_topology
+from harness.sim.strategies import allreduce_schedule
+
+ALGORITHMS = ("ring", "hierarchical", "halving_doubling", "tree")
+DEFAULT_WORKERS = (64, 256, 1024, 2048, 4096, 8192)
+
+
+def measure(workers: int, algorithm: str, nbytes: float, mode: str, per_host: int = 8
+            ) -> dict[str, Any]:
+    """Build and time one all-reduce; returns one row of the benchmark table."""
+    hosts = max(1, workers // per_host)
+    topo = parse_topology(f"two_level:hosts={hosts},gpus={per_host},intra=450GB/s,"
+                          f"inter=400Gbit,nic=per_device")
+    started = time.perf_counter()
+    schedule = allreduce_schedule(f"allreduce_{algorithm}", topo, workers, nbytes)
+    result = run_collective(schedule, topo, nbytes, mode=mode)
+    wall = time.perf_counter() - started
+    return {"workers": workers, "algorithm": algorithm, "mode": mode, "wall_s": wall,
+            "sim_time_s": result.time_s, "events": result.events,
+            "events_per_s": result.events / wall if wall > 0 else float("inf"),
+            "steps": result.steps, "transfers": result.transfers}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.sim.bench",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=list(DEFAULT_WORKERS))
+    parser.add_argument("--algorithms", nargs="+", choices=ALGORITHMS, default=list(ALGORITHMS))
+    parser.add_argument("--detailed-max", type=int, default=64,
+                        help="also run the detailed mode up to this many workers (0: never)")
+    parser.add_argument("--size", default="100MB", help="message size per rank (default 100MB)")
+    parser.add_argument("--json", action="store_true", help="rows as JSON on stdout")
+    args = parser.parse_args(argv)
+    nbytes = parse_size(args.size)
+    rows = []
+    for workers in args.workers:
+        for algorithm in args.algorithms:
+            modes = ["fast"] + (["detailed"] if workers <= args.detailed_max else [])
+            for mode in modes:
+                rows.append(measure(workers, algorithm, nbytes, mode))
+                if not args.json:
+                    _print_row(rows[-1], header=len(rows) == 1)
+    if args.json:
+        json.dump(rows, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    return 0
+
+
+def _print_row(r: dict[str, Any], header: bool) -> None:
+    if header:
+        print(f"{'workers':>7} {'algorithm':<17} {'mode':<8} {'wall_s':>8} {'sim_ms':>9} "
+              f"{'events':>8} {'events/s':>10} {'steps':>6} {'transfers':>11}")
+    print(f"{r['workers']:>7} {r['algorithm']:<17} {r['mode']:<8} {r['wall_s']:>8.3f} "
+          f"{r['sim_time_s'] * 1e3:>9.3f} {r['events']:>8} {r['events_per_s']:>10.0f} "
+          f"{r['steps']:>6} {r['transfers']:>11}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Calibration: the numbers the simulator runs on, each saying where it came from.
+
+Alpha (latency per message, s) and beta (s per byte) per link class, and how long a step's
+compute takes, either measured (``stratbench comm`` / ``run`` results, fitted by
+``harness/calibrate.py``) or taken from a preset or the topology spec. The simulator takes a
+:class:`Calibration`; it never fits one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.sim.preset import load_preset
+from harness.sim.profile import WorkloadProfile
+from harness.sim.spec import SpecError, parse_topology
+from harness.sim.topology import Topology, link_classes, with_classes
+
+SOURCES = ("measured", "preset", "spec", "profile")
+
+
+@dataclass(frozen=True)
+class LinkCalibration:
+    """alpha + n * beta for an n-byte message over one link class."""
+
+    alpha_s: float
+    beta_s_per_byte: float
+    source: str = "measured"
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if not (self.alpha_s >= 0 and self.beta_s_per_byte > 0):
+            raise SpecError(f"calibration alpha={self.alpha_s} must be >= 0 and "
+                            f"beta={self.beta_s_per_byte} > 0")
+
+    @property
+    def bandwidth(self) -> float:
+        return 1.0 / self.beta_s_per_byte
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Per-class link costs and per-step compute; any part may be missing."""
+
+    links: dict[str, LinkCalibration] = field(default_factory=dict)
+    compute_s_per_step: float | None = None  # forward + backward, per replica
+    device_flops: float | None = None  # achieved FLOP/s per device
+    compute_source: str = "preset"
+    name: str = ""
+    price_per_device_hour: float | None = None
+
+    def sources(self) -> dict[str, str]:
+        """Where each number came from, for the report: {'inter': 'measured', ...}."""
+        out = {f"link:{k}": v.source for k, v in self.links.items()}
+        if self.compute_s_per_step is not None or self.device_flops is not None:
+            out["compute"] = self.compute_source
+        return out
+
+
+def from_topology(topology: Topology, source: str = "spec") -> Calibration:
+    """The link costs a topology already carries (its spec's bandwidths and latencies)."""
+    return Calibration({c.name: LinkCalibration(c.latency, 1.0 / c.bandwidth, source)
+                        for c in link_classes(topology)})
+
+
+def from_preset(name: str) -> Calibration:
+    """A preset's links and device speed (peak FLOPS times its assumed efficiency)."""
+    preset = load_preset(name)
+    base = from_topology(parse_topology(f"preset:{name}"), "preset")
+    return Calibration(base.links, device_flops=preset.device_flops, compute_source="preset",
+                       name=name, price_per_device_hour=(
+                           preset.price.usd_per_device_hour if preset.price else None))
+
+
+def merge(base: Calibration, override: Calibration) -> Calibration:
+    """``override`` where it knows a number, ``base`` elsewhere (e.g. measured links over a
+    preset's device speed and price)."""
+    return Calibration(
+        {**base.links, **override.links},
+        compute_s_per_step=(override.compute_s_per_step if override.compute_s_per_step
+                            is not None else base.compute_s_per_step),
+        device_flops=(override.device_flops if override.device_flops is not None
+                      else base.device_flops),
+        compute_source=(override.compute_source if override.compute_s_per_step is not None
+                        or override.device_flops is not None else base.compute_source),
+        name=override.name or base.name,
+        price_per_device_hour=(override.price_per_device_hour
+                               if override.price_per_device_hour is not None
+                               else base.price_per_device_hour))
+
+
+def apply(topology: Topology, calibration: Calibration | None) -> Topology:
+    """The topology with every class the calibration knows replaced by its alpha and beta."""
+    if calibration is None or not calibration.links:
+        return topology
+    return with_classes(topology, {k: (v.bandwidth, v.alpha_s)
+                                   for k, v in calibration.links.items()})
+
+
+def compute_seconds(profile: WorkloadProfile, calibration: Calibration | None
+                    ) -> tuple[float, str]:
+    """Forward + backward seconds per step per replica, and where the number came from.
+
+    Precedence: a time the profile states; a measured time in the calibration; the profile's
+    FLOPs over the calibration's device speed.
+    """
+    if profile.step_compute_s is not None:
+        return profile.step_compute_s, "profile"
+    if calibration is not None and calibration.compute_s_per_step is not None:
+        return calibration.compute_s_per_step, calibration.compute_source
+    if (profile.flops_per_sample is not None and calibration is not None
+            and calibration.device_flops):
+        return (profile.flops_per_sample * profile.batch_per_replica / calibration.device_flops,
+                calibration.compute_source)
+    raise SpecError("cannot tell the compute time: give the profile step_compute=, or "
+                    "flops_per_sample= with a calibration that knows the device "
+                    "(e.g. --calibration dgx_h100_ib)")

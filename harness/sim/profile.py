@@ -1,0 +1,95 @@
+"""What the simulator needs to know about a workload: sizes, not code.
+
+The workloads package will produce these from real models; the CLI's ``--profile K=V,...``
+builds one by hand:
+
+    params=25M,batch=32,flops_per_sample=4.5e9        (compute from FLOPs and device speed)
+    params=25M,batch=32,step_compute=120ms            (compute time given)
+    params=1G,batch=64,step_compute=80ms,sparsity=0.01  (embedding-heavy: 1% of rows touched)
+
+Keys: params, batch, bytes (per gradient element, default 4), flops_per_sample (training,
+forward + backward), step_compute (seconds per step per replica), sparsity (fraction of
+gradient entries touched per step, default 1), optimizer (seconds per step), bucket (gradient
+bucket size, default 25MiB as torch DDP), name, size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.sim.spec import (
+    SpecError,
+    parse_count,
+    parse_duration,
+    parse_number,
+    parse_options,
+    parse_size,
+)
+
+DEFAULT_BUCKET = 25 * 2**20
+
+
+@dataclass(frozen=True)
+class WorkloadProfile:
+    """A model as the network sees it: how many bytes move, how long compute takes."""
+
+    params: int
+    batch_per_replica: int = 32
+    bytes_per_element: int = 4
+    flops_per_sample: float | None = None  # training FLOPs (forward + backward) per sample
+    step_compute_s: float | None = None  # forward + backward per replica, if known
+    gradient_sparsity: float = 1.0  # fraction of gradient entries a step touches
+    optimizer_s: float = 0.0
+    bucket_bytes: int = DEFAULT_BUCKET
+    name: str = "custom"
+    size: str = ""
+
+    def __post_init__(self) -> None:
+        if self.params < 1:
+            raise SpecError(f"profile params={self.params} must be >= 1")
+        if self.batch_per_replica < 1:
+            raise SpecError(f"profile batch={self.batch_per_replica} must be >= 1")
+        if not 0 < self.gradient_sparsity <= 1:
+            raise SpecError(f"profile sparsity={self.gradient_sparsity} must be in (0, 1]")
+        if self.bucket_bytes < 1:
+            raise SpecError(f"profile bucket={self.bucket_bytes} must be >= 1 byte")
+
+    @property
+    def gradient_bytes(self) -> float:
+        """Bytes of one dense gradient (= of the parameters)."""
+        return float(self.params * self.bytes_per_element)
+
+    @property
+    def touched_bytes(self) -> float:
+        """Bytes a sparse-aware exchange (a parameter server) moves per direction."""
+        return self.gradient_bytes * self.gradient_sparsity
+
+
+PROFILE_KEYS = ("params", "batch", "bytes", "flops_per_sample", "step_compute", "sparsity",
+                "optimizer", "bucket", "name", "size")
+
+
+def parse_profile(text: str) -> WorkloadProfile:
+    """'params=25M,batch=32,step_compute=100ms' -> WorkloadProfile; SpecError if bad."""
+    o = parse_options(text, "profile")
+    for key in o:
+        if key not in PROFILE_KEYS:
+            raise SpecError(f"unknown profile option {key!r} (choose from "
+                            f"{', '.join(PROFILE_KEYS)})")
+    if "params" not in o:
+        raise SpecError("profile needs params= (e.g. params=25M,batch=32,step_compute=100ms)")
+    if "flops_per_sample" not in o and "step_compute" not in o:
+        raise SpecError("profile needs flops_per_sample= or step_compute= to know compute time")
+    return WorkloadProfile(
+        params=int(parse_number(o["params"], "params", 1, 1e15)),
+        batch_per_replica=parse_count(o.get("batch", "32"), "batch", high=10**7),
+        bytes_per_element=parse_count(o.get("bytes", "4"), "bytes", high=16),
+        flops_per_sample=(parse_number(o["flops_per_sample"], "flops_per_sample", 1.0)
+                          if "flops_per_sample" in o else None),
+        step_compute_s=parse_duration(o["step_compute"]) if "step_compute" in o else None,
+        gradient_sparsity=parse_number(o.get("sparsity", "1"), "sparsity", 1e-9, 1.0),
+        optimizer_s=parse_duration(o.get("optimizer", "0")),
+        bucket_bytes=max(1, int(parse_size(o.get("bucket", str(DEFAULT_BUCKET)), "bucket"))),
+        name=o.get("name", "custom"),
+        size=o.get("size", ""),
+    )

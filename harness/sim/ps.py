@@ -1,0 +1,44 @@
+"""Parameter-server rounds as schedules: push gradients to K shards, pull parameters back.
+
+A synchronous round (TF ParameterServerStrategy with a synchronous loop, the torch RPC
+parameter server) is two steps: every worker sends shard k of its gradient to server k, which
+adds them up (push); every server sends its shard of the new parameters back (pull). Servers
+are dedicated (extra ranks W..W+K-1 that start empty) or colocated on workers (server k on
+worker k*W/K, whose own shard never crosses the network). Central storage (TF
+CentralStorageStrategy) is the K=1 colocated case: reduce to one device, broadcast back.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harness.sim.schedule import Schedule, step
+
+
+def server_ranks(workers: int, shards: int, colocated: bool) -> np.ndarray:
+    """Rank of the server of each shard."""
+    if colocated:
+        return np.arange(shards) * workers // shards
+    return workers + np.arange(shards)
+
+
+def ps_sync(workers: int, shards: int, colocated: bool = False,
+            name: str = "parameter_server") -> Schedule:
+    """One synchronous push/pull round; executed on numbers, every worker ends with the sum
+    (the mean with op='mean') of all pushed gradients."""
+    if not 1 <= shards <= (workers if colocated else shards):
+        raise ValueError(f"{shards} colocated shards need at least as many workers ({workers})")
+    servers = server_ranks(workers, shards, colocated)
+    w = np.repeat(np.arange(workers), shards)
+    k = np.tile(np.arange(shards), workers)
+    keep = w != servers[k]
+    push = step(w[keep], servers[k][keep], k[keep], 1, reduce=True)
+    pull = step(servers[k][keep], w[keep], k[keep], 1, reduce=False)
+    world = workers if colocated else workers + shards
+    return Schedule(name, "allreduce", world, shards,
+                    tuple(s for s in (push, pull) if len(s)), contributors=workers)
+
+
+def central_storage(workers: int) -> Schedule:
+    """Reduce everything to device 0 and broadcast it back (K=1, colocated)."""
+    return ps_sync(workers, 1, colocated=True, name="central_storage")

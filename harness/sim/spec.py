@@ -1,0 +1,263 @@
+"""The topology spec language of ``stratbench simulate --topology``.
+
+Grammar (one line, no spaces needed)::
+
+    SPEC    := KIND ":" OPTIONS | "preset:" NAME ["," OPTIONS]
+    OPTIONS := KEY "=" VALUE ("," KEY "=" VALUE)*
+
+    switch:n=16,bw=100Gbit,lat=5us
+    ring:n=8,bw=25GB/s,lat=1us
+    two_level:hosts=4,gpus=8,intra=450GB/s,inter=400Gbit,nic=per_device
+    leaf_spine:hosts=32,gpus=8,hosts_per_leaf=8,intra=450GB/s,inter=400Gbit,oversub=2
+    torus:dims=4x4x4,bw=50GB/s,lat=1us
+    preset:dgx_h100_ib,hosts=16
+
+Bandwidths: a number, an optional prefix (k M G T decimal, Ki Mi Gi Ti binary) and a unit:
+``bit``/``b``/``bps`` for bits or ``B``/``byte``/``Bps`` for bytes, optionally ``/s``
+(``100Gbit``, ``25Gbps``, ``300GB/s``). Latencies: a number and ``s``, ``ms``, ``us``,
+``µs`` or ``ns`` (a bare ``0`` is allowed). Every error is a :class:`SpecError`, one line,
+naming the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import replace
+
+from harness.errors import InputError
+from harness.sim.topology import (
+    MAX_DEVICES,
+    NIC_MODES,
+    Hierarchy,
+    LinkClass,
+    Topology,
+    TopologyError,
+    Torus,
+)
+
+
+class SpecError(InputError):
+    """A topology (or profile) spec that cannot be parsed; the message names the bad part."""
+
+
+_NUM = r"(?P<num>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
+_BANDWIDTH = re.compile(
+    _NUM + r"\s*(?P<prefix>[kKmMgGtT]i?)?(?P<unit>bits?|b|B|[bB]ytes?)(?P<per>/s|ps)?")
+_DURATION = re.compile(_NUM + r"\s*(?P<unit>s|ms|us|µs|ns)")
+_PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+_DURATION_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+BANDWIDTH_HELP = "use e.g. 100Gbit, 25Gbps, 300GB/s"
+DURATION_HELP = "use e.g. 5us, 1.5ms, 0"
+
+
+def parse_bandwidth(text: str) -> float:
+    """'400Gbit' -> 5e10 bytes/s; 'b'/'bit'/'bps' are bits, 'B'/'byte'/'Bps' bytes."""
+    m = _BANDWIDTH.fullmatch(text.strip())
+    if not m:
+        raise SpecError(f"bad bandwidth {text!r} ({BANDWIDTH_HELP})")
+    prefix = m.group("prefix") or ""
+    scale = 1024.0 ** ("kmgt".index(prefix[0].lower()) + 1) if prefix.endswith("i") \
+        else _PREFIX[prefix.lower()]
+    value = float(m.group("num")) * scale
+    if m.group("unit") in ("b", "bit", "bits"):
+        value /= 8
+    if not (math.isfinite(value) and 0 < value < 1e18):
+        raise SpecError(f"bandwidth {text!r} must be > 0 and finite ({BANDWIDTH_HELP})")
+    return value
+
+
+def parse_duration(text: str) -> float:
+    """'5us' -> 5e-6 seconds; a bare '0' is zero."""
+    text = text.strip()
+    if text == "0":
+        return 0.0
+    m = _DURATION.fullmatch(text)
+    if not m:
+        raise SpecError(f"bad latency {text!r} ({DURATION_HELP})")
+    value = float(m.group("num")) * _DURATION_UNIT[m.group("unit")]
+    if not (math.isfinite(value) and 0 <= value <= 1e3):
+        raise SpecError(f"latency {text!r} must be between 0 and 1000 s")
+    return value
+
+
+def parse_count(text: str, what: str, low: int = 1, high: int = MAX_DEVICES) -> int:
+    if not re.fullmatch(r"\d{1,9}", text.strip()):
+        raise SpecError(f"{what}={text!r} is not a whole number (use e.g. {what}=8)")
+    value = int(text)
+    if not low <= value <= high:
+        raise SpecError(f"{what}={value} must be from {low} to {high}")
+    return value
+
+
+def parse_ratio(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecError(f"{what}={text!r} is not a number (use e.g. {what}=2)") from None
+    if not (math.isfinite(value) and 1 <= value <= 1e6):
+        raise SpecError(f"{what}={text!r} must be a number >= 1")
+    return value
+
+
+def parse_options(text: str, kind: str) -> dict[str, str]:
+    """'a=1,b=2' -> {'a': '1', 'b': '2'}; an empty text is no options."""
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise SpecError(f"bad {kind} option {part!r} (use key=value)")
+        if key in out:
+            raise SpecError(f"{kind} option {key!r} given twice")
+        out[key] = value
+    return out
+
+
+def _check_keys(kind: str, options: dict[str, str], required: tuple[str, ...],
+                optional: tuple[str, ...]) -> None:
+    allowed = (*required, *optional)
+    for key in options:
+        if key not in allowed:
+            raise SpecError(f"unknown {kind} option {key!r} (choose from {', '.join(allowed)})")
+    for key in required:
+        if key not in options:
+            raise SpecError(f"{kind} spec needs {key}= (options: {', '.join(allowed)})")
+
+
+def _switch(o: dict[str, str], spec: str) -> Topology:
+    _check_keys("switch", o, ("n", "bw"), ("lat",))
+    net = LinkClass("net", parse_bandwidth(o["bw"]), parse_duration(o.get("lat", "5us")))
+    return Hierarchy(devices=parse_count(o["n"], "n"), per_host=1, inter=net, spec=spec)
+
+
+def _ring(o: dict[str, str], spec: str) -> Topology:
+    _check_keys("ring", o, ("n", "bw"), ("lat",))
+    link = LinkClass("ring", parse_bandwidth(o["bw"]), parse_duration(o.get("lat", "1us")))
+    return Torus(dims=(parse_count(o["n"], "n"),), link=link, spec=spec)
+
+
+def _torus(o: dict[str, str], spec: str) -> Topology:
+    _check_keys("torus", o, ("dims", "bw"), ("lat",))
+    parts = o["dims"].lower().split("x")
+    if len(parts) > 4:
+        raise SpecError(f"torus dims={o['dims']!r} has more than 4 dimensions")
+    dims = tuple(parse_count(p, "dims") for p in parts)
+    if math.prod(dims) > MAX_DEVICES:
+        raise SpecError(f"torus dims={o['dims']!r} has more than {MAX_DEVICES} chips")
+    link = LinkClass("ici", parse_bandwidth(o["bw"]), parse_duration(o.get("lat", "1us")))
+    return Torus(dims=dims, link=link, spec=spec)
+
+
+def _nic(o: dict[str, str], kind: str) -> str:
+    nic = o.get("nic", "per_device")
+    if nic not in NIC_MODES:
+        raise SpecError(f"unknown {kind} nic={nic!r} (choose from {', '.join(NIC_MODES)})")
+    return nic
+
+
+def _two_level(o: dict[str, str], spec: str) -> Topology:
+    _check_keys("two_level", o, ("hosts", "gpus", "intra", "inter"),
+                ("nic", "intra_lat", "inter_lat"))
+    hosts, gpus = parse_count(o["hosts"], "hosts"), parse_count(o["gpus"], "gpus", high=1024)
+    if hosts * gpus > MAX_DEVICES:
+        raise SpecError(f"two_level hosts*gpus = {hosts * gpus} exceeds {MAX_DEVICES}")
+    intra = LinkClass("intra", parse_bandwidth(o["intra"]),
+                      parse_duration(o.get("intra_lat", "2us")))
+    inter = LinkClass("inter", parse_bandwidth(o["inter"]),
+                      parse_duration(o.get("inter_lat", "5us")))
+    return Hierarchy(devices=hosts * gpus, per_host=gpus, intra=intra, inter=inter,
+                     nic=_nic(o, "two_level"), spec=spec)
+
+
+def _leaf_spine(o: dict[str, str], spec: str) -> Topology:
+    _check_keys("leaf_spine", o, ("hosts", "hosts_per_leaf", "inter"),
+                ("gpus", "intra", "oversub", "nic", "intra_lat", "inter_lat", "spine_lat"))
+    hosts = parse_count(o["hosts"], "hosts")
+    gpus = parse_count(o.get("gpus", "1"), "gpus", high=1024)
+    per_leaf = parse_count(o["hosts_per_leaf"], "hosts_per_leaf")
+    if hosts * gpus > MAX_DEVICES:
+        raise SpecError(f"leaf_spine hosts*gpus = {hosts * gpus} exceeds {MAX_DEVICES}")
+    if gpus > 1 and "intra" not in o:
+        raise SpecError("leaf_spine with gpus > 1 needs intra= (the intra-host bandwidth)")
+    nic = _nic(o, "leaf_spine")
+    intra = LinkClass("intra", parse_bandwidth(o["intra"]),
+                      parse_duration(o.get("intra_lat", "2us"))) if gpus > 1 else None
+    inter = LinkClass("inter", parse_bandwidth(o["inter"]),
+                      parse_duration(o.get("inter_lat", "5us")))
+    oversub = parse_ratio(o.get("oversub", "1"), "oversub")
+    ports = per_leaf * (gpus if nic == "per_device" else 1)
+    spine = LinkClass("spine", ports * inter.bandwidth / oversub,
+                      parse_duration(o.get("spine_lat", "1us")))
+    return Hierarchy(devices=hosts * gpus, per_host=gpus, intra=intra, inter=inter, nic=nic,
+                     hosts_per_leaf=per_leaf, spine=spine, spec=spec)
+
+
+_KINDS: dict[str, Callable[[dict[str, str], str], Topology]] = {
+    "switch": _switch,
+    "ring": _ring,
+    "two_level": _two_level,
+    "leaf_spine": _leaf_spine,
+    "torus": _torus,
+}
+KINDS = (*_KINDS, "preset")
+
+
+def parse_topology(text: str) -> Topology:
+    """Parse a topology spec (see the module docstring); raise SpecError on anything bad."""
+    if not isinstance(text, str):
+        raise SpecError(f"topology spec must be text, not {type(text).__name__}")
+    spec = text.strip()
+    kind, _, rest = spec.partition(":")
+    kind = kind.strip()
+    if kind == "preset":
+        name, _, overrides = rest.partition(",")
+        return _preset(name.strip(), overrides, spec)
+    if kind not in _KINDS:
+        raise SpecError(f"unknown topology kind {kind!r} (choose from {', '.join(KINDS)})")
+    try:
+        return _KINDS[kind](parse_options(rest, kind), spec)
+    except TopologyError as exc:
+        raise SpecError(f"topology {spec!r}: {exc}") from None
+
+
+def _preset(name: str, overrides: str, spec: str) -> Topology:
+    from harness.sim.preset import load_preset
+
+    preset = load_preset(name)
+    base_kind, _, base_options = preset.spec.partition(":")
+    options = parse_options(base_options, base_kind)
+    options.update(parse_options(overrides, f"preset {name}"))
+    text = base_kind + ":" + ",".join(f"{k}={v}" for k, v in options.items())
+    return replace(parse_topology(text), spec=spec)
+
+
+_SIZE = re.compile(_NUM + r"\s*(?P<prefix>[kKmMgGtT]i?)?(?P<unit>B|[bB]ytes?)?")
+_COUNT = re.compile(_NUM + r"\s*(?P<prefix>[kKmMgGtTpP])?")
+
+
+def parse_size(text: str, what: str = "size") -> float:
+    """'25MiB' -> 26214400 bytes, '100MB' -> 1e8, '4096' -> 4096 (K M G T decimal, Ki.. binary)."""
+    m = _SIZE.fullmatch(text.strip())
+    if not m:
+        raise SpecError(f"bad {what} {text!r} (use e.g. 100MB, 25MiB, 4096)")
+    prefix = m.group("prefix") or ""
+    scale = 1024.0 ** ("kmgt".index(prefix[0].lower()) + 1) if prefix.endswith("i") \
+        else _PREFIX[prefix.lower()]
+    value = float(m.group("num")) * scale
+    if not (math.isfinite(value) and 0 <= value < 1e18):
+        raise SpecError(f"{what} {text!r} must be >= 0 and finite")
+    return value
+
+
+def parse_number(text: str, what: str, low: float = 0.0, high: float = 1e30) -> float:
+    """'25M' -> 2.5e7, '3e9' -> 3e9, '1.5G' -> 1.5e9 (K M G T P decimal)."""
+    m = _COUNT.fullmatch(text.strip())
+    if not m:
+        raise SpecError(f"{what}={text!r} is not a number (use e.g. {what}=25M or 3e9)")
+    prefix = (m.group("prefix") or "").lower()
+    value = float(m.group("num")) * ({"p": 1e15} | _PREFIX)[prefix]
+    if not (math.isfinite(value) and low <= value <= high):
+        raise SpecError(f"{what}={text!r} must be from {low:g} to {high:g}")
+    return value

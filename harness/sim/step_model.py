@@ -1,0 +1,298 @@
+"""One training step: compute, the exchange, and how much of the exchange compute hides.
+
+A step is forward (1/3 of compute), backward (2/3), the exchange, and the optimizer:
+
+* all-reduce strategies (DDP, Mirrored, MultiWorkerMirrored): gradients fill buckets
+  (``bucket_bytes``, 25 MiB as DDP) at an even pace through backward; each bucket is
+  all-reduced as soon as every worker has it, one collective at a time (one NCCL stream), so
+  communication overlaps the rest of backward;
+* FSDP: units of ``bucket_bytes`` of parameters; each unit is all-gathered before its forward
+  and again before its backward (prefetched one unit ahead), its gradient reduce-scattered
+  after; the optimizer works on a 1/W shard;
+* synchronous parameter server / central storage: compute, then push and pull the touched
+  bytes (``gradient_sparsity``), the servers' optimizer in between.
+
+Workers are identical except for ``stragglers`` workers ``straggler_factor`` times slower.
+By symmetry one SimPy process per class of workers (normal, slow) stands for all of them; a
+collective starts when the last class has its data. Collective times come from the engine,
+once per distinct message size.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+
+import simpy
+
+from harness.sim.calibration import Calibration, compute_seconds
+from harness.sim.engine import CollectiveResult, run_collective
+from harness.sim.network import CountingEnvironment
+from harness.sim.profile import WorkloadProfile
+from harness.sim.ps import central_storage, ps_sync
+from harness.sim.schedule import Schedule
+from harness.sim.spec import SpecError
+from harness.sim.strategies import ALLREDUCE, allreduce_schedule, fsdp_schedules
+from harness.sim.topology import Hierarchy, Topology, n_devices, with_servers
+
+Process = Generator[simpy.Event, object, None]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One simulated training step of one strategy."""
+
+    strategy: str
+    workers: int
+    step_time_s: float
+    compute_s: float  # forward + backward of the slowest worker
+    optimizer_s: float
+    comm_s: float  # sum of the step's collective times
+    exposed_comm_s: float  # step time not hidden behind compute and optimizer
+    bytes_per_step: float  # bytes put on the network per step, all workers together
+    throughput_samples_s: float
+    collectives: int
+    class_bytes: dict[str, float] = field(default_factory=dict)
+    utilisation: dict[str, float] = field(default_factory=dict)
+    events: int = 0
+    mode: str = "fast"
+    wall_s: float = 0.0
+    compute_source: str = ""
+    staleness_mean: float | None = None
+    staleness_max: float | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def bytes_per_worker(self) -> float:
+        return self.bytes_per_step / self.workers
+
+
+def worker_classes(workers: int, stragglers: int, factor: float) -> list[tuple[int, float]]:
+    """(count, slow-down) per class of equivalent workers."""
+    if not 0 <= stragglers <= workers:
+        raise SpecError(f"stragglers={stragglers} must be from 0 to workers={workers}")
+    if not factor >= 1:
+        raise SpecError(f"straggler factor {factor} must be >= 1")
+    if stragglers == 0 or factor == 1:
+        return [(workers, 1.0)]
+    return [c for c in ((workers - stragglers, 1.0), (stragglers, float(factor))) if c[0]]
+
+
+def buckets(total: float, bucket: float) -> list[float]:
+    """Sizes of consecutive buckets of at most ``bucket`` bytes covering ``total``."""
+    full, rest = divmod(total, bucket)
+    return [float(bucket)] * int(full) + ([rest] if rest > 0 else [])
+
+
+class _Collectives:
+    """Collective results per (schedule, size), computed once each."""
+
+    def __init__(self, topology: Topology, mode: str, devices: list[int] | None = None):
+        self.topology, self.mode, self.devices = topology, mode, devices
+        self.cache: dict[tuple[str, float], CollectiveResult] = {}
+        self.log: list[CollectiveResult] = []
+
+    def time(self, schedule: Schedule, nbytes: float) -> float:
+        key = (f"{schedule.name}/{schedule.n_chunks}/{schedule.world}", nbytes)
+        if key not in self.cache:
+            self.cache[key] = run_collective(schedule, self.topology, nbytes, mode=self.mode,
+                                             devices=self.devices)
+        self.log.append(self.cache[key])
+        return self.cache[key].time_s
+
+
+def simulate_step(strategy: str, topology: Topology, workers: int, profile: WorkloadProfile,
+                  calibration: Calibration | None = None, *, stragglers: int = 0,
+                  straggler_factor: float = 1.0, mode: str = "fast",
+                  ps_shards: int | None = None, ps_colocated: bool = False) -> StepResult:
+    """Simulate one step of ``strategy`` (a simulator name) on the first ``workers`` devices.
+
+    The topology should already carry the calibration's link costs (calibration.apply);
+    here the calibration only supplies the compute time.
+    """
+    if not 1 <= workers <= n_devices(topology):
+        raise SpecError(f"workers={workers} must be from 1 to the topology's "
+                        f"{n_devices(topology)} devices")
+    if strategy == "parameter_server_async":
+        from harness.sim.async_ps import simulate_async_ps
+
+        return simulate_async_ps(topology, workers, profile, calibration, shards=ps_shards,
+                                 colocated=ps_colocated, stragglers=stragglers,
+                                 straggler_factor=straggler_factor)
+    started = time.perf_counter()
+    compute, source = compute_seconds(profile, calibration)
+    classes = worker_classes(workers, stragglers, straggler_factor)
+    env = CountingEnvironment()
+    colls = _Collectives(topology, mode)
+    optimizer = profile.optimizer_s  # what the step spends in the optimizer
+    after = optimizer  # the part of it that runs after the exchange
+    if strategy in ALLREDUCE:
+        finish = _allreduce_step(env, strategy, topology, workers, profile, compute, classes,
+                                 colls)
+    elif strategy == "fsdp":
+        optimizer = after = profile.optimizer_s / workers  # each rank updates its shard
+        finish = _fsdp_step(env, workers, profile, compute, classes, colls)
+    elif strategy in ("parameter_server", "central_storage"):
+        colocated = ps_colocated or strategy == "central_storage"
+        shards = 1 if strategy == "central_storage" else _shards(ps_shards, workers, colocated)
+        if not colocated:
+            colls = _Collectives(with_servers(topology, shards), mode,
+                                 [*range(workers), *_server_devices(topology, shards)])
+        schedule = (central_storage(workers) if strategy == "central_storage"
+                    else ps_sync(workers, shards, colocated))
+        optimizer, after = profile.optimizer_s / shards, 0.0  # on the servers, mid-exchange
+        finish = _ps_step(env, schedule, profile, compute, classes, colls, optimizer)
+    else:
+        raise SpecError(f"unknown simulator strategy {strategy!r}")
+    env.run()
+    slowest = compute * max(f for _, f in classes)
+    step_time = finish() + after
+    sent = sum(r.bytes_sent for r in colls.log)
+    class_bytes: dict[str, float] = {}
+    link_bytes: dict[str, float] = {}
+    capacity: dict[str, float] = {}
+    for r in colls.log:
+        for k, v in r.class_bytes.items():
+            class_bytes[k] = class_bytes.get(k, 0.0) + v
+            link_bytes[k] = link_bytes.get(k, 0.0) + r.link_bytes[k]
+            capacity[k] = r.class_capacity[k]
+    return StepResult(
+        strategy=strategy, workers=workers, step_time_s=step_time, compute_s=slowest,
+        optimizer_s=optimizer, comm_s=sum(r.time_s for r in colls.log),
+        exposed_comm_s=max(0.0, step_time - slowest - optimizer), bytes_per_step=sent,
+        throughput_samples_s=workers * profile.batch_per_replica / step_time,
+        collectives=len(colls.log), class_bytes=class_bytes,
+        utilisation={k: link_bytes[k] / (capacity[k] * step_time) if capacity[k] else 0.0
+                     for k in link_bytes},
+        events=env.events_processed + sum(r.events for r in colls.cache.values()), mode=mode,
+        wall_s=time.perf_counter() - started, compute_source=source)
+
+
+def _shards(shards: int | None, workers: int, colocated: bool) -> int:
+    """Default: one parameter-server shard per 8 workers."""
+    k = shards if shards is not None else max(1, -(-workers // 8))
+    if k < 1 or (colocated and k > workers):
+        raise SpecError(f"ps shards={k} must be from 1 to "
+                        f"{workers if colocated else 'any number'}"
+                        + (" (one colocated server per worker at most)" if colocated else ""))
+    return k
+
+
+def _server_devices(topology: Topology, shards: int) -> list[int]:
+    assert isinstance(topology, Hierarchy)
+    return [topology.devices + topology.servers + k for k in range(shards)]
+
+
+def _compute(env: simpy.Environment, seconds: float,
+             marks: list[tuple[float, simpy.Event]]) -> Process:
+    """Run ``seconds`` of compute, firing each event once its fraction of the time is done."""
+    done = 0.0
+    for fraction, event in marks:
+        yield env.timeout(seconds * fraction - done)
+        done = seconds * fraction
+        event.succeed()
+
+
+def _allreduce_step(env: simpy.Environment, strategy: str, topology: Topology, workers: int,
+                    profile: WorkloadProfile, compute: float, classes: list[tuple[int, float]],
+                    colls: _Collectives) -> Callable[[], float]:
+    sizes = buckets(profile.gradient_bytes, profile.bucket_bytes) if workers > 1 else []
+    total = profile.gradient_bytes
+    ready: list[list[simpy.Event]] = []
+    ends: list[simpy.Event] = []
+    for _, factor in classes:
+        events = [env.event() for _ in sizes]
+        end = env.event()
+        cum, marks = 0.0, []
+        for size, ev in zip(sizes, events, strict=True):
+            cum += size
+            marks.append((1 / 3 + 2 / 3 * cum / total, ev))
+        marks.append((1.0, end))
+        env.process(_compute(env, compute * factor, marks))
+        ready.append(events)
+        ends.append(end)
+    state = {"comm_end": 0.0}
+    schedules = {size: allreduce_schedule(strategy, topology, workers, size)
+                 for size in set(sizes)}
+
+    def communicate() -> Process:
+        for i, size in enumerate(sizes):
+            yield env.all_of([r[i] for r in ready])
+            yield env.timeout(colls.time(schedules[size], size))
+        state["comm_end"] = env.now
+
+    env.process(communicate())
+    return lambda: max(state["comm_end"], compute * max(f for _, f in classes))
+
+
+def _fsdp_step(env: simpy.Environment, workers: int, profile: WorkloadProfile, compute: float,
+               classes: list[tuple[int, float]], colls: _Collectives) -> Callable[[], float]:
+    units = buckets(profile.gradient_bytes, profile.bucket_bytes)
+    n, total = len(units), profile.gradient_bytes
+    gather, scatter = fsdp_schedules(workers)
+
+    def ev() -> simpy.Event:
+        return env.event()
+
+    ag_fwd, ag_bwd = [ev() for _ in units], [ev() for _ in units]
+    fwd_start = [[ev() for _ in units] for _ in classes]
+    bwd_start = [[ev() for _ in units] for _ in classes]
+    bwd_done = [[ev() for _ in units] for _ in classes]
+    state = {"end": 0.0}
+
+    def worker(c: int, factor: float) -> Process:
+        for i, u in enumerate(units):
+            yield ag_fwd[i]
+            fwd_start[c][i].succeed()
+            yield env.timeout(compute * factor / 3 * u / total)
+        for i in reversed(range(n)):
+            yield ag_bwd[i]
+            bwd_start[c][i].succeed()
+            yield env.timeout(compute * factor * 2 / 3 * units[i] / total)
+            bwd_done[c][i].succeed()
+        state["end"] = max(state["end"], env.now)
+
+    def all_of(table: list[list[simpy.Event]], i: int) -> simpy.Event:
+        return env.all_of([row[i] for row in table])
+
+    def run(schedule: Schedule, size: float, after: simpy.Event | None, done: simpy.Event
+            ) -> Process:
+        if after is not None:
+            yield after
+        if workers > 1:
+            yield env.timeout(colls.time(schedule, size))
+        done.succeed()
+
+    def communicate() -> Process:
+        for i, u in enumerate(units):  # forward: gather unit i once unit i-1 has started
+            yield from run(gather, u, all_of(fwd_start, i - 1) if i else None, ag_fwd[i])
+        ag_bwd[n - 1].succeed()  # the last unit is still gathered from its forward
+        for i in reversed(range(n)):
+            if i > 0:  # prefetch the next unit's parameters before this unit's reduce-scatter
+                yield from run(gather, units[i - 1], all_of(bwd_start, i), ag_bwd[i - 1])
+            yield from run(scatter, units[i], all_of(bwd_done, i), env.event())
+        state["end"] = max(state["end"], env.now)
+
+    for c, (_, factor) in enumerate(classes):
+        env.process(worker(c, factor))
+    env.process(communicate())
+    return lambda: state["end"]
+
+
+def _ps_step(env: simpy.Environment, schedule: Schedule, profile: WorkloadProfile,
+             compute: float, classes: list[tuple[int, float]], colls: _Collectives,
+             server_optimizer: float) -> Callable[[], float]:
+    state = {"end": 0.0}
+    workers = sum(count for count, _ in classes)
+
+    def run() -> Process:
+        yield env.timeout(compute * max(f for _, f in classes))
+        if workers > 1:  # push, update on the servers, pull
+            yield env.timeout(colls.time(schedule, profile.touched_bytes))
+        yield env.timeout(server_optimizer)
+        state["end"] = env.now
+
+    env.process(run())
+    return lambda: state["end"]
+

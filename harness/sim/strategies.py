@@ -1,0 +1,127 @@
+"""Strategy names: the simulator's, and how the real frameworks' names map onto them.
+
+The simulator reasons about exchanges, not APIs: DDP, MirroredStrategy and
+MultiWorkerMirroredStrategy all-reduce gradient buckets (NCCL's ring for large messages);
+FSDP reduce-scatters gradients and all-gathers parameters; TF's ParameterServerStrategy is
+asynchronous (a coordinator dispatches steps to workers independently), torch's RPC parameter
+server here is synchronous; CentralStorageStrategy reduces to one device; TPUStrategy
+all-reduces along the torus dimensions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from harness.errors import choices_message
+from harness.sim.collectives import (
+    binary_tree_allreduce,
+    double_binary_tree_allreduce,
+    halving_doubling_allreduce,
+    multidim_allreduce,
+    ring_all_gather,
+    ring_allreduce,
+    ring_reduce_scatter,
+)
+from harness.sim.schedule import Schedule
+from harness.sim.spec import SpecError
+from harness.sim.topology import Hierarchy, Topology, TopologyError, Torus, n_devices
+
+ALLREDUCE = ("allreduce_ring", "allreduce_tree", "allreduce_halving_doubling",
+             "allreduce_hierarchical", "allreduce_binary_tree")
+SIM_STRATEGIES = (*ALLREDUCE, "fsdp", "parameter_server", "parameter_server_async",
+                  "central_storage")
+#: The strategies `--strategy all` simulates (the unpipelined binary tree is a reference only).
+DEFAULT_STRATEGIES = tuple(s for s in SIM_STRATEGIES if s != "allreduce_binary_tree")
+
+#: (framework, real name) -> simulated strategy. Mirrors harness/catalog.py.
+REAL_TO_SIM: dict[tuple[str, str], str] = {
+    ("tf", "mirrored"): "allreduce_ring",
+    ("tf", "multi_worker_mirrored"): "allreduce_ring",
+    ("tf", "central_storage"): "central_storage",
+    ("tf", "parameter_server"): "parameter_server_async",
+    ("tf", "tpu"): "allreduce_hierarchical",
+    ("torch", "ddp"): "allreduce_ring",
+    ("torch", "fsdp"): "fsdp",
+    ("torch", "parameter_server"): "parameter_server",
+    ("torch", "parameter_server_async"): "parameter_server_async",
+}
+#: Single-device baselines: nothing to simulate on a network.
+BASELINES = {("tf", "one_device"), ("torch", "single_device")}
+
+
+def resolve_strategy(name: str, framework: str | None = None) -> str:
+    """A simulator strategy for a simulator name, a real name, or 'framework:name'.
+
+    A bare 'parameter_server' means the simulator's synchronous one; say
+    'tf:parameter_server' for TensorFlow's asynchronous strategy.
+    """
+    text = name.strip()
+    if ":" in text:
+        framework, _, text = text.partition(":")
+    if framework is None and text in SIM_STRATEGIES:
+        return text
+    if framework is not None and (framework, text) in REAL_TO_SIM:
+        return REAL_TO_SIM[(framework, text)]
+    if framework is None:
+        for (_fw, real), sim in REAL_TO_SIM.items():
+            if real == text:
+                return sim
+    known = sorted({*SIM_STRATEGIES, *(f"{fw}:{n}" for fw, n in REAL_TO_SIM)})
+    raise SpecError(choices_message("strategy", name, known))
+
+
+def expand_strategies(names: str | Sequence[str]) -> list[tuple[str, str]]:
+    """[(requested, simulated)] for 'all', one name, or a list; a strategy that several names
+    map onto is simulated once, under the first name that asked for it."""
+    items = [names] if isinstance(names, str) else list(names)
+    out: list[tuple[str, str]] = []
+    for item in items:
+        pairs = ([(s, s) for s in DEFAULT_STRATEGIES] if item == "all"
+                 else [(item, resolve_strategy(item))])
+        out += [p for p in pairs if p[1] not in {sim for _, sim in out}]
+    return out
+
+
+def tree_chunks(nbytes: float) -> int:
+    """Pipeline depth of the tree: about 1 MiB per chunk per tree, 1 to 64 chunks."""
+    return int(min(64, max(1, math.ceil(nbytes / 2 / 2**20))))
+
+
+def allreduce_schedule(strategy: str, topology: Topology, workers: int, nbytes: float
+                       ) -> Schedule:
+    """The all-reduce schedule of a strategy for ``workers`` ranks on devices 0..W-1."""
+    if strategy == "allreduce_ring":
+        return ring_allreduce(workers)
+    if strategy == "allreduce_tree":
+        return double_binary_tree_allreduce(workers, tree_chunks(nbytes))
+    if strategy == "allreduce_binary_tree":
+        return binary_tree_allreduce(workers)
+    if strategy == "allreduce_halving_doubling":
+        return halving_doubling_allreduce(workers)
+    if strategy == "allreduce_hierarchical":
+        return multidim_allreduce(hierarchy_dims(topology, workers))
+    raise SpecError(choices_message("all-reduce strategy", strategy, ALLREDUCE))
+
+
+def hierarchy_dims(topology: Topology, workers: int) -> tuple[int, ...]:
+    """The dimensions a hierarchical all-reduce runs along: (devices per host, hosts) or the
+    torus dimensions; raises TopologyError where the workers do not fill them."""
+    if isinstance(topology, Torus):
+        if workers != n_devices(topology):
+            raise TopologyError(f"a hierarchical all-reduce on a torus needs the whole slice "
+                                f"({n_devices(topology)} workers, not {workers})")
+        return topology.dims
+    assert isinstance(topology, Hierarchy)
+    g = topology.per_host
+    if workers <= g:
+        return (workers,)
+    if workers % g:
+        raise TopologyError(f"a hierarchical all-reduce needs whole hosts: {workers} workers "
+                            f"are not a multiple of {g} devices per host")
+    return (g, workers // g)
+
+
+def fsdp_schedules(workers: int) -> tuple[Schedule, Schedule]:
+    """FSDP's two collectives: all-gather parameters, reduce-scatter gradients (rings)."""
+    return ring_all_gather(workers), ring_reduce_scatter(workers)

@@ -1,0 +1,211 @@
+"""The simulator's API: rows for the CLI, the step model's invariants, async PS, isolation."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.sim import (
+    DEFAULT_STRATEGIES,
+    REAL_TO_SIM,
+    SpecError,
+    WorkloadProfile,
+    parse_topology,
+    resolve_strategy,
+    simulate,
+    simulate_collective,
+    simulate_step,
+)
+from harness.sim.api import COLLECTIVE_ALGORITHMS
+from harness.sim.async_ps import simulate_async_ps
+from harness.sim.calibration import Calibration, LinkCalibration, apply, from_preset
+from harness.sim.topology import TopologyError, scale_bandwidth
+
+SETTINGS = settings(max_examples=int(os.environ.get("SIM_EXAMPLES", "25")), deadline=None)
+SCHEMA = ("source", "framework", "strategy", "workload", "size", "cluster", "replicas",
+          "status", "reason", "step_time_median_s", "step_time_ci95_low_s",
+          "step_time_ci95_high_s", "throughput_samples_s", "scaling_efficiency",
+          "max_weight_diff", "exposed_comm_s", "bytes_per_step")
+PROFILE = WorkloadProfile(params=25_000_000, batch_per_replica=32, step_compute_s=0.1,
+                          optimizer_s=0.002, name="mlp", size="M")
+
+
+def test_rows_have_the_results_schema():
+    rows = simulate("two_level:hosts=2,gpus=4,intra=300GB/s,inter=25Gbit", 8, "all", PROFILE)
+    assert [r["strategy"] for r in rows] == list(DEFAULT_STRATEGIES)
+    for r in rows:
+        for key in SCHEMA:
+            assert key in r, key
+        assert r["source"] == "simulated" and r["framework"] == "sim"
+        assert r["status"] == "ok" and r["reason"] == ""
+        assert r["replicas"] == 8 and r["workload"] == "mlp" and r["size"] == "M"
+        assert r["step_time_median_s"] >= 0.1
+        assert r["throughput_samples_s"] == pytest.approx(
+            8 * 32 / r["step_time_median_s"], rel=0.2)
+        assert "bytes_inter" in r and "utilisation_inter" in r
+
+
+def test_real_strategy_names_map_onto_simulated_ones():
+    assert resolve_strategy("ddp") == "allreduce_ring"
+    assert resolve_strategy("multi_worker_mirrored") == "allreduce_ring"
+    assert resolve_strategy("fsdp") == "fsdp"
+    assert resolve_strategy("tf:parameter_server") == "parameter_server_async"
+    assert resolve_strategy("torch:parameter_server") == "parameter_server"
+    assert resolve_strategy("parameter_server") == "parameter_server"
+    assert resolve_strategy("central_storage") == "central_storage"
+    with pytest.raises(SpecError, match="unknown strategy 'gossip'"):
+        resolve_strategy("gossip")
+    rows = simulate("switch:n=4,bw=10Gbit", 4, ["ddp", "allreduce_ring"], PROFILE)
+    assert [r["requested_strategy"] for r in rows] == ["ddp"]  # same simulation once
+
+
+def test_every_multi_device_catalog_strategy_has_a_simulation():
+    catalog = pytest.importorskip("harness.catalog")
+    for s in catalog.STRATEGIES:
+        if s.exchange != "none":
+            assert (s.framework, s.name) in REAL_TO_SIM, s
+
+
+def test_bad_input_raises_spec_error():
+    with pytest.raises(SpecError, match="workers=9"):
+        simulate("switch:n=8,bw=1Gbit", 9, "all", PROFILE)
+    with pytest.raises(SpecError, match="profile"):
+        simulate("switch:n=8,bw=1Gbit", 8, "all", None)
+    with pytest.raises(SpecError, match="compute time"):
+        simulate("switch:n=8,bw=1Gbit", 8, "all", WorkloadProfile(params=10,
+                                                                  flops_per_sample=1e9))
+
+
+def test_what_a_topology_cannot_run_is_an_unavailable_row():
+    rows = simulate("torus:dims=2x2,bw=10GB/s", 4, ["parameter_server", "allreduce_ring"],
+                    PROFILE)
+    assert rows[0]["status"] == "unavailable" and "torus" in rows[0]["reason"]
+    assert math.isnan(rows[0]["step_time_median_s"])
+    assert rows[1]["status"] == "ok"
+
+
+def test_presets_bring_device_speed_and_price():
+    profile = WorkloadProfile(params=10_000_000, batch_per_replica=16, flops_per_sample=3e9)
+    rows = simulate("preset:dgx_h100_ib", 16, "ddp", profile)
+    preset = from_preset("dgx_h100_ib")
+    assert preset.device_flops is not None
+    assert rows[0]["compute_s"] == pytest.approx(3e9 * 16 / preset.device_flops)
+    assert rows[0]["price_per_device_hour"] == pytest.approx(12.29)
+    assert rows[0]["cost_per_million_samples_usd"] > 0
+    assert "compute=preset" in rows[0]["calibration_sources"]
+
+
+def test_a_measured_calibration_overrides_the_spec():
+    spec = "switch:n=8,bw=100Gbit,lat=5us"
+    slow = Calibration({"net": LinkCalibration(1e-4, 1 / 1e8, "measured")})
+    fast_row = simulate(spec, 8, "allreduce_ring", PROFILE)[0]
+    slow_row = simulate(spec, 8, "allreduce_ring", PROFILE, slow)[0]
+    assert slow_row["step_time_median_s"] > fast_row["step_time_median_s"]
+    assert "link:net=measured" in slow_row["calibration_sources"]
+
+
+@SETTINGS
+@given(st.sampled_from(DEFAULT_STRATEGIES), st.integers(2, 16), st.floats(1e5, 3e8),
+       st.floats(0.001, 0.5), st.floats(1.0, 8.0), st.integers(1, 4))
+def test_step_model_invariants(strategy, workers, grad_bytes, compute, factor, grow):
+    topo = parse_topology("two_level:hosts=4,gpus=4,intra=100GB/s,inter=10Gbit")
+    profile = WorkloadProfile(params=int(grad_bytes / 4), step_compute_s=compute,
+                              bucket_bytes=8 * 2**20)
+    if strategy == "allreduce_hierarchical" and workers > 4 and workers % 4:
+        with pytest.raises(TopologyError, match="whole hosts"):
+            simulate_step(strategy, topo, workers, profile)
+        return
+    r = simulate_step(strategy, topo, workers, profile)
+    assert r.step_time_s >= r.compute_s * (1 - 1e-9)
+    assert r.exposed_comm_s >= 0
+    if strategy != "parameter_server_async":
+        assert r.exposed_comm_s <= r.comm_s * (1 + 1e-9) + 1e-12  # overlap only hides
+        faster = simulate_step(strategy, scale_bandwidth(topo, factor), workers, profile)
+        assert faster.step_time_s <= r.step_time_s * (1 + 1e-9)
+        # bigger gradients in proportionally bigger buckets (same bucket boundaries: with
+        # others, a smaller last bucket can legitimately expose less communication)
+        bigger = simulate_step(strategy, topo, workers,
+                               WorkloadProfile(params=profile.params * grow,
+                                               step_compute_s=compute,
+                                               bucket_bytes=profile.bucket_bytes * grow))
+        assert bigger.step_time_s >= r.step_time_s * (1 - 1e-9)
+
+
+def test_overlap_hides_communication_behind_backward():
+    topo = parse_topology("switch:n=8,bw=100Gbit,lat=5us")
+    profile = WorkloadProfile(params=25_000_000, step_compute_s=0.3)
+    r = simulate_step("allreduce_ring", topo, 8, profile)
+    assert r.comm_s > 0.01 and r.exposed_comm_s < r.comm_s / 3  # most of it hidden
+    ps = simulate_step("parameter_server", topo, 8, profile)
+    assert ps.exposed_comm_s == pytest.approx(ps.comm_s + ps.optimizer_s - ps.optimizer_s)
+
+
+def test_a_straggler_gates_synchronous_steps():
+    topo = parse_topology("switch:n=8,bw=100Gbit")
+    base = simulate_step("allreduce_ring", topo, 8, PROFILE)
+    slow = simulate_step("allreduce_ring", topo, 8, PROFILE, stragglers=1, straggler_factor=3)
+    assert slow.step_time_s >= 3 * PROFILE.step_compute_s  # type: ignore[operator]
+    assert slow.step_time_s > 2.5 * base.step_time_s
+
+
+def test_async_ps_is_not_gated_by_a_straggler_and_reports_staleness():
+    topo = parse_topology("switch:n=8,bw=100Gbit,lat=5us")
+    base = simulate_async_ps(topo, 8, PROFILE, shards=2)
+    slow = simulate_async_ps(topo, 8, PROFILE, shards=2, stragglers=1, straggler_factor=4)
+    assert base.staleness_mean is not None and base.staleness_max is not None
+    assert base.staleness_mean >= 1 and base.staleness_max >= base.staleness_mean
+    # one of eight workers at a quarter speed costs about 3/32 of the throughput, not 3/4
+    assert slow.throughput_samples_s > 0.8 * base.throughput_samples_s
+    sync = simulate_step("parameter_server", topo, 8, PROFILE, stragglers=1,
+                         straggler_factor=4, ps_shards=2)
+    assert slow.throughput_samples_s > 2 * sync.throughput_samples_s
+
+
+def test_async_ps_mean_field_stands_in_for_many_workers():
+    topo = parse_topology("switch:n=256,bw=100Gbit,lat=5us")
+    r = simulate_async_ps(topo, 256, PROFILE, shards=8, max_explicit_workers=16)
+    assert "16 explicit workers stand for 256" in r.notes[0]
+    assert r.throughput_samples_s > 0 and r.wall_s < 20
+
+
+def test_sparse_gradients_help_parameter_servers_only():
+    topo = parse_topology("switch:n=8,bw=10Gbit")
+    dense = WorkloadProfile(params=50_000_000, step_compute_s=0.05)
+    sparse = WorkloadProfile(params=50_000_000, step_compute_s=0.05, gradient_sparsity=0.01)
+    for strategy, helps in (("parameter_server", True), ("allreduce_ring", False)):
+        d = simulate_step(strategy, topo, 8, dense).step_time_s
+        s = simulate_step(strategy, topo, 8, sparse).step_time_s
+        assert (s < 0.5 * d) if helps else s == pytest.approx(d)
+
+
+@pytest.mark.parametrize("algorithm", COLLECTIVE_ALGORITHMS)
+def test_collective_prediction_in_nccl_tests_units(algorithm):
+    row = simulate_collective("two_level:hosts=2,gpus=4,intra=100GB/s,inter=100Gbit", 8,
+                              algorithm, 64e6)
+    assert row["status"] == "ok" and row["time_s"] > 0
+    assert row["algbw"] == pytest.approx(64e6 / row["time_s"])
+    if algorithm.startswith("allreduce"):
+        assert row["busbw"] == pytest.approx(row["algbw"] * 2 * 7 / 8)
+
+
+def test_calibration_apply_changes_only_named_classes():
+    topo = parse_topology("two_level:hosts=2,gpus=2,intra=100GB/s,inter=10Gbit")
+    out = apply(topo, Calibration({"inter": LinkCalibration(1e-5, 1e-9, "measured"),
+                                   "spine": LinkCalibration(0, 1e-9, "measured")}))
+    assert out.inter.bandwidth == pytest.approx(1e9) and out.inter.latency == 1e-5
+    assert out.intra == topo.intra
+
+
+def test_importing_the_simulator_imports_no_framework():
+    code = ("import sys, harness.sim, harness.sim.bench, harness.sim.async_ps; "
+            "bad = [m for m in ('tensorflow', 'torch', 'keras', 'jax') if m in sys.modules]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

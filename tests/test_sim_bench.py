@@ -1,0 +1,36 @@
+"""The issue's performance targets, and the benchmark command itself."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.sim.bench import ALGORITHMS, main, measure
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_1024_workers_two_level_100mb_allreduce_within_5_seconds(algorithm):
+    row = measure(1024, algorithm, 100e6, "fast")
+    assert row["wall_s"] <= 5.0
+    assert row["sim_time_s"] > 0 and row["transfers"] > 1024
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_8192_workers_two_level_100mb_allreduce_within_60_seconds(algorithm):
+    row = measure(8192, algorithm, 100e6, "fast")
+    assert row["wall_s"] <= 60.0
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_fast_equals_detailed_at_512_workers(algorithm):
+    fast = measure(512, algorithm, 100e6, "fast")
+    detailed = measure(512, algorithm, 100e6, "detailed")
+    assert fast["sim_time_s"] == pytest.approx(detailed["sim_time_s"], rel=1e-9)
+    assert detailed["events"] > 100 * fast["events"]
+
+
+def test_bench_command_prints_a_table(capsys):
+    assert main(["--workers", "16", "64", "--algorithms", "ring", "--detailed-max", "16"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:4] == ["workers", "algorithm", "mode", "wall_s"]
+    assert [line.split()[2] for line in out[1:]] == ["fast", "detailed", "fast"]

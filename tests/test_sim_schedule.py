@@ -1,0 +1,160 @@
+"""Every schedule, executed on numbers, is the collective it claims to be."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.sim.collectives import (
+    binary_tree_allreduce,
+    double_binary_tree_allreduce,
+    halving_doubling_allreduce,
+    inorder_tree,
+    multidim_allreduce,
+    ring_all_gather,
+    ring_allreduce,
+    ring_reduce_scatter,
+    tree_broadcast,
+)
+from harness.sim.ps import central_storage, ps_sync
+from harness.sim.schedule import (
+    Schedule,
+    ScheduleError,
+    chunk_bounds,
+    execute,
+    parallel,
+    pipelined,
+    step,
+)
+
+FAST = settings(max_examples=int(os.environ.get("SIM_EXAMPLES", "40")), deadline=None)
+
+
+def _data(rows: int, n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(rows, n))
+
+
+@st.composite
+def allreduce_schedules(draw: st.DrawFn) -> Schedule:
+    kind = draw(st.sampled_from(["ring", "hd", "binary_tree", "double_tree", "multidim",
+                                 "pipelined", "ps_dedicated", "ps_colocated", "central"]))
+    p = draw(st.integers(1, 20))
+    if kind == "ring":
+        return ring_allreduce(p, order=draw(st.permutations(range(p))))
+    if kind == "hd":
+        return halving_doubling_allreduce(p)
+    if kind == "binary_tree":
+        return binary_tree_allreduce(p, draw(st.integers(1, 9)))
+    if kind == "double_tree":
+        return double_binary_tree_allreduce(p, draw(st.integers(1, 9)))
+    if kind in ("multidim", "pipelined"):
+        dims = draw(st.lists(st.integers(1, 4), min_size=1, max_size=3))
+        s = multidim_allreduce(dims)
+        return pipelined(s, draw(st.integers(1, 3))) if kind == "pipelined" else s
+    if kind == "ps_dedicated":
+        return ps_sync(p, draw(st.integers(1, 6)), colocated=False)
+    if kind == "ps_colocated":
+        return ps_sync(p, draw(st.integers(1, p)), colocated=True)
+    return central_storage(p)
+
+
+@FAST
+@given(allreduce_schedules(), st.integers(1, 40), st.integers(0, 2**31))
+def test_allreduce_schedules_equal_the_direct_reduction(schedule, n, seed):
+    x = _data(schedule.contributors, n, seed)
+    out = execute(schedule, x)
+    assert np.allclose(out[: schedule.contributors], x.sum(axis=0))
+    mean = execute(schedule, x, op="mean")
+    assert np.allclose(mean[: schedule.contributors], x.mean(axis=0))
+
+
+@FAST
+@given(st.integers(1, 20), st.integers(1, 40), st.integers(0, 2**31), st.data())
+def test_reduce_scatter_and_all_gather_match_their_definitions(p, n, seed, data):
+    order = data.draw(st.permutations(range(p)))
+    x = _data(p, n, seed)
+    bounds = chunk_bounds(n, p)
+    rs = ring_reduce_scatter(p, order)
+    out = execute(rs, x)
+    assert rs.owner is not None
+    for c in range(p):
+        a, b = bounds[c], bounds[c + 1]
+        assert np.allclose(out[rs.owner[c], a:b], x[:, a:b].sum(axis=0))
+    ag = ring_all_gather(p, order)
+    out = execute(ag, x)
+    assert ag.owner is not None
+    expected = np.concatenate([x[ag.owner[c], bounds[c]:bounds[c + 1]] for c in range(p)])
+    assert np.allclose(out, expected)
+
+
+@FAST
+@given(st.integers(1, 20), st.integers(1, 40), st.integers(1, 8), st.data())
+def test_broadcast_gives_everyone_the_roots_data(p, n, chunks, data):
+    root = data.draw(st.integers(0, p - 1))
+    x = _data(p, n, p * n)
+    assert np.allclose(execute(tree_broadcast(p, root, chunks), x), x[root])
+
+
+@FAST
+@given(st.integers(1, 12), st.integers(1, 5), st.booleans(), st.integers(1, 30))
+def test_parameter_server_aggregate_is_the_mean_of_pushed_gradients(workers, shards, colocated,
+                                                                    n):
+    shards = min(shards, workers) if colocated else shards
+    s = ps_sync(workers, shards, colocated)
+    grads = _data(workers, n, workers * 31 + n)
+    out = execute(s, grads, op="mean")
+    assert np.allclose(out[:workers], grads.mean(axis=0))
+
+
+@FAST
+@given(st.integers(2, 12), st.integers(0, 2**31), st.data())
+def test_dropping_any_one_transfer_breaks_the_ring(p, seed, data):
+    """The execution check can fail: a ring missing one message is not an all-reduce."""
+    s = ring_allreduce(p)
+    flat = [(st_, k) for st_, k in s.instances()]
+    victim_step = data.draw(st.integers(0, len(flat) - 1))
+    victim = data.draw(st.integers(0, len(flat[victim_step][0]) - 1))
+    steps = []
+    for i, (st_, k) in enumerate(flat):
+        keep = np.ones(len(st_), bool)
+        if i == victim_step:
+            keep[victim] = False
+        steps.append(step(st_.src[keep], st_.dst[keep], st_.chunks(k)[keep], st_.size[keep],
+                          reduce=st_.reduce[keep]))
+    broken = Schedule("broken", "allreduce", p, p, tuple(steps))
+    x = _data(p, 2 * p, seed)
+    assert not np.allclose(execute(broken, x), x.sum(axis=0))
+
+
+def test_a_racing_schedule_is_rejected():
+    racing = Schedule("race", "allreduce", 3, 1, (step([0, 1], [2, 2], 0, reduce=False),))
+    with pytest.raises(ScheduleError):
+        execute(racing, np.ones((3, 4)))
+
+
+def test_repeat_compression_keeps_ring_schedules_small():
+    s = ring_allreduce(1000)
+    assert len(s.steps) == 2
+    assert s.n_steps == 2 * 999
+    assert s.n_transfers == 2 * 999 * 1000
+
+
+def test_parallel_merges_steps_that_line_up():
+    both = parallel("two", ring_allreduce(5), ring_allreduce(5))
+    assert len(both.steps) == 2 and both.n_chunks == 10
+    x = _data(5, 20, 1)
+    assert np.allclose(execute(both, x), x.sum(axis=0))
+
+
+@given(st.integers(1, 300))
+def test_inorder_tree_is_a_tree_of_logarithmic_depth(n):
+    parent, depth = inorder_tree(n)
+    roots = [x for x in range(1, n + 1) if parent[x] == 0]
+    assert len(roots) == 1
+    children = np.bincount(parent[1:], minlength=n + 1)
+    assert children[1:].max() <= 2
+    assert depth[1:].max() == n.bit_length() - 1

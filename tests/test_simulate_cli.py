@@ -1,0 +1,63 @@
+"""`stratbench simulate` end to end: tables, JSON rows, calibration and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+
+from harness.commands.simulate import load_calibration
+from results import ResultsStore
+
+
+def stratbench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_simulate_json_rows_are_simulated_and_ranked_data():
+    proc = stratbench("simulate", "--topology", "switch:n=8,bw=1gbit,lat=50us", "--workers",
+                      "8", "--profile", "params=25M,batch=32,step_compute=50ms", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert rows and all(r["source"] == "simulated" for r in rows)
+    ok = {r["strategy"]: r for r in rows if r["status"] == "ok"}
+    assert {"allreduce_ring", "parameter_server"} <= set(ok)
+    # 100 MB of gradients over 1 Gbit/s: the ring moves 2(p-1)/p x S per worker
+    assert ok["allreduce_ring"]["step_time_median_s"] > 2 * 7 / 8 * 100e6 / 125e6
+
+
+def test_sparse_workload_favours_the_parameter_server():
+    proc = stratbench("simulate", "--topology", "switch:n=8,bw=1gbit", "--workers", "8",
+                      "--profile", "params=100M,batch=128,step_compute=20ms,sparsity=0.01",
+                      "--strategy", "allreduce_ring", "--strategy", "parameter_server",
+                      "--json")
+    assert proc.returncode == 0, proc.stderr
+    t = {r["strategy"]: r["step_time_median_s"] for r in json.loads(proc.stdout)}
+    assert t["parameter_server"] < t["allreduce_ring"] / 5
+
+
+def test_human_table_and_bad_input():
+    proc = stratbench("simulate", "--topology", "preset:dgx_h100_ib,hosts=2", "--workers", "16",
+                      "--workload", "mlp:M")
+    assert proc.returncode == 0, proc.stderr
+    assert "allreduce_hierarchical" in proc.stdout and "step ms" in proc.stdout
+    for bad in (["--topology", "mesh:n=3", "--workers", "4", "--workload", "mlp:S"],
+                ["--topology", "switch:n=4,bw=1gbit", "--workers", "4"],
+                ["--topology", "switch:n=4,bw=1gbit", "--workers", "4", "--workload", "x:S"]):
+        proc = stratbench("simulate", *bad)
+        assert proc.returncode == 2, (bad, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_calibration_from_a_results_directory_uses_the_measured_fit(tmp_path):
+    store = ResultsStore(tmp_path)
+    run_id = store.start_run({"kind": "comm"})
+    store.write_table(run_id, "calibration", "torch-local-2", pd.DataFrame([{
+        "op": "all_reduce", "world": 2, "link_class": "loopback", "alpha_s": 1e-4,
+        "beta_s_per_byte": 1e-9, "bandwidth_bytes_s": 1e9, "residual_rel": 0.1, "points": 8}]))
+    calib = load_calibration(str(tmp_path), "switch:n=4,bw=1gbit")
+    (link,) = calib.links.values()
+    assert link.alpha_s == 1e-4 and link.beta_s_per_byte == 1e-9 and link.source == "measured"
