@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 
 from harness.catalog import STRATEGIES
+from harness.launch import netns
+from harness.launch.netns import Cluster
 from harness.launch.processes import GroupResult, run_group
 from harness.measure import stats
 from harness.plan import Case
@@ -38,7 +40,7 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def unavailable_reason(case: Case) -> str | None:
+def unavailable_reason(case: Case, cluster: Cluster | None = None) -> str | None:
     """Why this case cannot run on this machine, or None if it can."""
     module = FRAMEWORK_MODULE[case.framework]
     if importlib.util.find_spec(module) is None:
@@ -51,8 +53,12 @@ def unavailable_reason(case: Case) -> str | None:
         return "no TPU on this machine (TPUClusterResolver found no TPU name or device)"
     if case.framework == "tf":
         return "runner not built yet (issue #4)"
-    if case.cluster != "local":
-        return f"cluster {case.cluster!r}: only the local launcher exists yet (issue #6)"
+    if case.cluster.startswith("netns") and cluster is None:
+        return netns.unavailable_reason() or "emulated hosts could not be built"
+    if case.cluster.startswith("slurm"):
+        return "the Slurm launcher is not built yet (issue #10)"
+    if cluster is not None and case.framework == "tf":
+        return "TF runners on emulated hosts are not built yet (issue #6)"
     return None
 
 
@@ -100,9 +106,10 @@ def _base_row(case: Case, run_id: str, status: str, reason: str, started: str) -
     )
 
 
-def execute_case(case: Case, run_id: str, workdir: Path) -> CaseOutcome:
+def execute_case(case: Case, run_id: str, workdir: Path,
+                 cluster: Cluster | None = None) -> CaseOutcome:
     started = _now()
-    why = unavailable_reason(case)
+    why = unavailable_reason(case, cluster)
     if why:
         return CaseOutcome(_base_row(case, run_id, Status.UNAVAILABLE.value, why, started), None)
     case_file = workdir / "case.json"
@@ -113,7 +120,7 @@ def execute_case(case: Case, run_id: str, workdir: Path) -> CaseOutcome:
     losses: list[float] = []
     weights: str | None = None
     for repeat in range(case.repeats):
-        group = run_group(layout.processes(case, case_file), workdir / f"r{repeat}",
+        group = run_group(layout.processes(case, case_file, cluster), workdir / f"r{repeat}",
                           case.timeout_s)
         last = group
         if group.status != "ok":
@@ -191,7 +198,8 @@ def _stored_baselines(store: ResultsStore, run_id: str) -> dict[tuple[str, str],
 
 def execute(cases: list[Case], store: ResultsStore, run_id: str,
             skip: set[str] | None = None,
-            progress: Callable[[Case, ResultRow], None] | None = None) -> list[ResultRow]:
+            progress: Callable[[Case, ResultRow], None] | None = None,
+            cluster: Cluster | None = None) -> list[ResultRow]:
     """Run every case not in `skip`; each row is stored as soon as its case ends."""
     rows: list[ResultRow] = []
     baselines = _stored_baselines(store, run_id) if skip else {}
@@ -200,7 +208,11 @@ def execute(cases: list[Case], store: ResultsStore, run_id: str,
             continue
         workdir = Path(tempfile.mkdtemp(prefix="stratbench-case-"))
         try:
-            outcome = execute_case(case, run_id, workdir)
+            outcome = execute_case(case, run_id, workdir, cluster)
+        except Exception as exc:  # a bug of ours still ends the case in a row
+            reason = f"stratbench error: {type(exc).__name__}: {exc}"
+            outcome = CaseOutcome(_base_row(case, run_id, Status.FAILED.value, reason,
+                                            _now()), None)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         fill_scaling_efficiency(outcome.row, baselines)

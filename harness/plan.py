@@ -55,12 +55,16 @@ class Case:
         return cls(**json.loads(text))
 
 
-def replicas_for(strategy: Strategy) -> int:
-    return 1 if strategy.exchange == "none" else LOCAL_REPLICAS
+def replicas_for(strategy: Strategy, hosts: int = 1) -> int:
+    """One replica for baselines; on emulated hosts one per host, else this machine's 2."""
+    if strategy.exchange == "none":
+        return 1
+    return hosts if hosts > 1 else LOCAL_REPLICAS
 
 
 def plan(strategies: list[Strategy], workloads: list[WorkloadChoice], cluster: str,
-         steps: int, warmup: int, repeats: int, timeout_s: float) -> list[Case]:
+         steps: int, warmup: int, repeats: int, timeout_s: float,
+         hosts: int = 1) -> list[Case]:
     """Baselines first (per framework and workload), so every later case finds its baseline
     for scaling efficiency in the same run."""
     cases = []
@@ -74,7 +78,7 @@ def plan(strategies: list[Strategy], workloads: list[WorkloadChoice], cluster: s
                 options["ps_shards"] = PS_SHARDS
             cases.append(Case(
                 framework=strat.framework, strategy=strat.name, workload=choice.ref,
-                cluster=cluster, replicas=replicas_for(strat), steps=steps, warmup=warmup,
+                cluster=cluster, replicas=replicas_for(strat, hosts), steps=steps, warmup=warmup,
                 repeats=repeats, timeout_s=timeout_s, per_replica_batch=choice.batch,
                 options=options,
             ))

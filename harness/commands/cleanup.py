@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from harness.commands.common import info, results_option
+from harness.launch import netns
 from harness.paths import results_dir
 
 STALE_TMP_S = 3600.0
@@ -30,6 +31,10 @@ def remove_stale_temporaries(root: Path, older_than_s: float = STALE_TMP_S) -> l
 @click.command("cleanup")
 @results_option
 def command(results: str | None) -> None:
-    """Remove leftovers of earlier runs: stale temporary files (emulated hosts: issue #6)."""
+    """Remove leftovers of earlier runs: emulated hosts, stale temporary files."""
     removed = remove_stale_temporaries(results_dir(results))
     info(f"removed {len(removed)} stale temporary file(s)")
+    if netns.unavailable_reason() is None:
+        hosts = netns.remove_leftovers()
+        info(f"removed {len(hosts)} emulated host namespace(s)"
+             + (f": {', '.join(hosts)}" if hosts else ""))

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import signal
 import sys
+from collections.abc import Iterator
 
 import click
 from tqdm import tqdm
@@ -12,6 +15,7 @@ from harness import catalog, environment, specs
 from harness.commands.common import info, json_option, print_json, results_option
 from harness.errors import InputError
 from harness.execute import execute
+from harness.launch import netns
 from harness.paths import results_dir
 from harness.plan import Case, plan, resolve_workloads
 from results.schema import ResultRow
@@ -46,7 +50,7 @@ def _row_line(row: ResultRow) -> str:
 
 
 def run_cases(cases: list[Case], store: ResultsStore, run_id: str, skip: set[str],
-              quiet: bool) -> list[ResultRow]:
+              quiet: bool, cluster: netns.Cluster | None = None) -> list[ResultRow]:
     todo = [c for c in cases if c.case_id not in skip]
     bar = tqdm(total=len(todo), unit="case", disable=quiet or not todo, file=sys.stderr)
 
@@ -55,7 +59,7 @@ def run_cases(cases: list[Case], store: ResultsStore, run_id: str, skip: set[str
         bar.write(_row_line(row), file=sys.stderr)
 
     try:
-        return execute(cases, store, run_id, skip=skip, progress=progress)
+        return execute(cases, store, run_id, skip=skip, progress=progress, cluster=cluster)
     finally:
         bar.close()
 
@@ -90,13 +94,14 @@ def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
     if resume:
         run_id, cases = _resume_target(store)
         skip = store.finished_case_ids(run_id)
+        cluster_spec = specs.parse_cluster(cases[0].cluster if cases else "local")
         info(f"resuming run {run_id}: {len(skip)} of {len(cases)} cases already done")
     else:
         strategies = catalog.strategies(framework, strategy_names)
         cluster_spec = specs.parse_cluster(cluster)
         names = list(workloads) or list(SUITES[suite or "quick"])
         cases = plan(strategies, resolve_workloads(names), cluster_spec.text, steps, warmup,
-                     repeats, timeout)
+                     repeats, timeout, hosts=cluster_spec.hosts)
         store.check_writable()
         manifest = environment.collect(frameworks=False)
         manifest.update(kind="run", cases=[dataclasses.asdict(c) for c in cases],
@@ -104,7 +109,8 @@ def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
         run_id = store.start_run(manifest)
         skip = set()
         info(f"run {run_id}: {len(cases)} cases, results in {store.root}")
-    rows = run_cases(cases, store, run_id, skip, quiet=as_json)
+    with on_cluster(cluster_spec, store, run_id) as emulated:
+        rows = run_cases(cases, store, run_id, skip, quiet=as_json, cluster=emulated)
     if as_json:
         print_json({"run_id": run_id, "results": str(store.root),
                     "rows": [r.to_dict() for r in rows]})
@@ -112,3 +118,41 @@ def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
         counts = {s: sum(r.status == s for r in rows) for s in ("ok", "failed", "timeout",
                                                                    "unavailable")}
         info(f"run {run_id}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+
+
+@contextlib.contextmanager
+def on_cluster(spec: specs.ClusterSpec, store: ResultsStore,
+               run_id: str) -> Iterator[netns.Cluster | None]:
+    """Build emulated hosts for a netns run (torn down whatever happens), measure their
+    links and store what was measured in the run's manifest; None for other clusters, or
+    when hosts cannot be built here (cases then end as `unavailable` rows saying why)."""
+    if spec.kind != "netns" or netns.unavailable_reason():
+        yield None
+        return
+    stale = netns.leftovers()
+    if stale:
+        info(f"warning: emulated hosts of an earlier run are still there ({', '.join(stale)});"
+             " `stratbench cleanup` removes them")
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        rate = spec.rate_bits
+        assert rate is not None  # parse_cluster requires it for netns
+        with netns.emulated(spec.hosts, rate) as cluster:
+            links = netns.measure_links(cluster)
+            for link in links:
+                info(f"link h{link['src']} -> h{link['dst']}: "
+                     f"{link['throughput_bits_s'] / 1e6:.0f} Mbit/s measured "
+                     f"({link['configured_bits_s'] / 1e6:.0f} configured), "
+                     f"rtt {link['rtt_median_s'] * 1e6:.0f} us")
+            manifest = store.manifest(run_id) or {}
+            manifest.setdefault("networks", []).append(
+                {"cluster": spec.text, "tag": cluster.run_tag, "links": links})
+            manifest.pop("run_id", None)
+            store.write_manifest(run_id, manifest)
+            yield cluster
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")

@@ -6,9 +6,11 @@ handed to a launcher, so the same layout runs on loopback or on emulated hosts.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
+from harness.launch.netns import Cluster, Host
 from harness.launch.ports import free_ports
 from harness.launch.processes import ProcessSpec
 from harness.plan import Case
@@ -21,25 +23,42 @@ def worker_argv(case_file: Path, role: str, index: int) -> tuple[str, ...]:
             "--role", role, "--index", str(index))
 
 
-def processes(case: Case, case_file: Path, host: str = LOOPBACK) -> list[ProcessSpec]:
-    """The processes of one repetition of `case`, with fresh rendezvous ports."""
+def processes(case: Case, case_file: Path, cluster: Cluster | None = None) -> list[ProcessSpec]:
+    """The processes of one repetition of `case`, with fresh rendezvous ports; on emulated
+    hosts, process j runs on host j mod N and peers meet at the first process's host."""
     quiet = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
     if case.framework == "tf":
         from harness.runners.tf_layout import tf_processes
 
-        return tf_processes(case, case_file, host)
-    if case.replicas == 1:
-        return [ProcessSpec("worker", 0, worker_argv(case_file, "worker", 0), quiet)]
-    (port,) = free_ports(1, host)
-    env = {**quiet, "MASTER_ADDR": host, "MASTER_PORT": str(port)}
-    servers = []
+        return tf_processes(case, case_file, LOOPBACK)
+    servers: list[ProcessSpec] = []
     if case.strategy in ("parameter_server", "parameter_server_async"):
         # servers end when the workers shut RPC down; the group does not wait for them
-        servers = [ProcessSpec("ps", k, worker_argv(case_file, "ps", k), env,
+        servers = [ProcessSpec("ps", k, worker_argv(case_file, "ps", k), quiet,
                                must_finish=False)
                    for k in range(int(case.options.get("ps_shards", 1)))]
-    return servers + [ProcessSpec("worker", i, worker_argv(case_file, "worker", i), env)
-                      for i in range(case.replicas)]
+    workers = [ProcessSpec("worker", i, worker_argv(case_file, "worker", i), quiet)
+               for i in range(case.replicas)]
+    specs = servers + workers
+    (port,) = free_ports(1)
+    if cluster is None:
+        if len(specs) == 1:
+            return specs
+        return [_with_env(s, MASTER_ADDR=LOOPBACK, MASTER_PORT=str(port)) for s in specs]
+    hosts = [cluster.hosts[j % len(cluster.hosts)] for j in range(len(specs))]
+    return [_on_host(s, h, MASTER_ADDR=hosts[0].address, MASTER_PORT=str(port))
+            for s, h in zip(specs, hosts, strict=True)]
+
+
+def _with_env(spec: ProcessSpec, **env: str) -> ProcessSpec:
+    return dataclasses.replace(spec, env={**spec.env, **env})
+
+
+def _on_host(spec: ProcessSpec, host: Host, **env: str) -> ProcessSpec:
+    """Run inside the host's namespace; gloo and TensorPipe use its interface."""
+    placed = _with_env(spec, GLOO_SOCKET_IFNAME=host.interface,
+                       TP_SOCKET_IFNAME=host.interface, STRATBENCH_HOST=host.address, **env)
+    return dataclasses.replace(placed, argv=host.wrap(spec.argv))
 
 
 def reference(case: Case, case_file: Path) -> ProcessSpec:
