@@ -1,0 +1,192 @@
+"""Emulated hosts: network namespaces behind a bridge, every link shaped with `tc tbf`.
+
+On one machine loopback is so fast that every strategy looks alike; shaping each host's link
+(both directions) to 100-800 Mbit/s makes the network the bottleneck, so gradient exchange
+costs what it would between real hosts. Each host is a namespace with one veth to a bridge
+in a "switch" namespace; addresses live only inside these namespaces.
+
+Names carry a per-run prefix (`sbn<hex>`), so two runs never collide, teardown removes
+exactly what a run made, and `stratbench cleanup` can find what a killed run left behind.
+No shell strings: every command is an argv list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+PREFIX = "sbn"
+SUBNET = "10.77.0"  # /24 inside the run's own namespaces only
+TIMEOUT_S = 30
+
+
+class NetnsError(RuntimeError):
+    """Building or tearing down emulated hosts failed; the message says which command."""
+
+
+@dataclass(frozen=True)
+class Host:
+    index: int
+    namespace: str
+    address: str
+    interface: str  # the host's end of its veth, inside its namespace
+
+    def wrap(self, argv: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+        """The argv that runs `argv` on this host."""
+        return ("ip", "netns", "exec", self.namespace, *argv)
+
+
+@dataclass
+class Cluster:
+    run_tag: str
+    rate_bits: float
+    hosts: list[Host]
+    switch: str
+    created: list[str] = field(default_factory=list)  # namespaces to delete on teardown
+
+    @property
+    def spec_text(self) -> str:
+        return f"netns:hosts={len(self.hosts)},rate={self.rate_bits / 1e6:g}mbit"
+
+
+def unavailable_reason() -> str | None:
+    """Why emulated hosts cannot be built here, or None."""
+    if hasattr(os, "geteuid") and os.geteuid() != 0:
+        return "emulated hosts need root (network namespaces and tc); run as root or use " \
+               "--cluster local"
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            return f"'{tool}' not found (Debian package iproute2)"
+    return None
+
+
+def _run(argv: list[str]) -> str:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise NetnsError(f"{' '.join(argv)}: {exc}") from exc
+    if proc.returncode != 0:
+        raise NetnsError(f"{' '.join(argv)}: {proc.stderr.strip() or proc.returncode}")
+    return proc.stdout
+
+
+def _in(ns: str, *argv: str) -> list[str]:
+    return ["ip", "netns", "exec", ns, *argv]
+
+
+def tbf_args(rate_bits: float) -> list[str]:
+    """tbf needs a bucket of at least one timer tick of traffic; 10 ms of it, >= 64 KiB."""
+    burst = max(64 * 1024, int(rate_bits / 8 / 100))
+    return ["tbf", "rate", f"{int(rate_bits)}bit", "burst", str(burst), "latency", "100ms"]
+
+
+def namespaces() -> list[str]:
+    out = _run(["ip", "netns", "list"])
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def leftovers() -> list[str]:
+    """Namespaces of ours that no live run owns (every run deletes its own on exit)."""
+    return [ns for ns in namespaces() if ns.startswith(PREFIX)]
+
+
+def destroy(cluster: Cluster) -> None:
+    """Delete every namespace the cluster made; veths and qdiscs go with them."""
+    for ns in reversed(cluster.created):
+        with contextlib.suppress(NetnsError):
+            _run(["ip", "netns", "del", ns])
+    cluster.created.clear()
+
+
+def remove_leftovers() -> list[str]:
+    removed = []
+    for ns in leftovers():
+        with contextlib.suppress(NetnsError):
+            _run(["ip", "netns", "del", ns])
+            removed.append(ns)
+    return removed
+
+
+def create(hosts: int, rate_bits: float) -> Cluster:
+    """Build `hosts` namespaces on a bridge; shape both directions of every link."""
+    why = unavailable_reason()
+    if why:
+        raise NetnsError(why)
+    tag = PREFIX + secrets.token_hex(3)
+    switch = f"{tag}-sw"
+    cluster = Cluster(tag, rate_bits, [], switch)
+    try:
+        _run(["ip", "netns", "add", switch])
+        cluster.created.append(switch)
+        _run(_in(switch, "ip", "link", "set", "lo", "up"))
+        _run(_in(switch, "ip", "link", "add", "br0", "type", "bridge"))
+        _run(_in(switch, "ip", "link", "set", "br0", "up"))
+        for i in range(hosts):
+            ns, host_if, sw_if = f"{tag}-h{i}", f"{tag}h{i}", f"{tag}s{i}"
+            _run(["ip", "netns", "add", ns])
+            cluster.created.append(ns)
+            _run(["ip", "link", "add", host_if, "netns", ns, "type", "veth", "peer", "name",
+                  sw_if, "netns", switch])
+            address = f"{SUBNET}.{i + 1}"
+            _run(_in(ns, "ip", "link", "set", "lo", "up"))
+            _run(_in(ns, "ip", "addr", "add", f"{address}/24", "dev", host_if))
+            _run(_in(ns, "ip", "link", "set", host_if, "up"))
+            _run(_in(switch, "ip", "link", "set", sw_if, "master", "br0"))
+            _run(_in(switch, "ip", "link", "set", sw_if, "up"))
+            _run(_in(ns, "tc", "qdisc", "add", "dev", host_if, "root", *tbf_args(rate_bits)))
+            _run(_in(switch, "tc", "qdisc", "add", "dev", sw_if, "root",
+                     *tbf_args(rate_bits)))
+            cluster.hosts.append(Host(i, ns, address, host_if))
+    except BaseException:
+        destroy(cluster)
+        raise
+    return cluster
+
+
+@contextlib.contextmanager
+def emulated(hosts: int, rate_bits: float) -> Iterator[Cluster]:
+    """A cluster that is torn down on success, error, timeout and Ctrl-C alike."""
+    cluster = create(hosts, rate_bits)
+    try:
+        yield cluster
+    finally:
+        destroy(cluster)
+
+
+PROBE_SECONDS = 1.0
+PROBE_PORT = 29400
+
+
+def measure_link(cluster: Cluster, src: int, dst: int) -> dict[str, float]:
+    """TCP throughput and round-trip time from host `src` to host `dst` (plain sockets)."""
+    import json
+    import sys
+
+    server_host, client_host = cluster.hosts[dst], cluster.hosts[src]
+    nbytes = max(1 << 20, int(cluster.rate_bits / 8 * PROBE_SECONDS))
+    server = subprocess.Popen(list(server_host.wrap([
+        sys.executable, "-m", "harness.launch.linkprobe", "serve", server_host.address,
+        str(PROBE_PORT)])), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        out = _run(list(client_host.wrap([
+            sys.executable, "-m", "harness.launch.linkprobe", "client", server_host.address,
+            str(PROBE_PORT), str(nbytes)])))
+    finally:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.wait(timeout=10)
+        if server.poll() is None:
+            server.kill()
+    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    result.update(src=src, dst=dst, configured_bits_s=cluster.rate_bits)
+    return result
+
+
+def measure_links(cluster: Cluster) -> list[dict[str, float]]:
+    """Each host to the next (a ring of pairs): every link is measured once per direction."""
+    n = len(cluster.hosts)
+    return [measure_link(cluster, i, (i + 1) % n) for i in range(n)]

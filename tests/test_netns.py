@@ -1,0 +1,96 @@
+"""Emulated hosts: built, measured, shaped, used by real runs, and always torn down."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.execute import execute_case
+from harness.launch import netns
+from harness.plan import Case
+from results import load
+
+needs_root = pytest.mark.skipif(netns.unavailable_reason() is not None,
+                                reason=str(netns.unavailable_reason()))
+pytestmark = [pytest.mark.heavy, pytest.mark.netns]
+
+
+def stratbench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True,
+                          text=True, timeout=600)
+
+
+@needs_root
+def test_links_are_shaped_to_the_configured_rate_and_torn_down():
+    with netns.emulated(3, 200e6) as cluster:
+        names = set(netns.namespaces())
+        assert {h.namespace for h in cluster.hosts} | {cluster.switch} <= names
+        for link in netns.measure_links(cluster):
+            assert 0.9 * 200e6 <= link["throughput_bits_s"] <= 1.05 * 200e6, link
+            assert link["rtt_median_s"] < 0.01
+    assert not [ns for ns in netns.namespaces() if ns.startswith(cluster.run_tag)]
+
+
+@needs_root
+def test_an_error_inside_still_tears_everything_down():
+    with pytest.raises(RuntimeError, match="boom"), netns.emulated(2, 100e6) as cluster:
+        raise RuntimeError("boom")
+    assert not [ns for ns in netns.namespaces() if ns.startswith(cluster.run_tag)]
+
+
+@needs_root
+def test_cleanup_removes_what_a_killed_run_left():
+    cluster = netns.create(2, 100e6)  # never destroyed: as if the run was SIGKILLed
+    assert netns.leftovers()
+    proc = stratbench("cleanup")
+    assert proc.returncode == 0, proc.stderr
+    assert cluster.switch in proc.stderr
+    assert not netns.leftovers()
+
+
+@needs_root
+def test_gradient_exchange_dominates_slower_links_are_slower(tmp_path):
+    medians = {}
+    for rate in ("100mbit", "800mbit"):
+        proc = stratbench("run", "--framework", "torch", "--strategy", "ddp", "--workload",
+                          "mlp:S", "--cluster", f"netns:hosts=2,rate={rate}", "--steps", "6",
+                          "--warmup", "2", "--repeats", "1", "--results", str(tmp_path / rate))
+        assert proc.returncode == 0, proc.stderr
+        (row,) = load(tmp_path / rate).itertuples()
+        assert row.status == "ok", row.reason
+        assert row.max_weight_diff < 1e-4
+        medians[rate] = row.step_time_median_s
+    # 0.6 MB of gradients: about 48 ms per step at 100 Mbit/s, 6 ms at 800 Mbit/s
+    assert medians["100mbit"] > 3 * medians["800mbit"], medians
+    assert not netns.leftovers()
+
+
+@needs_root
+def test_interrupted_run_tears_its_hosts_down(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--framework", "torch",
+                             "--strategy", "ddp", "--workload", "mlp:S", "--cluster",
+                             "netns:hosts=2,rate=100mbit", "--steps", "100000", "--repeats", "1",
+                             "--results", str(tmp_path)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not netns.leftovers():
+        time.sleep(0.1)
+    assert netns.leftovers(), "the run never built its hosts"
+    time.sleep(3)  # inside the case now
+    proc.send_signal(signal.SIGINT)
+    proc.wait(60)
+    assert not netns.leftovers()
+
+
+def test_without_root_netns_cases_are_unavailable_rows(monkeypatch, tmp_path):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert "root" in str(netns.unavailable_reason())
+    case = Case(framework="torch", strategy="ddp", workload="mlp:S",
+                cluster="netns:hosts=2,rate=100mbit", replicas=2, steps=2, warmup=0,
+                repeats=1, timeout_s=30, per_replica_batch=8)
+    outcome = execute_case(case, "r", tmp_path)
+    assert outcome.row.status == "unavailable" and "root" in outcome.row.reason
