@@ -118,8 +118,12 @@ def probe_framework(name: str, timeout: float = PROBE_TIMEOUT_S) -> dict[str, An
     return result
 
 
-def collect(frameworks: bool = True) -> dict[str, Any]:
-    """The full manifest. `frameworks=False` skips the slow TF/torch probes."""
+FRAMEWORK_PROBES = {"tf": "tensorflow", "torch": "torch"}
+
+
+def collect(frameworks: bool | tuple[str, ...] = True) -> dict[str, Any]:
+    """The full manifest. `frameworks=False` skips the slow TF/torch probes; a tuple such as
+    ("torch",) probes only the frameworks a run uses."""
     vm = psutil.virtual_memory()
     manifest: dict[str, Any] = {
         "manifest_version": MANIFEST_VERSION,
@@ -149,8 +153,10 @@ def collect(frameworks: bool = True) -> dict[str, Any]:
                        "ip": shutil.which("ip"), "tc": shutil.which("tc")},
     }
     if frameworks:
-        tf = probe_framework("tensorflow")
-        torch = probe_framework("torch")
+        wanted = tuple(FRAMEWORK_PROBES) if isinstance(frameworks, bool) else frameworks
+        skipped = {"available": None, "reason": "not probed: this run does not use it"}
+        tf = probe_framework("tensorflow") if "tf" in wanted else dict(skipped)
+        torch = probe_framework("torch") if "torch" in wanted else dict(skipped)
         manifest["frameworks"] = {"tensorflow": tf, "torch": torch}
         manifest["gpus"]["tensorflow"] = tf.get("gpus", [])
         manifest["gpus"]["torch"] = torch.get("gpus", [])

@@ -1,32 +1,70 @@
-"""`stratbench bench`: the nightly job. Runs every stage that exists and says which do not."""
+"""`stratbench bench`: the nightly job. Runs every stage that exists and says which do not.
+
+Stages: the quick suite of real runs (every framework and strategy, one row per case), the
+collective sweep with its alpha/beta fit, and simulations of the same workloads on larger
+preset clusters with that calibration; the recommender and the HTML report are to come.
+"""
 
 from __future__ import annotations
 
 import click
 
-from harness import environment
+from harness import catalog
+from harness.comm import run_comm, store_comm, sweep_sizes
 from harness.commands.common import info, results_option
+from harness.commands.run import SUITES, on_cluster, run_cases, start_run
 from harness.paths import results_dir
+from harness.plan import plan, resolve_workloads
+from harness.specs import parse_cluster
 from results.store import ResultsStore
 
-# Stages of the nightly job that have not landed yet, with the issue that builds each.
-PENDING_STAGES = (
-    ("run", "strategy runners, issues #4/#5"),
-    ("comm", "collective benchmarks, issue #5"),
-    ("simulate", "simulator, issue #7"),
-    ("recommend + report", "issue #8"),
-)
+PENDING_STAGES = (("recommend + report", "issue #8"),)
+SIM_TARGETS = ("preset:eth25_v100,hosts=4", "preset:dgx_h100_ib,hosts=16")
+
+
+def simulate_stage(store: ResultsStore, run_id: str, workloads: list[str]) -> int:
+    """Simulated rows go to their own table: they never mix with measured rows."""
+    import pandas as pd
+
+    from harness.sim import WorkloadProfile, from_preset, simulate
+    from workloads import parse_workload
+
+    rows = []
+    for target in SIM_TARGETS:
+        preset = target.split(":", 1)[1].split(",", 1)[0]
+        topology_workers = 8 * 16 if "dgx" in preset else 8 * 4
+        for name in workloads:
+            profile = WorkloadProfile(**parse_workload(name).as_profile())
+            rows += simulate(target, topology_workers, "all", profile, from_preset(preset),
+                             workload=name)
+    store.write_table(run_id, "simulated", "presets", pd.DataFrame(rows))
+    return len(rows)
 
 
 @click.command("bench")
+@click.option("--suite", type=click.Choice(sorted(SUITES)), default="quick", show_default=True)
+@click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True)
 @results_option
-def command(results: str | None) -> None:
-    """The nightly job: environment, run, comm, simulate, recommend, report."""
+def command(suite: str, steps: int, repeats: int, results: str | None) -> None:
+    """The nightly job: run, comm, simulate (recommend and report: issue #8)."""
     store = ResultsStore(results_dir(results))
-    store.check_writable()
-    info("collecting the environment manifest ...")
-    run_id = store.start_run(environment.collect())
-    info(f"run {run_id}: manifest stored")
+    names = list(SUITES[suite])
+    cases = plan(catalog.strategies("all", []), resolve_workloads(names), "local", steps, 3,
+                 repeats, 600.0)
+    run_id = start_run(store, cases, kind="bench")
+    info(f"stage run: {len(cases)} cases")
+    with on_cluster(parse_cluster("local"), store, run_id):
+        rows = run_cases(cases, store, run_id, set(), quiet=False)
+    info(f"stage run: {sum(r.status == 'ok' for r in rows)} ok of {len(rows)}")
+    info("stage comm: torch collectives, 2 ranks, 1 KiB to 16 MiB")
+    comm = run_comm("torch", "local", sweep_sizes(1024, 16 * 2**20), 2, 600.0)
+    if comm.status == "ok":
+        store_comm(store, run_id, comm, "torch-local-2")
+    else:
+        info(f"stage comm: {comm.status}: {comm.reason}")
+    info(f"stage simulate: {simulate_stage(store, run_id, names)} simulated rows "
+         f"on {', '.join(SIM_TARGETS)}")
     for stage, where in PENDING_STAGES:
         info(f"stage {stage}: not built yet ({where}); skipped")
-    click.echo(store.run_dir(run_id) / "manifest.json")
+    click.echo(store.run_dir(run_id))

@@ -102,13 +102,8 @@ def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
         names = list(workloads) or list(SUITES[suite or "quick"])
         cases = plan(strategies, resolve_workloads(names), cluster_spec.text, steps, warmup,
                      repeats, timeout, hosts=cluster_spec.hosts)
-        store.check_writable()
-        manifest = environment.collect(frameworks=False)
-        manifest.update(kind="run", cases=[dataclasses.asdict(c) for c in cases],
-                        argv=sys.argv[1:])
-        run_id = store.start_run(manifest)
+        run_id = start_run(store, cases)
         skip = set()
-        info(f"run {run_id}: {len(cases)} cases, results in {store.root}")
     with on_cluster(cluster_spec, store, run_id) as emulated:
         rows = run_cases(cases, store, run_id, skip, quiet=as_json, cluster=emulated)
     if as_json:
@@ -118,6 +113,17 @@ def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
         counts = {s: sum(r.status == s for r in rows) for s in ("ok", "failed", "timeout",
                                                                    "unavailable")}
         info(f"run {run_id}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+
+
+def start_run(store: ResultsStore, cases: list[Case], kind: str = "run") -> str:
+    """A new run folder whose manifest holds the environment and the plan (for --resume)."""
+    store.check_writable()
+    manifest = environment.collect(frameworks=tuple(sorted({c.framework for c in cases})))
+    manifest.update(kind=kind, cases=[dataclasses.asdict(c) for c in cases],
+                    argv=sys.argv[1:])
+    run_id = store.start_run(manifest)
+    info(f"run {run_id}: {len(cases)} cases, results in {store.root}")
+    return run_id
 
 
 @contextlib.contextmanager
