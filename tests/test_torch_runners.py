@@ -24,7 +24,15 @@ def _cases(names: list[str], workload: str = "mlp:S", steps: int = 4, **kw) -> l
 
 
 def _our_children() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
+    """Case processes still alive (multiprocessing's resource tracker is not one of ours)."""
+    alive = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "harness.worker" in " ".join(p.cmdline()):
+                alive.add(p.pid)
+        except psutil.Error:
+            continue
+    return alive
 
 
 @pytest.fixture
