@@ -30,3 +30,30 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _leftovers() -> list[str]:
+    """Case processes and emulated hosts that outlived the tests that made them."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if "harness.worker" in cmd or "harness.launch.linkprobe" in cmd:
+            found.append(f"process {proc.info['pid']}: {cmd[:120]}")
+    try:
+        from harness.launch import netns
+
+        if netns.unavailable_reason() is None:
+            found += [f"namespace {ns}" for ns in netns.leftovers()]
+    except Exception as exc:  # the check itself must not hide a test result
+        found.append(f"could not list namespaces: {exc}")
+    return found
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Once, at the end of the run: no test may leave processes or namespaces behind."""
+    leftovers = _leftovers()
+    if leftovers:
+        print("\nleft behind by the tests:\n  " + "\n  ".join(leftovers))
+        session.exitstatus = 1
