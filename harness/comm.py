@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import calibrate
+from harness.launch.netns import Cluster
 from harness.launch.processes import run_group
 from harness.plan import Case
 from harness.runners import layout
@@ -39,7 +40,8 @@ class CommResult:
 
 
 def run_comm(framework: str, cluster: str, sizes: list[int], world: int,
-             timeout_s: float) -> CommResult:
+             timeout_s: float, hosts: Cluster | None = None) -> CommResult:
+    """The sweep on loopback, or one rank per emulated host when `hosts` is given."""
     case = Case(framework=framework, strategy="comm", workload="", cluster=cluster,
                 replicas=world, steps=0, warmup=0, repeats=1, timeout_s=timeout_s,
                 per_replica_batch=1, options={"sizes": sizes})
@@ -47,7 +49,7 @@ def run_comm(framework: str, cluster: str, sizes: list[int], world: int,
     try:
         case_file = workdir / "case.json"
         case_file.write_text(case.to_json())
-        group = run_group(layout.processes(case, case_file), workdir / "r0", timeout_s)
+        group = run_group(layout.processes(case, case_file, hosts), workdir / "r0", timeout_s)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     if group.status != "ok":

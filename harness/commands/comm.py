@@ -7,6 +7,8 @@ import click
 from harness import catalog, environment, specs
 from harness.comm import format_table, run_comm, store_comm, sweep_sizes
 from harness.commands.common import NotBuiltError, info, json_option, print_json, results_option
+from harness.commands.run import on_cluster
+from harness.launch import netns
 from harness.paths import results_dir
 from results.store import ResultsStore
 
@@ -17,7 +19,7 @@ from results.store import ResultsStore
 @click.option("--sizes", default="1KiB:64MiB", show_default=True, metavar="MIN:MAX",
               help="Per-rank buffer sizes, stepping x4.")
 @click.option("--world", type=click.IntRange(2, 16), default=2, show_default=True,
-              help="Ranks taking part.")
+              help="Ranks taking part (on emulated hosts: one per host).")
 @click.option("--timeout", type=click.FloatRange(min=1.0), default=900.0, show_default=True)
 @results_option
 @json_option
@@ -29,15 +31,22 @@ def command(framework: str, cluster: str, sizes: str, world: int, timeout: float
     low, high = specs.parse_size_range(sizes)
     if "torch" not in frameworks:
         raise NotBuiltError("comm --framework tf", "TF collectives: issue #5")
-    if cluster_spec.kind != "local":
-        raise NotBuiltError(f"comm --cluster {cluster_spec.kind}", "emulated hosts: issue #6")
+    if cluster_spec.kind == "slurm":
+        raise NotBuiltError("comm --cluster slurm", "Slurm launcher: issue #10")
+    if cluster_spec.kind == "netns":
+        why = netns.unavailable_reason()
+        if why:
+            raise click.ClickException(f"cannot build emulated hosts: {why}")
+        world = cluster_spec.hosts
     store = ResultsStore(results_dir(results))
     store.check_writable()
-    manifest = environment.collect(frameworks=False)
+    manifest = environment.collect(frameworks=("torch",))
     manifest.update(kind="comm", sizes=sizes, world=world)
     run_id = store.start_run(manifest)
     info(f"comm run {run_id}: torch gloo, {world} ranks, {cluster_spec.text}")
-    result = run_comm("torch", cluster_spec.text, sweep_sizes(low, high), world, timeout)
+    with on_cluster(cluster_spec, store, run_id) as hosts:
+        result = run_comm("torch", cluster_spec.text, sweep_sizes(low, high), world, timeout,
+                          hosts)
     if result.status != "ok":
         raise click.ClickException(f"comm benchmark {result.status}: {result.reason}")
     store_comm(store, run_id, result, f"torch-{cluster_spec.kind}-{world}")

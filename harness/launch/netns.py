@@ -80,8 +80,10 @@ def _in(ns: str, *argv: str) -> list[str]:
 
 
 def tbf_args(rate_bits: float) -> list[str]:
-    """tbf needs a bucket of at least one timer tick of traffic; 10 ms of it, >= 64 KiB."""
-    burst = max(64 * 1024, int(rate_bits / 8 / 100))
+    """A bucket of 1 ms of traffic (>= 16 KiB): enough to reach the rate, small enough that
+    messages of every size feel the bandwidth (a big bucket lets small messages through at
+    line speed, which no real link does)."""
+    burst = max(16 * 1024, int(rate_bits / 8 / 1000))
     return ["tbf", "rate", f"{int(rate_bits)}bit", "burst", str(burst), "latency", "100ms"]
 
 
