@@ -8,7 +8,16 @@ import warnings
 import click
 
 from harness import __version__
-from harness.commands import bench, cleanup, comm, env, run, simulate, workloads
+from harness.commands import (
+    bench,
+    cleanup,
+    comm,
+    env,
+    run,
+    simulate,
+    validate,
+    workloads,
+)
 from harness.errors import InputError
 
 USAGE_EXIT = 2
@@ -20,7 +29,7 @@ def cli() -> None:
     """Measure, simulate and recommend distributed-training strategies."""
 
 
-for module in (env, workloads, run, comm, simulate, bench, cleanup):
+for module in (env, workloads, run, comm, simulate, validate, bench, cleanup):
     cli.add_command(module.command)
 
 

@@ -1,0 +1,135 @@
+"""The simulator against measured emulated runs: predict each one, store the error.
+
+Predictions use only what was known before the run: the links as the link probe measured
+them (bandwidth and RTT/2, never the collective's own timing), the workload's size, and the
+compute time of the one-replica case of the same run. Each prediction's relative error,
+(predicted - measured) / measured, is stored in the `validation` table and shown by reports.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from statistics import median
+from typing import Any
+
+import pandas as pd
+
+from results.store import ResultsStore, load, load_table
+
+# `stratbench comm` operation -> the collective gloo actually runs (PS push/pull have no direct
+# twin: the simulator's PS is a push + pull to dedicated servers). Gloo implements
+# reduce_scatter as an all-reduce that keeps one chunk (measured: same time as all_reduce).
+OP_TO_COLLECTIVE = {"all_reduce": "allreduce_ring", "reduce_scatter": "allreduce_ring",
+                    "all_gather": "all_gather_ring", "broadcast": "broadcast_tree"}
+VALIDATION_TABLE = "validation"
+
+
+def software_latency(store: ResultsStore) -> float:
+    """Per-message cost of the communication library itself: the alpha of the latest
+    loopback all-reduce fit (`stratbench comm` on the local cluster), 0 if none."""
+    fits = load_table(store.root, "calibration")
+    if fits.empty:
+        return 0.0
+    local = fits[(fits["op"] == "all_reduce") & (fits["link_class"] == "loopback")]
+    return float(local.sort_values("run_id")["alpha_s"].iloc[-1]) if not local.empty else 0.0
+
+
+def measured_topology(store: ResultsStore, run_id: str, cluster: str) -> str | None:
+    """A switch topology with the run's measured link speed, and as latency the measured
+    RTT/2 plus the library's own per-message cost; None if the run measured no links."""
+    manifest = store.manifest(run_id) or {}
+    for network in manifest.get("networks", []):
+        if network.get("cluster") == cluster and network.get("links"):
+            links = network["links"]
+            hosts = int(cluster.split("hosts=")[1].split(",")[0])
+            bw = median(link["throughput_bits_s"] for link in links)
+            lat = median(link["rtt_median_s"] for link in links) / 2 + software_latency(store)
+            return f"switch:n={hosts},bw={bw:.0f}bit,lat={lat * 1e6:.1f}us"
+    return None
+
+
+def validate_comm(store: ResultsStore) -> pd.DataFrame:
+    from harness.sim import simulate_collective
+
+    points = load_table(store.root, "comm")
+    rows: list[dict[str, Any]] = []
+    if points.empty:
+        return pd.DataFrame(rows)
+    for p in points[points["cluster"].str.startswith("netns")].to_dict("records"):
+        topology = measured_topology(store, p["run_id"], p["cluster"])
+        collective = OP_TO_COLLECTIVE.get(p["op"])
+        if topology is None or collective is None:
+            continue
+        predicted = simulate_collective(topology, int(p["world"]), collective,
+                                        float(p["bytes"]))["time_s"]
+        rows.append({"kind": "collective", "run_id": p["run_id"], "cluster": p["cluster"],
+                     "what": p["op"], "bytes": p["bytes"], "replicas": p["world"],
+                     "topology": topology, "measured_s": p["time_s"],
+                     "predicted_s": predicted, "error": predicted / p["time_s"] - 1})
+    return pd.DataFrame(rows)
+
+
+def validate_steps(store: ResultsStore) -> pd.DataFrame:
+    """End-to-end step times of multi-replica cases on emulated hosts."""
+    from harness.sim import WorkloadProfile, simulate
+    from harness.sim.strategies import REAL_TO_SIM
+    from workloads import WorkloadError, parse_workload
+
+    frame = load(store.root)
+    ok = frame[(frame["status"] == "ok") & frame["cluster"].str.startswith("netns")]
+    rows: list[dict[str, Any]] = []
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
+    for r in ok[ok["replicas"] > 1].to_dict("records"):
+        key = (r["framework"], r["strategy"])
+        base = ok[(ok["run_id"] == r["run_id"]) & (ok["framework"] == r["framework"]) &
+                  (ok["workload"] == r["workload"]) & (ok["size"] == r["size"]) &
+                  (ok["replicas"] == 1)]
+        topology = measured_topology(store, r["run_id"], r["cluster"])
+        if key not in REAL_TO_SIM or base.empty or topology is None:
+            continue
+        try:
+            spec = parse_workload(f"{r['workload']}:{r['size']}")
+        except WorkloadError:
+            continue
+        # the emulated hosts share this machine's cores: compute slows when they are oversold
+        processes = int(r["replicas"]) + (int(r["extra"].get("ps_shards_count", 0)))
+        compute = float(base["step_time_median_s"].iloc[0]) * max(1.0, processes / cores)
+        profile = WorkloadProfile(**{**spec.as_profile(),
+                                     "batch_per_replica": r["global_batch"] // r["replicas"],
+                                     "step_compute_s": compute})
+        (sim,) = simulate(topology, int(r["replicas"]), REAL_TO_SIM[key], profile, None)
+        if sim["status"] != "ok":
+            continue
+        measured = float(r["step_time_median_s"])
+        rows.append({"kind": "step", "run_id": r["run_id"], "cluster": r["cluster"],
+                     "what": f"{r['framework']}/{r['strategy']}/{r['workload']}:{r['size']}",
+                     "bytes": spec.grad_bytes, "replicas": r["replicas"], "topology": topology,
+                     "measured_s": measured, "predicted_s": sim["step_time_median_s"],
+                     "error": sim["step_time_median_s"] / measured - 1})
+    return pd.DataFrame(rows)
+
+
+def summarize(table: pd.DataFrame) -> dict[str, float]:
+    """Median |error| per kind (collective, step): the figure the issue's targets name."""
+    if table.empty:
+        return {}
+    return {str(kind): float(group["error"].abs().median())
+            for kind, group in table.groupby("kind")}
+
+
+def validate(store: ResultsStore) -> pd.DataFrame:
+    parts = [t for t in (validate_comm(store), validate_steps(store)) if not t.empty]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def format_table(table: pd.DataFrame) -> str:
+    lines = [f"{'kind':<11}{'what':<34}{'bytes':>11}{'n':>3}{'measured ms':>13}"
+             f"{'predicted ms':>14}{'error':>8}"]
+    for r in table.to_dict("records"):
+        lines.append(f"{r['kind']:<11}{str(r['what'])[:33]:<34}{int(r['bytes']):>11}"
+                     f"{int(r['replicas']):>3}{r['measured_s'] * 1e3:>13.2f}"
+                     f"{r['predicted_s'] * 1e3:>14.2f}{r['error']:>+8.0%}")
+    for kind, err in summarize(table).items():
+        lines.append(f"median |error| {kind}: {err:.1%}" if not math.isnan(err) else "")
+    return "\n".join(lines)

@@ -1,0 +1,58 @@
+"""The simulator checked against emulated-host measurements, from calibration alone."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from harness.launch import netns
+from harness.validate import measured_topology, summarize, validate
+from results import ResultsStore
+
+
+def _store_with_comm(tmp_path, time_s: float) -> ResultsStore:
+    store = ResultsStore(tmp_path)
+    cluster = "netns:hosts=2,rate=100mbit"
+    run_id = store.start_run({"kind": "comm", "networks": [{"cluster": cluster, "links": [
+        {"throughput_bits_s": 100e6, "rtt_median_s": 100e-6}] * 2}]})
+    store.write_table(run_id, "comm", "torch-netns-2", pd.DataFrame([{
+        "framework": "torch", "cluster": cluster, "op": "all_reduce", "bytes": 12_500_000,
+        "world": 2, "time_s": time_s}]))
+    return store
+
+
+def test_topology_comes_from_the_measured_links(tmp_path):
+    store = _store_with_comm(tmp_path, 1.0)
+    run_id = store.run_ids()[0]
+    assert measured_topology(store, run_id, "netns:hosts=2,rate=100mbit") == \
+        "switch:n=2,bw=100000000bit,lat=50.0us"
+
+
+@pytest.mark.parametrize("measured, error", [(1.0, 0.0), (2.0, -0.5)])
+def test_error_is_prediction_over_measurement(tmp_path, measured, error):
+    # a 2-rank ring all-reduce sends S over a 12.5 MB/s link: 1 s, plus two latencies
+    table = validate(_store_with_comm(tmp_path, measured))
+    (row,) = table.to_dict("records")
+    assert row["predicted_s"] == pytest.approx(1.0, rel=1e-3)
+    assert row["error"] == pytest.approx(error, abs=1e-3)
+    assert summarize(table)["collective"] == pytest.approx(abs(error), abs=1e-3)
+
+
+@pytest.mark.heavy
+@pytest.mark.netns
+@pytest.mark.skipif(netns.unavailable_reason() is not None, reason="needs root, ip and tc")
+def test_simulator_predicts_large_all_reduce_on_emulated_hosts(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "harness.cli", "comm", "--cluster",
+                          "netns:hosts=2,rate=200mbit", "--sizes", "1MiB:4MiB", "--results",
+                          str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "validate", "--results",
+                           str(tmp_path), "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["rows"]
+    big = [r for r in rows if r["what"] == "all_reduce" and r["bytes"] == 4 * 2**20]
+    assert big and abs(big[0]["error"]) < 0.15, big
