@@ -93,12 +93,14 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
         except WorkloadError:
             continue
         # the emulated hosts share this machine's cores: compute slows when they are oversold
-        processes = int(r["replicas"]) + (int(r["extra"].get("ps_shards_count", 0)))
+        processes = int(r["replicas"]) + len(r["extra"].get("ps_shard_bytes", []))
         compute = float(base["step_time_median_s"].iloc[0]) * max(1.0, processes / cores)
         profile = WorkloadProfile(**{**spec.as_profile(),
                                      "batch_per_replica": r["global_batch"] // r["replicas"],
                                      "step_compute_s": compute})
-        (sim,) = simulate(topology, int(r["replicas"]), REAL_TO_SIM[key], profile, None)
+        shards = len(r["extra"].get("ps_shard_bytes", []))
+        ps = {"ps_shards": shards, "ps_colocated": True} if shards else {}
+        (sim,) = simulate(topology, int(r["replicas"]), REAL_TO_SIM[key], profile, None, **ps)
         if sim["status"] != "ok":
             continue
         measured = float(r["step_time_median_s"])

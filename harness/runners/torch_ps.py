@@ -155,7 +155,10 @@ def _init_rpc(case: Case, name: str, rank: int, world: int) -> None:
         init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
         rpc_timeout=max(60.0, case.timeout_s),
         num_worker_threads=max(16, 4 * world),
+        # Sockets only: TensorPipe's shared-memory and cross-memory-attach paths would move
+        # tensors between processes of this machine without crossing the (emulated) network.
         _transports=["uv"],
+        _channels=["basic"],
     )
     rpc.init_rpc(name, rank=rank, world_size=world, rpc_backend_options=options)
 
@@ -177,6 +180,9 @@ def run_server(case: Case, index: int) -> dict[str, Any]:
                           synchronous=case.strategy == "parameter_server")
     _init_rpc(case, f"ps{index}", index, shards + workers)
     rpc.shutdown()  # waits until every worker has shut down too
+    # ps0 hosts the rendezvous store that the workers' shutdown still reads: stay until the
+    # launcher, seeing every worker done, ends this process.
+    time.sleep(max(60.0, case.timeout_s))
     return {"role": "ps", **_SERVER.stats()}
 
 
