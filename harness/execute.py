@@ -51,8 +51,6 @@ def unavailable_reason(case: Case, cluster: Cluster | None = None) -> str | None
                 f"it runs only under {owner} strategies")
     if case.strategy == "tpu":
         return "no TPU on this machine (TPUClusterResolver found no TPU name or device)"
-    if case.framework == "tf":
-        return "runner not built yet (issue #4)"
     if case.cluster.startswith("netns") and cluster is None:
         return netns.unavailable_reason() or "emulated hosts could not be built"
     if case.cluster.startswith("slurm"):
@@ -106,6 +104,27 @@ def _base_row(case: Case, run_id: str, status: str, reason: str, started: str) -
     )
 
 
+PORT_RETRIES = 3
+
+
+def _port_clash(group: GroupResult) -> bool:
+    text = (group.reason + " ".join(o.stderr_tail for o in group.outcomes)).lower()
+    return group.status == "failed" and ("address already in use" in text
+                                         or "eaddrinuse" in text)
+
+
+def _run_repeat(case: Case, case_file: Path, workdir: Path,
+                cluster: Cluster | None) -> GroupResult:
+    """One repetition; if another program took our rendezvous port between our choosing it
+    and the workers binding it, start again on fresh ports."""
+    for attempt in range(PORT_RETRIES):
+        group = run_group(layout.processes(case, case_file, cluster),
+                          workdir.with_name(f"{workdir.name}-a{attempt}"), case.timeout_s)
+        if not _port_clash(group):
+            return group
+    return group
+
+
 def execute_case(case: Case, run_id: str, workdir: Path,
                  cluster: Cluster | None = None) -> CaseOutcome:
     started = _now()
@@ -120,8 +139,7 @@ def execute_case(case: Case, run_id: str, workdir: Path,
     losses: list[float] = []
     weights: str | None = None
     for repeat in range(case.repeats):
-        group = run_group(layout.processes(case, case_file, cluster), workdir / f"r{repeat}",
-                          case.timeout_s)
+        group = _run_repeat(case, case_file, workdir / f"r{repeat}", cluster)
         last = group
         if group.status != "ok":
             row = _base_row(case, run_id, group.status, group.reason, started)
