@@ -99,8 +99,8 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
                                      "batch_per_replica": r["global_batch"] // r["replicas"],
                                      "step_compute_s": compute})
         shards = len(r["extra"].get("ps_shard_bytes", []))
-        ps = {"ps_shards": shards, "ps_colocated": True} if shards else {}
-        (sim,) = simulate(topology, int(r["replicas"]), REAL_TO_SIM[key], profile, None, **ps)
+        (sim,) = simulate(topology, int(r["replicas"]), REAL_TO_SIM[key], profile, None,
+                          ps_shards=shards or None, ps_colocated=bool(shards))
         if sim["status"] != "ok":
             continue
         measured = float(r["step_time_median_s"])

@@ -7,6 +7,10 @@ import os
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Every process this test session starts inherits the marker, so the leftover check at the
+# end finds ours even if they were re-parented, and never blames anyone else's.
+SESSION_MARKER = "STRATBENCH_TEST_SESSION"
+os.environ[SESSION_MARKER] = f"{os.getpid()}-{os.urandom(4).hex()}"
 
 
 @pytest.fixture
@@ -37,9 +41,16 @@ def _leftovers() -> list[str]:
     import psutil
 
     found = []
+    marker = os.environ[SESSION_MARKER]
     for proc in psutil.process_iter(["pid", "cmdline"]):
+        if proc.pid == os.getpid():
+            continue
+        try:
+            ours = proc.environ().get(SESSION_MARKER) == marker
+        except psutil.Error:
+            continue
         cmd = " ".join(proc.info["cmdline"] or [])
-        if "harness.worker" in cmd or "harness.launch.linkprobe" in cmd:
+        if ours and ("harness." in cmd or "ip netns exec" in cmd):  # not multiprocessing's
             found.append(f"process {proc.info['pid']}: {cmd[:120]}")
     try:
         from harness.launch import netns

@@ -4,7 +4,6 @@ elsewhere that covers it)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import warnings
 
@@ -50,27 +49,68 @@ def test_a_frozen_peer_times_out_and_its_tree_is_killed(tmp_path):
 
 
 def test_a_port_taken_by_someone_else_is_retried_on_other_ports(tmp_path, monkeypatch):
-    squatter = socket.socket()
-    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    squatter.bind(("127.0.0.1", 0))
-    squatter.listen()
-    taken = squatter.getsockname()[1]
-    real = execute_module.layout.free_ports
-    calls = []
+    """Launchers that still need TCP ports (TF's TF_CONFIG) can lose one to another program
+    between choosing and binding it: such a start is retried, other failures are not."""
+    from harness.launch.processes import GroupResult
 
-    def first_one_taken(count: int, host: str = "127.0.0.1") -> list[int]:
-        calls.append(count)
-        return [taken] if len(calls) == 1 else real(count, host)
+    clash = GroupResult("failed", "worker0 exited with code 1: [Errno 98] Address already "
+                        "in use", [], 0.1)
+    fine = GroupResult("ok", "", [], 0.1)
+    other = GroupResult("failed", "worker0 exited with code 1: ValueError: bad", [], 0.1)
+    for script, expected, attempts in (([clash, fine], "ok", 2), ([other, fine], "failed", 1),
+                                       ([clash] * 5, "failed", 3)):
+        calls = []
 
-    monkeypatch.setattr(execute_module.layout, "free_ports", first_one_taken)
-    try:
-        case = _case("ddp")
-        case = Case(**{**case.__dict__, "steps": 3})
-        (row,) = execute([case], ResultsStore(tmp_path), "r")
-    finally:
-        squatter.close()
-    assert row.status == "ok", row.reason
-    assert len(calls) >= 2
+        def fake(specs, workdir, timeout, script=script, calls=calls):
+            calls.append(workdir)
+            return script[len(calls) - 1]
+
+        monkeypatch.setattr(execute_module, "run_group", fake)
+        monkeypatch.setattr(execute_module.layout, "processes", lambda *a: [])
+        group = execute_module._run_repeat(_case("ddp"), tmp_path / "c.json", tmp_path / "r0",
+                                           None)
+        assert (group.status, len(calls)) == (expected, attempts)
+        assert len(set(calls)) == attempts  # each attempt in its own folder
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "parameter_server", "comm"])
+def test_collectives_listen_on_loopback_only(tmp_path, strategy):
+    """torch cases meet through a rendezvous file and bind gloo and TensorPipe to `lo`: no
+    socket of theirs listens on every interface."""
+    import threading
+    import time
+
+    import psutil
+
+    from harness.launch.processes import run_group
+    from harness.runners import layout
+
+    options = {"sizes": [1024, 2**20], "ps_shards": 2} if strategy == "comm" else {}
+    for case in (Case(**{**_case(strategy).__dict__, "steps": 400, **(
+            {"options": options} if options else {})}),):
+        case_file = tmp_path / f"{case.strategy}.json"
+        case_file.write_text(case.to_json())
+        seen: set[str] = set()
+        done = threading.Event()
+
+        def watch(seen=seen, done=done):
+            while not done.is_set():
+                for proc in psutil.Process().children(recursive=True):  # ours only
+                    try:
+                        seen.update(c.laddr.ip for c in proc.net_connections(kind="inet")
+                                    if c.status == psutil.CONN_LISTEN)
+                    except psutil.Error:
+                        continue
+                time.sleep(0.05)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        group = run_group(layout.processes(case, case_file), tmp_path / case.strategy, 120)
+        done.set()
+        watcher.join()
+        assert group.status == "ok", group.reason
+        assert seen, "the watcher saw no listening socket at all"
+        assert seen <= {"127.0.0.1"}, (case.strategy, seen)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tiny tmpfs needs root")

@@ -7,11 +7,11 @@ handed to a launcher, so the same layout runs on loopback or on emulated hosts.
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import sys
 from pathlib import Path
 
 from harness.launch.netns import Cluster, Host
-from harness.launch.ports import free_ports
 from harness.launch.processes import ProcessSpec
 from harness.plan import Case
 
@@ -40,13 +40,16 @@ def processes(case: Case, case_file: Path, cluster: Cluster | None = None) -> li
     workers = [ProcessSpec("worker", i, worker_argv(case_file, "worker", i), quiet)
                for i in range(case.replicas)]
     specs = servers + workers
-    (port,) = free_ports(1)
+    # Rendezvous through a file, not a TCP store: a TCP store listens on every interface,
+    # and a file cannot be taken by another program between our choosing and binding it.
+    rendezvous = str(case_file.parent / f"rendezvous-{secrets.token_hex(6)}")
     if cluster is None:
         if len(specs) == 1:
             return specs
-        return [_with_env(s, MASTER_ADDR=LOOPBACK, MASTER_PORT=str(port)) for s in specs]
+        return [_with_env(s, STRATBENCH_RENDEZVOUS=rendezvous, GLOO_SOCKET_IFNAME="lo",
+                          TP_SOCKET_IFNAME="lo") for s in specs]
     hosts = [cluster.hosts[j % len(cluster.hosts)] for j in range(len(specs))]
-    return [_on_host(s, h, MASTER_ADDR=hosts[0].address, MASTER_PORT=str(port))
+    return [_on_host(s, h, STRATBENCH_RENDEZVOUS=rendezvous)
             for s, h in zip(specs, hosts, strict=True)]
 
 

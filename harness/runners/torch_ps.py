@@ -152,7 +152,7 @@ def assign_shards(sizes: dict[str, int], shards: int) -> dict[str, int]:
 
 def _init_rpc(case: Case, name: str, rank: int, world: int) -> None:
     options = rpc.TensorPipeRpcBackendOptions(
-        init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+        init_method=f"file://{os.environ['STRATBENCH_RENDEZVOUS']}",
         rpc_timeout=max(60.0, case.timeout_s),
         num_worker_threads=max(16, 4 * world),
         # Sockets only: TensorPipe's shared-memory and cross-memory-attach paths would move

@@ -32,12 +32,10 @@ def _threads(case: Case) -> int:
 
 
 def _init_group(case: Case, rank: int, world: int) -> None:
-    addr = os.environ["MASTER_ADDR"]
-    port = os.environ["MASTER_PORT"]
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world,
-        timeout=timedelta(seconds=max(30.0, case.timeout_s)),
-    )
+    """gloo over the interface the layout chose, meeting through the rendezvous file."""
+    store = dist.FileStore(os.environ["STRATBENCH_RENDEZVOUS"], world)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=max(30.0, case.timeout_s)))
 
 
 def _wrap(case: Case, model: torch.nn.Module) -> torch.nn.Module:
