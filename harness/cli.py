@@ -13,6 +13,8 @@ from harness.commands import (
     cleanup,
     comm,
     env,
+    recommend,
+    report,
     run,
     simulate,
     validate,
@@ -29,7 +31,7 @@ def cli() -> None:
     """Measure, simulate and recommend distributed-training strategies."""
 
 
-for module in (env, workloads, run, comm, simulate, validate, bench, cleanup):
+for module in (env, workloads, run, comm, simulate, validate, recommend, report, bench, cleanup):
     cli.add_command(module.command)
 
 

@@ -2,7 +2,8 @@
 
 Stages: the quick suite of real runs (every framework and strategy, one row per case), the
 collective sweep with its alpha/beta fit, and simulations of the same workloads on larger
-preset clusters with that calibration; the recommender and the HTML report are to come.
+preset clusters with that calibration, then the recommender and the HTML report (its path is the
+last line on stdout).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from harness.plan import plan, resolve_workloads
 from harness.specs import parse_cluster
 from results.store import ResultsStore
 
-PENDING_STAGES = (("recommend + report", "issue #8"),)
+PENDING_STAGES: tuple[tuple[str, str], ...] = ()
 SIM_TARGETS = ("preset:eth25_v100,hosts=4", "preset:dgx_h100_ib,hosts=16")
 
 
@@ -47,7 +48,7 @@ def simulate_stage(store: ResultsStore, run_id: str, workloads: list[str]) -> in
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True)
 @results_option
 def command(suite: str, steps: int, repeats: int, results: str | None) -> None:
-    """The nightly job: run, comm, simulate (recommend and report: issue #8)."""
+    """The nightly job: run, comm, simulate, recommend, report."""
     store = ResultsStore(results_dir(results))
     names = list(SUITES[suite])
     cases = plan(catalog.strategies("all", []), resolve_workloads(names), "local", steps, 3,
@@ -67,4 +68,13 @@ def command(suite: str, steps: int, repeats: int, results: str | None) -> None:
          f"on {', '.join(SIM_TARGETS)}")
     for stage, where in PENDING_STAGES:
         info(f"stage {stage}: not built yet ({where}); skipped")
+    from harness.commands.report import make_report
+    from harness.recommend import format_table, recommend_from_store
+
+    info("stage recommend:")
+    info(format_table(recommend_from_store(store.root, workloads=names,
+                                           targets=["local", *SIM_TARGETS])))
+    report = make_report(store.root)
+    info(f"stage report: {report}")
     click.echo(store.run_dir(run_id))
+    click.echo(report)
