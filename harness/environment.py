@@ -163,3 +163,14 @@ def collect(frameworks: bool | tuple[str, ...] = True) -> dict[str, Any]:
         manifest["tpu"]["tensorflow"] = tf.get("tpus", [])
         manifest["keras_implementation"] = tf.get("keras_implementation")
     return manifest
+
+
+def fingerprint(manifest: dict[str, Any]) -> str:
+    """A short hash of the machine (CPU, cores, memory, GPUs): rows with the same one are
+    comparable as history; software versions are left out on purpose, since a regression
+    from an upgrade is exactly what history should show."""
+    import hashlib
+
+    machine = {"cpu": manifest["cpu"], "memory_bytes": manifest["memory_bytes"],
+               "gpus": manifest["gpus"].get("nvidia_smi", []), "host": manifest["host"]}
+    return hashlib.sha256(json.dumps(machine, sort_keys=True).encode()).hexdigest()[:12]

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness import environment
 from harness.catalog import STRATEGIES
 from harness.launch import netns
 from harness.launch.netns import Cluster
@@ -221,6 +222,7 @@ def execute(cases: list[Case], store: ResultsStore, run_id: str,
     """Run every case not in `skip`; each row is stored as soon as its case ends."""
     rows: list[ResultRow] = []
     baselines = _stored_baselines(store, run_id) if skip else {}
+    machine = environment.fingerprint(environment.collect(frameworks=False))
     for case in cases:
         if skip and case.case_id in skip:
             continue
@@ -233,6 +235,7 @@ def execute(cases: list[Case], store: ResultsStore, run_id: str,
                                             _now()), None)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+        outcome.row.env_fingerprint = machine
         fill_scaling_efficiency(outcome.row, baselines)
         store.write_case(outcome.row, outcome.steps)
         rows.append(outcome.row)

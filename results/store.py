@@ -236,8 +236,12 @@ def load_table(root: str | os.PathLike[str], table: str) -> pd.DataFrame:
             arrow = _read(path)
             if arrow is not None:
                 frame = arrow.to_pandas()
-                frame.insert(0, "name", path.stem)
-                frame.insert(0, "run_id", run.name)
+                # tables that carry their own run_id (e.g. validation: the run validated)
+                # keep it; the folder's run is then `stored_in_run`
+                if "name" not in frame:
+                    frame.insert(0, "name", path.stem)
+                key = "stored_in_run" if "run_id" in frame else "run_id"
+                frame.insert(0, key, run.name)
                 frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 

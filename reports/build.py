@@ -1,0 +1,293 @@
+"""The HTML report: one self-contained file (inline CSS and SVG, no scripts, no fetches),
+a pure function of the stored results. Rendered with jinja2, autoescape on: every string that
+comes from results is escaped; charts are built by ``reports.plots`` which escapes its text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any
+
+import pandas as pd
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+
+from reports import history as hist
+from reports.plots import Series, chart
+
+CROSSOVER_WORKERS = (2, 4, 8, 16, 32, 64)
+CROSSOVER_BANDWIDTHS_BITS = (1e8, 4e8, 1e9, 1e10, 2.5e10, 1e11)
+CROSSOVER_STRATEGIES = ("allreduce_ring", "parameter_server")
+DEFAULT_CROSSOVER_WORKLOADS = ("mlp:M", "recsys:S")
+CROSSOVER_FIXED_WORKERS = 8
+CROSSOVER_FIXED_BITS = 1e10
+CROSSOVER_COMPUTE_S = 0.02
+
+
+def _env() -> Environment:
+    env = Environment(loader=PackageLoader("reports", "templates"),
+                      autoescape=select_autoescape(default=True, default_for_string=True))
+    env.filters["num"] = _num
+    env.filters["ms"] = lambda v: _num(v * 1e3 if _finite(v) else v)
+    env.filters["pct"] = lambda v: f"{v:+.0%}" if _finite(v) else "-"
+    env.filters["pct0"] = lambda v: f"{v:.0%}" if _finite(v) else "-"
+    env.filters["duration"] = _duration
+    env.filters["usd"] = lambda v: f"${v:,.2f}" if _finite(v) else "-"
+    env.filters["bytes"] = _bytes
+    return env
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _num(v: Any) -> str:
+    if not _finite(v):
+        return "-" if v is None or isinstance(v, float) else str(v)
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _duration(v: Any) -> str:
+    from harness.recommend import format_duration
+
+    return format_duration(v) if _finite(v) else "-"
+
+
+def _bytes(v: Any) -> str:
+    if not _finite(v):
+        return "-"
+    for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if v >= scale:
+            return f"{v / scale:.3g} {unit}"
+    return f"{v:.0f} B"
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    if frame is None or frame.empty:
+        return []
+    return [{str(k): v for k, v in r.items()} for r in frame.to_dict("records")]
+
+
+def _name(w: Any, s: Any) -> str:
+    from harness.recommend import workload_name
+
+    return workload_name(str(w), s)
+
+
+def recommendations(root: Path) -> tuple[list[dict[str, Any]], str, list[str]]:
+    from harness.errors import InputError
+    from harness.recommend import recommend_from_store
+
+    try:
+        frame = recommend_from_store(root)
+    except InputError as exc:
+        return [], str(exc), []
+    groups = []
+    for (workload, target), group in frame.groupby(["workload", "target"], sort=False):
+        groups.append({"workload": workload, "target": target, "rows": _records(group)})
+    return groups, "", list(frame.attrs.get("missing", []))
+
+
+def manifest_items(root: Path) -> tuple[str, list[tuple[str, str]]]:
+    from results.store import ResultsStore
+
+    store = ResultsStore(root)
+    for run_id in reversed(store.run_ids()):
+        m = store.manifest(run_id)
+        if m:
+            items = [(k, v if isinstance(v, str) else json.dumps(v, indent=1, default=str))
+                     for k, v in sorted(m.items()) if k not in ("cases", "run_id")]
+            return run_id, items
+    return "", []
+
+
+def scaling_plots(latest: pd.DataFrame) -> list[Markup]:
+    ok = latest[latest["status"] == "ok"]
+    plots = []
+    for workload, group in ok.groupby(ok["workload"].astype(str) + ":" +
+                                      ok["size"].fillna("").astype(str), sort=True):
+        series = []
+        for (fw, strat, cluster), g in group.groupby(["framework", "strategy", "cluster"]):
+            base = group[(group["framework"] == fw) & (group["cluster"] == cluster) &
+                         (group["replicas"] == 1)]
+            if int(g["replicas"].min()) > 1 and not base.empty:  # lines start at the baseline
+                g = pd.concat([base.head(1), g])
+            g = g.sort_values("replicas")
+            series.append(Series(f"{fw}/{strat} {cluster}", list(g["replicas"].astype(float)),
+                                 list(g["throughput_samples_s"].astype(float))))
+        plots.append(chart(series, title=f"{workload.rstrip(':')}: throughput against replicas",
+                           xlabel="replicas", ylabel="samples/s", integer_x=True))
+    return plots
+
+
+def busbw_plot(comm: pd.DataFrame) -> list[Markup]:
+    if comm.empty or not {"op", "bytes", "busbw_bytes_s"} <= set(comm.columns):
+        return []
+    series = []
+    keys = [c for c in ("op", "world", "cluster") if c in comm.columns]
+    for key, g in comm.groupby(keys):
+        key = key if isinstance(key, tuple) else (key,)
+        g = g.sort_values("bytes")
+        series.append(Series(" ".join(str(k) for k in key), list(g["bytes"].astype(float)),
+                             list(g["busbw_bytes_s"].astype(float) / 1e6)))
+    return [chart(series, title="collective bus bandwidth against message size",
+                  xlabel="message bytes", ylabel="busbw MB/s", logx=True, logy=True)]
+
+
+def validation_plot(validation: pd.DataFrame) -> list[Markup]:
+    if validation.empty or "measured_s" not in validation:
+        return []
+    series = [Series(str(kind), list(g["measured_s"].astype(float)),
+                     list(g["predicted_s"].astype(float)))
+              for kind, g in validation.groupby("kind")]
+    return [chart(series, title="simulated against measured (diagonal: exact)",
+                  xlabel="measured s", ylabel="predicted s", logx=True, logy=True,
+                  lines=False, diagonal=True)]
+
+
+def crossover_workloads(measured: pd.DataFrame) -> list[str]:
+    from harness.recommend import _spec
+
+    names = sorted({_name(w, s) for w, s in
+                    zip(measured["workload"], measured["size"], strict=False)})
+    names = [n for n in names if _spec(n) is not None]
+    dense = [n for n in names if not n.startswith("recsys")][:1]
+    sparse = [n for n in names if n.startswith("recsys")][:1]
+    chosen = dense + sparse
+    for d in DEFAULT_CROSSOVER_WORKLOADS:
+        if len(chosen) >= 2:
+            break
+        if d not in chosen and d.split(":")[0] not in {c.split(":")[0] for c in chosen}:
+            chosen.append(d)
+    return chosen
+
+
+def _compute_s(measured: pd.DataFrame, workload: str) -> float:
+    if measured.empty:
+        return CROSSOVER_COMPUTE_S
+    ok = measured[(measured["status"] == "ok") & (measured["replicas"] == 1)]
+    ok = ok[[_name(w, s) == workload for w, s in zip(ok["workload"], ok["size"], strict=False)]]
+    return float(ok["step_time_median_s"].median()) if not ok.empty else CROSSOVER_COMPUTE_S
+
+
+def crossover(measured: pd.DataFrame) -> tuple[list[Markup], list[dict[str, Any]]]:
+    """All-reduce (ring) against a parameter server on a switch: step time against workers
+    (at 10 Gbit/s) and against bandwidth (8 workers), simulated here (cheap)."""
+    from harness.recommend import _spec
+    from harness.sim import WorkloadProfile, simulate
+
+    plots: list[Markup] = []
+    notes: list[dict[str, Any]] = []
+    for workload in crossover_workloads(measured):
+        spec = _spec(workload)
+        compute = _compute_s(measured, workload)
+        profile = WorkloadProfile(**{**spec.as_profile(), "step_compute_s": compute})
+
+        def run(n: int, bits: float, profile: Any = profile, name: str = workload
+                ) -> dict[str, float]:
+            rows = simulate(f"switch:n={n},bw={bits:.0f}bit,lat=30us", n,
+                            list(CROSSOVER_STRATEGIES), profile, workload=name)
+            return {r["strategy"]: float(r["step_time_median_s"]) for r in rows}
+
+        by_n = {n: run(n, CROSSOVER_FIXED_BITS) for n in CROSSOVER_WORKERS}
+        by_bw = {b: run(CROSSOVER_FIXED_WORKERS, b) for b in CROSSOVER_BANDWIDTHS_BITS}
+        plots.append(chart([Series(s, list(map(float, by_n)), [by_n[n].get(s, math.nan)
+                                                                for n in by_n])
+                            for s in CROSSOVER_STRATEGIES],
+                           title=f"{workload}: step time against workers at 10 Gbit/s",
+                           xlabel="workers", ylabel="step s", logx=True, logy=True))
+        plots.append(chart([Series(s, [b / 1e9 for b in by_bw],
+                                   [by_bw[b].get(s, math.nan) for b in by_bw])
+                            for s in CROSSOVER_STRATEGIES],
+                           title=f"{workload}: step time against bandwidth, "
+                                 f"{CROSSOVER_FIXED_WORKERS} workers",
+                           xlabel="Gbit/s", ylabel="step s", logx=True, logy=True))
+        wins = [n for n, t in by_n.items() if t.get("parameter_server", math.inf)
+                < t.get("allreduce_ring", math.inf)]
+        notes.append({"workload": workload, "compute_s": compute,
+                      "sparsity": spec.expected_sparsity(),
+                      "ps_wins_at": ", ".join(str(n) for n in wins) or "none"})
+    return plots, notes
+
+
+def history_plots(h: pd.DataFrame) -> list[Markup]:
+    if h.empty or h["run_id"].nunique() < 1:
+        return []
+    runs = sorted(h["run_id"].unique())
+    index = {r: i + 1 for i, r in enumerate(runs)}
+    plots = []
+    names = h["workload"].astype(str) + ":" + h["size"].fillna("").astype(str)
+    for workload, group in h.groupby(names, sort=True):
+        series = []
+        for case_id, g in group.groupby("case_id"):
+            series.append(Series(
+                str(case_id).split("/", 1)[-1] if "/" in str(case_id) else str(case_id),
+                [float(index[r]) for r in g["run_id"]],
+                list(g["step_time_median_s"].astype(float)),
+                lows=list(g["step_time_ci95_low_s"].astype(float)),
+                highs=list(g["step_time_ci95_high_s"].astype(float)),
+                flags=list(g["verdict"] == "regression")))
+        plots.append(chart(series, title=f"{workload.rstrip(':')}: median step time per run "
+                                         f"(red ring: regression)",
+                           xlabel="run (oldest first)", ylabel="step s", integer_x=True))
+    return plots
+
+
+def build_report(root: str | os.PathLike[str]) -> str:
+    """The report's HTML for the results under ``root`` (reads only)."""
+    from harness.recommend import DEFAULT_SAMPLES, load_table_safe, validation_errors
+    from results.store import load
+
+    root = Path(root)
+    measured = load(root)
+    if not measured.empty:
+        measured = measured[measured["source"].fillna("measured") == "measured"]
+    latest = (measured.sort_values("run_id").groupby("case_id").tail(1)
+              if not measured.empty else measured)
+    comm = load_table_safe(root, "comm")
+    validation = load_table_safe(root, "validation")
+    groups, rec_error, rec_missing = recommendations(root)
+    run_id, manifest = manifest_items(root)
+    h = hist.history(measured)
+    cross_plots, cross_notes = crossover(measured)
+    bad = latest[latest["status"] != "ok"] if not latest.empty else latest
+    ok = latest[latest["status"] == "ok"] if not latest.empty else latest
+    context = {
+        "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "root": str(root), "groups": groups, "rec_error": rec_error,
+        "rec_missing": rec_missing, "samples": DEFAULT_SAMPLES,
+        "manifest_run": run_id, "manifest": manifest,
+        "measured": _records(ok.sort_values(["workload", "size", "cluster", "framework",
+                                              "strategy", "replicas"]) if not ok.empty
+                             else ok),
+        "scaling_plots": scaling_plots(latest) if not latest.empty else [],
+        "comm_plots": busbw_plot(comm),
+        "validation": _records(validation),
+        "validation_errors": validation_errors(validation),
+        "validation_plots": validation_plot(validation),
+        "crossover_plots": cross_plots, "crossover_notes": cross_notes,
+        "crossover_strategies": ", ".join(CROSSOVER_STRATEGIES),
+        "history": _records(h), "history_plots": history_plots(h),
+        "regressions": _records(hist.regressions(h)), "rule": hist.RULE,
+        "runs": sorted(measured["run_id"].unique()) if not measured.empty else [],
+        "bad": _records(bad),
+    }
+    return _env().get_template("report.html").render(**context)
+
+
+def write_report(root: str | os.PathLike[str], out: str | os.PathLike[str] | None = None
+                 ) -> Path:
+    """Build the report and write it atomically; default ``<root>/report.html``."""
+    from results.store import write_atomic
+
+    path = Path(out) if out else Path(root) / "report.html"
+    body = build_report(root).encode("utf-8")
+    def write(fh: IO[bytes]) -> None:
+        fh.write(body)
+
+    write_atomic(path, write)
+    return path

@@ -1,0 +1,190 @@
+"""The recommender on small synthetic DataFrames: ranking, reasons, memory fit, cost, sources."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from harness.errors import InputError
+from harness.recommend import (
+    format_table,
+    memory_per_device,
+    parse_targets,
+    rank,
+    recommend,
+    recommend_from_store,
+    validation_errors,
+)
+from results.schema import ResultRow
+from results.store import ResultsStore
+
+NETNS = "netns:hosts=2,rate=400mbit"
+
+
+def row(strategy: str, step: float, *, framework: str = "torch", replicas: int = 2,
+        workload: str = "mlp", size: str = "M", cluster: str = NETNS, status: str = "ok",
+        reason: str = "", run_id: str = "r1", batch: int = 64) -> dict:
+    r = ResultRow(run_id=run_id, case_id=f"{framework}/{strategy}/{workload}:{size}/"
+                  f"{cluster}/{replicas}", framework=framework, strategy=strategy,
+                  workload=workload, size=size, cluster=cluster, replicas=replicas,
+                  status=status, reason=reason, global_batch=batch * replicas,
+                  step_time_median_s=step, step_time_ci95_low_s=step * 0.95,
+                  step_time_ci95_high_s=step * 1.05,
+                  throughput_samples_s=batch * replicas / step if status == "ok" else math.nan,
+                  scaling_efficiency=math.nan)
+    return r.to_dict()
+
+
+def measured_frame() -> pd.DataFrame:
+    return pd.DataFrame([
+        row("single_device", 0.02, replicas=1),
+        row("ddp", 0.30), row("parameter_server", 0.50), row("fsdp", 0.40),
+        row("parameter_server_async", math.nan, status="failed", reason="worker 1 died"),
+        row("single_device", 0.01, replicas=1, workload="recsys", size="S"),
+        row("ddp", 0.20, workload="recsys", size="S"),
+        row("parameter_server", 0.05, workload="recsys", size="S"),
+    ])
+
+
+def sim_rows(cluster: str = "preset:eth25_v100,hosts=4", workers: int = 32) -> pd.DataFrame:
+    base = {"source": "simulated", "framework": "sim", "workload": "mlp:M", "cluster": cluster,
+            "replicas": workers, "status": "ok", "reason": "", "run_id": "r1",
+            "scaling_efficiency": 0.5, "price_per_device_hour": 3.0}
+    rows = []
+    for strategy, step, exposed, sent in (("allreduce_ring", 0.010, 0.009, 2.4e7),
+                                          ("parameter_server", 0.050, 0.049, 2.5e7),
+                                          ("fsdp", 0.012, 0.011, 2.4e7)):
+        rows.append(base | {"strategy": strategy, "step_time_median_s": step,
+                            "throughput_samples_s": 64 * workers / step,
+                            "exposed_comm_s": exposed, "bytes_per_worker": sent})
+    return pd.DataFrame(rows)
+
+
+def test_measured_ranking_failed_last_and_labelled_measured():
+    frame = recommend(measured_frame(), workloads=["mlp:M"], targets=[NETNS])
+    assert list(frame["strategy"]) == ["single_device", "ddp", "fsdp", "parameter_server",
+                                       "parameter_server_async"]
+    assert list(frame["rank"]) == [1, 2, 3, 4, 5]
+    assert set(frame["source"]) == {"measured"}
+    assert set(frame["train_source"]) == {"extrapolated from measured"}
+    failed = frame[frame["status"] == "failed"].iloc[0]
+    assert "worker 1 died" in failed["reason"] and math.isnan(failed["train_time_s"])
+    ddp = frame[frame["strategy"] == "ddp"].iloc[0]
+    # T1 = 20 ms, T2 = 300 ms: the exchange is ~93% of the step at the measured link rate
+    assert ddp["reason"] == "gradient exchange is 93% of the step at 400 Mbit/s"
+
+
+def test_sparse_workload_reason_names_the_bytes_the_server_saves():
+    frame = recommend(measured_frame(), workloads=["recsys:S"], targets=[NETNS])
+    assert frame.iloc[1]["strategy"] == "parameter_server"
+    reason = frame.iloc[1]["reason"]
+    assert reason.startswith("embedding gradients touch 2% of rows")
+    assert "fewer bytes than all-reduce" in reason
+
+
+def test_memory_per_device_sharding_rules():
+    p = 1e9  # 4 GB of fp32 parameters
+    assert memory_per_device(p, "allreduce", 8) == pytest.approx(16e9)  # params+grads+2 slots
+    assert memory_per_device(p, "sharded", 8) == pytest.approx(2e9)  # fsdp shards all three
+    assert memory_per_device(p, "parameter_server", 8) == pytest.approx(8e9)
+    assert memory_per_device(p, "none", 1, optimizer_slots=0) == pytest.approx(8e9)
+
+
+def test_rank_puts_what_does_not_fit_below_what_fits():
+    def cand(strategy, exchange, tput):
+        return {"framework": "sim", "strategy": strategy, "exchange": exchange, "replicas": 8,
+                "status": "ok", "status_reason": "", "step_time_s": 64 * 8 / tput,
+                "throughput_samples_s": tput, "scaling_efficiency": 0.9,
+                "comm_fraction": 0.1, "bytes_per_worker": 1e9, "params": 2e9, "sparsity": 1.0,
+                "source": "simulated", "validation_error": math.nan,
+                "device_memory_bytes": 16e9, "price_per_device_hour": 2.0}
+
+    ranked = rank([cand("allreduce_ring", "allreduce", 1000.0),
+                   cand("fsdp", "sharded", 800.0)], samples=1e6, price=None)
+    assert [r["strategy"] for r in ranked] == ["fsdp", "allreduce_ring"]
+    assert ranked[0]["fits"] and not ranked[1]["fits"]
+    assert ranked[1]["reason"].startswith("does not fit: needs 32 GB per device")
+    assert "the device has 16 GB" in ranked[1]["reason"]
+    assert ranked[0]["reason"].startswith("shards parameters, gradients and optimizer state")
+    # cost: 1e6 samples / 800 samples/s = 1250 s, x 8 devices x $2/h
+    assert ranked[0]["train_time_s"] == pytest.approx(1250.0)
+    assert ranked[0]["cost_usd"] == pytest.approx(1250 / 3600 * 8 * 2.0)
+
+
+def test_preset_targets_use_stored_simulations_with_price_and_validation_error():
+    validation = pd.DataFrame({"kind": ["step", "step", "step", "collective"],
+                               "error": [0.1, -0.3, 0.2, 0.9]})
+    frame = recommend(measured_frame(), workloads=["mlp:M"],
+                      targets=["preset:eth25_v100,hosts=4"], samples=1e7,
+                      simulated=sim_rows(), validation=validation, price=99.0)
+    assert list(frame["strategy"]) == ["allreduce_ring", "fsdp", "parameter_server"]
+    assert set(frame["source"]) == {"simulated"}
+    assert frame["validation_error"].tolist() == pytest.approx([0.2] * 3)
+    assert frame["target"].iloc[0] == "preset:eth25_v100,hosts=4 (32 devices)"
+    top = frame.iloc[0]
+    assert top["price_per_device_hour"] == 3.0  # the preset's price, not the user's
+    assert top["train_time_s"] == pytest.approx(1e7 / (64 * 32 / 0.010))
+    assert top["cost_usd"] == pytest.approx(top["train_time_s"] * 32 / 3600 * 3.0)
+    assert top["device_memory_bytes"] == 16e9  # V100 16GB
+    assert top["reason"] == "gradient exchange is 90% of the step at 25 Gbit/s"
+    assert validation_errors(validation) == {"step": pytest.approx(0.2),
+                                             "collective": pytest.approx(0.9)}
+
+
+def test_user_price_applies_to_measured_targets():
+    frame = recommend(measured_frame(), workloads=["mlp:M"], targets=[NETNS], price=2.0,
+                      samples=1e6)
+    ddp = frame[frame["strategy"] == "ddp"].iloc[0]
+    assert ddp["cost_usd"] == pytest.approx(1e6 / (128 / 0.30) * 2 / 3600 * 2.0)
+    assert "$" in format_table(frame)
+
+
+def test_preset_hosts_expand_and_missing_simulations_run():
+    targets = parse_targets(["preset:dgx_h100_ib,hosts=1|2", "local"])
+    assert [(t.kind, t.workers) for t in targets] == [("preset", 8), ("preset", 16),
+                                                      ("measured", 0)]
+    frame = recommend(pd.DataFrame(), workloads=["recsys:S"],
+                      targets=["preset:dgx_h100_ib,hosts=1"])
+    assert len(frame) >= 4 and set(frame["source"]) == {"simulated"}
+    assert frame["cost_usd"].notna().all()  # the preset's price per device-hour
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"targets": ["bogus"]}, {"targets": ["preset:nope,hosts=2"]},
+    {"workloads": ["nope:Q"]}, {"samples": 0}, {"price": -1.0},
+])
+def test_bad_input_is_an_input_error(kwargs):
+    args = {"workloads": ["mlp:M"], "targets": [NETNS]} | kwargs
+    with pytest.raises(InputError):
+        recommend(measured_frame(), **args)
+
+
+def test_no_workloads_at_all_is_an_input_error():
+    with pytest.raises(InputError, match="--workload"):
+        recommend(pd.DataFrame(), targets=["local"])
+
+
+def test_from_store_and_cli_json(tmp_path):
+    store = ResultsStore(tmp_path)
+    store.start_run({"memory_bytes": 8e9}, run_id="r1")
+    for r in measured_frame().to_dict("records"):
+        store.write_case(ResultRow.from_dict(r))
+    frame = recommend_from_store(tmp_path, workloads=["mlp:M"], targets=[NETNS])
+    assert frame.iloc[0]["device_memory_bytes"] == 8e9  # this machine's RAM, one replica
+    assert frame.iloc[1]["device_memory_bytes"] == 4e9  # shared by two
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "recommend", "--results",
+                           str(tmp_path), "--workload", "mlp:M", "--target", NETNS, "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data[0]["strategy"] == "single_device" and data[0]["source"] == "measured"
+    bad = subprocess.run([sys.executable, "-m", "harness.cli", "recommend", "--results",
+                          str(tmp_path), "--target", "bogus"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip().count("\n") == 0 and "unknown target" in bad.stderr
