@@ -7,6 +7,7 @@ already written are never touched (each is its own file).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import shutil
@@ -51,13 +52,15 @@ def unavailable_reason(case: Case, cluster: Cluster | None = None) -> str | None
         return (f"user workload {case.options.get('workload_label')!r} is a {owner} model; "
                 f"it runs only under {owner} strategies")
     if case.strategy == "tpu":
-        return "no TPU on this machine (TPUClusterResolver found no TPU name or device)"
+        hints = environment.tpu_hints()
+        if not hints["present"]:
+            return ("no TPU on this machine: none of "
+                    f"{', '.join(environment.TPU_ENV_VARS)} is set and no /dev/accel* or "
+                    "/dev/vfio device exists, so TPUClusterResolver has nothing to resolve")
     if case.cluster.startswith("netns") and cluster is None:
         return netns.unavailable_reason() or "emulated hosts could not be built"
     if case.cluster.startswith("slurm"):
         return "the Slurm launcher is not built yet (issue #10)"
-    if cluster is not None and case.framework == "tf":
-        return "TF runners on emulated hosts are not built yet (issue #6)"
     return None
 
 
@@ -162,6 +165,11 @@ def execute_case(case: Case, run_id: str, workdir: Path,
     strat = strategy_of(case)
     summary = stats.summarize([r["step_time_s"] for r in step_rows])
     row = _base_row(case, run_id, Status.OK.value, "", started)
+    if first.get("replicas", case.replicas) != case.replicas:  # a TPU has as many as it has
+        # the row records what ran; its case_id stays the planned one, so resume finds it
+        case = dataclasses.replace(case, replicas=int(first["replicas"]))
+        row.replicas, row.global_batch = case.replicas, case.global_batch
+        case_file.write_text(case.to_json())  # the reference trains on that global batch
     row.step_time_median_s = summary.median_s
     row.step_time_ci95_low_s = summary.ci95_low_s
     row.step_time_ci95_high_s = summary.ci95_high_s
@@ -173,7 +181,8 @@ def execute_case(case: Case, run_id: str, workdir: Path,
     row.loss_last = float(losses[-1]) if losses else math.nan
     extra: dict[str, Any] = {"threads_per_process": first.get("threads"),
                              "per_replica_batch": case.per_replica_batch,
-                             "loss_decreased": bool(losses and losses[-1] < losses[0])}
+                             "loss_decreased": bool(losses and losses[-1] < losses[0]),
+                             **first.get("details", {})}
     row.bytes_sent_per_step, extra["bytes_sent_method"] = _bytes_sent(case, strat.exchange,
                                                                      first)
     for server in first.get("servers", []):

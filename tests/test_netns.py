@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -67,6 +68,31 @@ def test_gradient_exchange_dominates_slower_links_are_slower(tmp_path):
         medians[rate] = row.step_time_median_s
     # 0.6 MB of gradients: about 48 ms per step at 100 Mbit/s, 6 ms at 800 Mbit/s
     assert medians["100mbit"] > 3 * medians["800mbit"], medians
+    assert not netns.leftovers()
+
+
+@needs_root
+def test_every_multi_process_strategy_of_both_frameworks_runs_across_hosts(tmp_path):
+    """The issue's acceptance: TF multi_worker_mirrored and parameter_server, torch ddp and
+    parameter_server, on 4 hosts at 400 Mbit/s, with the links measured within 10%."""
+    proc = stratbench("run", "--framework", "all", "--strategy", "multi_worker_mirrored",
+                      "--strategy", "parameter_server", "--strategy", "ddp", "--workload",
+                      "mlp:S", "--cluster", "netns:hosts=4,rate=400mbit", "--steps", "4",
+                      "--warmup", "1", "--repeats", "1", "--results", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    frame = load(tmp_path)
+    got = {(r.framework, r.strategy): r for r in frame.itertuples()}
+    assert set(got) == {("tf", "multi_worker_mirrored"), ("tf", "parameter_server"),
+                        ("torch", "ddp"), ("torch", "parameter_server")}
+    for key, row in got.items():
+        assert row.status == "ok", (key, row.reason)
+        assert row.replicas == 4 and row.cluster == "netns:hosts=4,rate=400mbit"
+    for key in (("tf", "multi_worker_mirrored"), ("torch", "ddp")):
+        assert got[key].max_weight_diff < 1e-4, key
+    (manifest,) = tmp_path.glob("runs/*/manifest.json")
+    (network,) = json.loads(manifest.read_text())["networks"]
+    links = network["links"]
+    assert links and all(abs(link["throughput_bits_s"] / 400e6 - 1) <= 0.1 for link in links)
     assert not netns.leftovers()
 
 

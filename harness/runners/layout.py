@@ -30,7 +30,7 @@ def processes(case: Case, case_file: Path, cluster: Cluster | None = None) -> li
     if case.framework == "tf":
         from harness.runners.tf_layout import tf_processes
 
-        return tf_processes(case, case_file, LOOPBACK)
+        return tf_processes(case, case_file, cluster)
     servers: list[ProcessSpec] = []
     if case.strategy in ("parameter_server", "parameter_server_async"):
         # servers end when the workers shut RPC down; the group does not wait for them

@@ -1,0 +1,403 @@
+"""TensorFlow strategies, child side: one_device, mirrored, central_storage,
+multi_worker_mirrored, parameter_server and tpu (launched only where a TPU is advertised).
+
+Imported only inside a worker process of a TF case (DESIGN.md: `import tensorflow` lives in
+TF-specific modules). Every strategy runs the same custom training loop (`strategy.run` +
+`strategy.reduce`; Keras 3 `fit` does not support MultiWorkerMirrored or ParameterServer):
+plain SGD at the torch runners' learning rate, each replica's loss summed over its examples and
+divided by the global batch (`tf.nn.compute_average_loss`), so the summed replica gradients
+equal the gradient of the mean over the global batch and a synchronous strategy must end with
+the weights of one device trained on the global batch (the `reference` role).
+
+Threads and logical CPU devices are configured before TensorFlow's runtime starts, which is
+why the workload adapter (which imports Keras) is imported only inside `run`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from harness.plan import Case
+
+LEARNING_RATE = 0.05  # the torch runners' rate, so the frameworks' results compare
+INTER_OP_THREADS = 2
+SINGLE_PROCESS = ("one_device", "mirrored", "central_storage")
+LOGICAL_DEVICE_NOTE = ("replicas are logical CPU devices of one process that share the same "
+                       "{cores} cores: the timing measures the strategy's overhead and the run "
+                       "checks correctness, not scaling")
+PS_TIMING = ("per step the coordinator schedules one function per worker (each on its shard "
+             "of that step's global batch) and joins; a step time is schedule + join measured "
+             "at the coordinator")
+COLLECTIVES = ("RING", "NCCL", "AUTO")
+
+
+def _cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _configure(local_processes: int, logical_cpus: int = 1) -> int:
+    """Threads and devices, before anything starts TF's runtime; returns intra-op threads.
+
+    GPUs are hidden: stratbench's TF cases are CPU cases (replicas are processes or logical
+    CPU devices), which keeps a run the same on a machine that happens to have a GPU.
+    """
+    threads = max(1, _cores() // max(1, local_processes))
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(INTER_OP_THREADS)
+    tf.config.set_visible_devices([], "GPU")
+    if logical_cpus > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(logical_cpus)])
+    return threads
+
+
+def _cross_device_ops(case: Case) -> Any:
+    """MirroredStrategy's all-reduce: TF's default on CPUs (collective ring) unless chosen."""
+    name = case.options.get("cross_device_ops", "default")
+    if name == "default":
+        return None
+    if name == "reduction_to_one_device":
+        return tf.distribute.ReductionToOneDevice()
+    if name == "hierarchical_copy":
+        if case.replicas % 2:
+            # measured (tests/test_tf_reductions.py): with 3 devices the all-reduce silently
+            # leaves out the third replica's value
+            raise ValueError("hierarchical_copy needs an even number of replicas: TF's "
+                             "HierarchicalCopyAllReduce drops a device when the count is odd")
+        return tf.distribute.HierarchicalCopyAllReduce(num_packs=1)
+    raise ValueError(f"unknown cross_device_ops {name!r} (choose from default, "
+                     "reduction_to_one_device, hierarchical_copy)")
+
+
+def _single_process_strategy(case: Case) -> tuple[Any, dict[str, Any]]:
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:case.replicas]
+    if case.strategy == "one_device":
+        return tf.distribute.OneDeviceStrategy(devices[0]), {"devices": devices}
+    details: dict[str, Any] = {"devices": devices, "logical_cpu_devices": len(devices),
+                               "note": LOGICAL_DEVICE_NOTE.format(cores=_cores())}
+    if case.strategy == "mirrored":
+        strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=_cross_device_ops(case))
+        ops = getattr(strategy.extended, "_cross_device_ops", None)  # what TF picked
+        details["cross_device_ops"] = type(ops).__name__
+    else:
+        strategy = tf.distribute.experimental.CentralStorageStrategy(devices)
+        details["parameter_device"] = devices[0]
+    return strategy, details
+
+
+def _collective_timeout(case: Case) -> float:
+    """Seconds a collective waits for a peer before it fails (never forever)."""
+    return float(case.options.get("collective_timeout_s", max(10.0, case.timeout_s / 2)))
+
+
+def _multi_worker_strategy(case: Case) -> tuple[Any, dict[str, Any]]:
+    collective = str(case.options.get("collective", "RING")).upper()
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r} (choose from "
+                         f"{', '.join(COLLECTIVES)})")
+    timeout = _collective_timeout(case)
+    impl = getattr(tf.distribute.experimental.CommunicationImplementation, collective)
+    options = tf.distribute.experimental.CommunicationOptions(implementation=impl,
+                                                              timeout_seconds=timeout)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
+    return strategy, {"collective": collective, "collective_timeout_s": timeout,
+                      "workers": cluster["worker"]}
+
+
+_BOILERPLATE = ("[[", "File ", "Detected at", "Graph execution error",
+                "The error could be from a previous operation", "Restart your program",
+                "The tasks have crashed")
+
+
+class StepError(RuntimeError):
+    """A TF op failed in a step; the message is the op error's telling line."""
+
+
+@contextlib.contextmanager
+def _step_errors(step: int) -> Iterator[None]:
+    """TF's op errors bury what happened ('Collective has timed out during execution.',
+    'The following tasks are unhealthy (stopped sending heartbeats): ...') among graph
+    locations and boilerplate: lift it into one clear line."""
+    try:
+        yield
+    except tf.errors.OpError as exc:
+        lines = [ln.strip() for ln in str(exc.message).splitlines() if ln.strip()]
+        telling = [ln for ln in lines if not ln.startswith(_BOILERPLATE)]
+        what = " ".join(telling[:2] if telling and telling[0].endswith(":") else telling[:1])
+        raise StepError(f"step {step}: {type(exc).__name__}: {what or exc.message}") from exc
+
+
+def _distribute(strategy: Any, batch: Any, replicas: int) -> Any:
+    """Replica r gets shard r of the global batch (its global replica id under MWMS)."""
+    from harness.runners import tf_workload as tw
+
+    def shard(ctx: Any) -> Any:
+        return tw.to_tensors(tw.shard(batch, ctx.replica_id_in_sync_group, replicas))
+
+    return strategy.experimental_distribute_values_from_function(shard)
+
+
+def _replica_copies_diff(model: Any) -> float:
+    """Largest difference between the replicas' copies of any variable (0 when in sync)."""
+    from harness.runners import tf_workload as tw
+
+    worst = 0.0
+    for _, v in tw.named_weights(model):
+        copies = getattr(getattr(v, "value", v), "values", None)
+        if copies and len(copies) > 1:
+            first = copies[0].numpy()
+            worst = max(worst, *(float(np.max(np.abs(c.numpy() - first), initial=0.0))
+                                 for c in copies[1:]))
+    return worst
+
+
+def _leave_together(rank: int, workers: int, timeout_s: float) -> None:
+    """Keep every worker alive until all have finished their steps, worker 0 last.
+
+    A collective all-reduce's data is pulled by the receiver: a worker whose last step is
+    done may exit while its slower peer still reads the last all-reduce from it, which then
+    fails with 'Collective ops is aborted by: Socket closed' (seen here at the last step).
+    So all meet at a barrier of TF's coordination service, then each other worker says it is
+    leaving and exits, and worker 0, which hosts the service, leaves after them.
+    """
+    from tensorflow.python.eager import context
+
+    ctx = context.context()
+    ms = int(timeout_s * 1000)
+    ctx.wait_at_barrier("stratbench/steps_done", ms)
+    if rank == 0:
+        for other in range(1, workers):
+            ctx.get_config_key_value(f"stratbench/leaving/{other}", ms)
+    else:
+        ctx.set_config_key_value(f"stratbench/leaving/{rank}", "1")
+
+
+def train_sync(case: Case, strategy: Any, rank: int, global_batch: int,
+               workdir: Path, save_weights: bool) -> dict[str, Any]:
+    """The timed loop of every synchronous strategy and of the one-device reference."""
+    import keras
+
+    from harness.runners import tf_workload as tw
+
+    workload = tw.spec(case)
+    replicas = strategy.num_replicas_in_sync
+    with strategy.scope():
+        model = tw.build(workload, case.seed)
+        optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE)
+        variables = [v for _, v in tw.named_weights(model)]
+        optimizer.build(variables)
+
+    def replica_step(batch: Any) -> Any:
+        with tf.GradientTape() as tape:
+            loss = tw.scaled_loss(workload, model, batch, global_batch)
+        grads = tape.gradient(loss, variables)
+        optimizer.apply_gradients(zip(grads, variables, strict=True))
+        return loss
+
+    @tf.function
+    def train_step(batch: Any) -> Any:
+        per_replica = strategy.run(replica_step, args=(batch,))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    batches = [_distribute(strategy, tw.batch(workload, step, global_batch, case.seed),
+                           replicas) for step in range(case.total_steps)]
+    times: list[float] = []
+    losses: list[float] = []
+    for step, batch in enumerate(batches):
+        tw.inject_fault(case, rank, step)
+        start = time.perf_counter()
+        with _step_errors(step):
+            value = float(train_step(batch))  # float() waits for the step to finish
+        elapsed = time.perf_counter() - start
+        if step >= case.warmup:
+            times.append(elapsed)
+        losses.append(value)
+    if case.strategy == "multi_worker_mirrored" and replicas > 1:
+        _leave_together(rank, replicas, _collective_timeout(case))
+    report: dict[str, Any] = {"step_times_s": times, "losses": losses, "rank": rank,
+                              "world": replicas, "threads": tf.config.threading
+                              .get_intra_op_parallelism_threads(),
+                              "grad_bytes": tw.weight_bytes(model),
+                              "timing": "per step: strategy.run + reduce of the loss, until "
+                                        "the loss is on the host"}
+    if replicas > 1 and case.strategy in ("mirrored", "central_storage"):
+        report["replica_copies_max_diff"] = _replica_copies_diff(model)
+    if save_weights:
+        path = workdir / f"weights-tf-{case.strategy}-{rank}.npz"
+        arrays: dict[str, Any] = tw.weights(model)
+        np.savez(path, **arrays)
+        report["weights"] = str(path)
+    return report
+
+
+def _shard_variables(variable: Any) -> list[Any]:
+    """The tf.Variables behind a Keras variable: the shards of a ShardedVariable, else one."""
+    inner = getattr(variable, "value", variable)
+    return list(getattr(inner, "variables", [inner]))
+
+
+def _serve(role: str, index: int) -> dict[str, Any]:
+    """A parameter-server cluster's worker or ps task: a gRPC server until it is killed."""
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    server = tf.distribute.Server(resolver.cluster_spec(), job_name=role, task_index=index,
+                                  protocol="grpc", start=True)
+    server.join()  # never returns: the launcher kills servers when the chief ends
+    return {}
+
+
+def train_parameter_server(case: Case, workdir: Path) -> dict[str, Any]:
+    """The chief: ParameterServerStrategy + ClusterCoordinator, variables in K shards."""
+    from harness.runners import tf_workload as tw
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    cluster = resolver.cluster_spec().as_dict()
+    shards, workers = len(cluster.get("ps", [])), len(cluster.get("worker", []))
+    partitioner = tf.distribute.experimental.partitioners.FixedShardsPartitioner(shards)
+    strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    workload = tw.spec(case)
+    with strategy.scope():
+        model = tw.build(workload, case.seed)
+    named = tw.named_weights(model)
+    # Keras 3's optimizers do not take sharded variables: plain SGD on each shard, sparse
+    # (scatter_sub of the touched rows) where the gradient is sparse.
+    variables = [s for _, v in named for s in _shard_variables(v)]
+    per_worker = case.per_replica_batch
+
+    def replica_step(batch: Any) -> tuple[Any, Any]:
+        with tf.GradientTape() as tape:
+            loss = tw.scaled_loss(workload, model, batch, per_worker)
+        grads = tape.gradient(loss, variables)
+        pushed = tf.constant(0, tf.int64)
+        for grad, var in zip(grads, variables, strict=True):
+            if grad is None:
+                continue
+            if isinstance(grad, tf.IndexedSlices):
+                var.scatter_sub(tf.IndexedSlices(LEARNING_RATE * grad.values, grad.indices,
+                                                 grad.dense_shape))
+                pushed += (tf.size(grad.values, tf.int64) * grad.values.dtype.size
+                           + tf.size(grad.indices, tf.int64) * grad.indices.dtype.size)
+            else:
+                var.assign_sub(LEARNING_RATE * grad)
+                pushed += tf.size(grad, tf.int64) * grad.dtype.size
+        return loss, pushed
+
+    @tf.function
+    def worker_fn(batch: Any) -> Any:
+        return strategy.run(replica_step, args=(batch,))
+
+    times: list[float] = []
+    losses: list[float] = []
+    pushed: list[float] = []
+    for step in range(case.total_steps):
+        global_batch = tw.batch(workload, step, case.global_batch, case.seed)
+        shards_of_step = [tw.to_tensors(tw.shard(global_batch, r, workers))
+                          for r in range(workers)]
+        start = time.perf_counter()
+        with _step_errors(step):
+            results = [coordinator.schedule(worker_fn, args=(b,)) for b in shards_of_step]
+            coordinator.join()
+        elapsed = time.perf_counter() - start
+        fetched = [r.fetch() for r in results]
+        losses.append(float(np.mean([loss for loss, _ in fetched])))
+        if step >= case.warmup:
+            times.append(elapsed)
+            pushed.append(float(np.mean([b for _, b in fetched])))
+    layout = {name: [[s.device, list(s.shape)] for s in _shard_variables(v)]
+              for name, v in named}
+    return {"step_times_s": times, "losses": losses, "rank": 0, "world": workers,
+            "threads": tf.config.threading.get_intra_op_parallelism_threads(),
+            "grad_bytes": tw.weight_bytes(model),
+            "bytes_pushed_per_step": float(np.median(pushed)) if pushed else 0.0,
+            "timing": PS_TIMING,
+            "details": {"ps_shards": shards, "workers": workers,
+                        "partitioner": f"FixedShardsPartitioner({shards})",
+                        "sharded_variables": sum(len(s) > 1 for s in layout.values()),
+                        "variable_shards": layout, "timing": PS_TIMING,
+                        "update": "asynchronous SGD, each worker's gradient of its "
+                                  "per-worker mean loss applied on the ps as it arrives"}}
+
+
+class TPUUnreachableError(RuntimeError):
+    """The environment names a TPU that TPUClusterResolver cannot attach to."""
+
+
+def _tpu_strategy() -> tuple[Any, dict[str, Any]]:
+    """Attach to the TPU the environment names: TPU_NAME (a Cloud TPU node or Colab's
+    address), else the chips of this TPU VM ('local')."""
+    name = os.environ.get("TPU_NAME", "" if "COLAB_TPU_ADDR" in os.environ else "local")
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=name)
+        tf.config.experimental_connect_to_cluster(resolver)
+        topology = tf.tpu.experimental.initialize_tpu_system(resolver)
+    except Exception as exc:  # advertised, but not there: say which TPU and why
+        raise TPUUnreachableError(f"TPU {name!r} is advertised by the environment but "
+                                  f"could not be reached: {type(exc).__name__}: {exc}") from exc
+    strategy = tf.distribute.TPUStrategy(resolver)
+    return strategy, {"tpu": name, "tpu_cores": int(topology.num_tasks
+                                                    * topology.num_tpus_per_task),
+                      "note": "TPU matmuls use bfloat16 passes by default: the weights "
+                              "differ from the CPU reference by more than float32 rounding"}
+
+
+def _run_tpu(case: Case, workdir: Path) -> dict[str, Any]:
+    """Every core of the TPU is a replica; the per-replica batch stays the case's."""
+    _configure(1)
+    strategy, details = _tpu_strategy()
+    cores = strategy.num_replicas_in_sync
+    case = dataclasses.replace(case, replicas=cores)
+    report = train_sync(case, strategy, 0, case.global_batch, workdir, save_weights=True)
+    report["replicas"] = cores  # the parent records what ran, not what was planned
+    return _with_details(report, details)
+
+
+def _with_details(report: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
+    report["details"] = {**details, **report.pop("details", {})}
+    return report
+
+
+def run(case: Case, role: str, index: int, workdir: Path) -> dict[str, Any]:
+    if case.strategy != "multi_worker_mirrored" and case.strategy != "parameter_server":
+        os.environ.pop("TF_CONFIG", None)  # a stray cluster must not change a local case
+    if role == "reference":  # one device, global batch: the correctness baseline
+        _configure(1)
+        strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+        return train_sync(case, strategy, 0, case.global_batch, workdir, save_weights=True)
+    if case.strategy == "tpu":
+        return _run_tpu(case, workdir)
+    if case.strategy in SINGLE_PROCESS:
+        logical = case.replicas if case.strategy != "one_device" else 1
+        _configure(1, logical)
+        strategy, details = _single_process_strategy(case)
+        if strategy.num_replicas_in_sync != case.replicas:
+            raise RuntimeError(f"{case.strategy} has {strategy.num_replicas_in_sync} replicas, "
+                               f"the case asks for {case.replicas}")
+        return _with_details(train_sync(case, strategy, 0, case.global_batch, workdir,
+                                        save_weights=True), details)
+    if case.strategy == "multi_worker_mirrored":
+        _configure(case.replicas)
+        strategy, details = _multi_worker_strategy(case)
+        return _with_details(train_sync(case, strategy, index, case.global_batch, workdir,
+                                        save_weights=index == 0), details)
+    if case.strategy == "parameter_server":
+        shards = int(case.options.get("ps_shards", 1))
+        _configure(1 + case.replicas + shards)
+        if role in ("worker", "ps"):
+            return _serve(role, index)
+        return train_parameter_server(case, workdir)
+    raise ValueError(f"no TF runner for strategy {case.strategy!r}")
+
