@@ -7,12 +7,13 @@ already written are never touched (each is its own file).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import math
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -117,13 +118,34 @@ def _port_clash(group: GroupResult) -> bool:
                                          or "eaddrinuse" in text)
 
 
+EXPOSED = ("TF's gRPC servers listened on every interface of this machine: TF cannot bind "
+           "one address, and without root there is no private namespace to confine them")
+
+
+def needs_private_loopback(case: Case, cluster: Cluster | None) -> bool:
+    """TF's multi-process cases on the local cluster: their gRPC servers bind every
+    interface, so they run in a namespace whose only interface is its own loopback."""
+    return (cluster is None and case.framework == "tf"
+            and case.strategy in ("multi_worker_mirrored", "parameter_server"))
+
+
+@contextlib.contextmanager
+def _where(case: Case, cluster: Cluster | None) -> Iterator[Cluster | None]:
+    if not needs_private_loopback(case, cluster) or netns.unavailable_reason():
+        yield cluster
+        return
+    with netns.private_loopback() as private:
+        yield private
+
+
 def _run_repeat(case: Case, case_file: Path, workdir: Path,
                 cluster: Cluster | None) -> GroupResult:
     """One repetition; if another program took our rendezvous port between our choosing it
     and the workers binding it, start again on fresh ports."""
     for attempt in range(PORT_RETRIES):
-        group = run_group(layout.processes(case, case_file, cluster),
-                          workdir.with_name(f"{workdir.name}-a{attempt}"), case.timeout_s)
+        with _where(case, cluster) as where:
+            group = run_group(layout.processes(case, case_file, where),
+                              workdir.with_name(f"{workdir.name}-a{attempt}"), case.timeout_s)
         if not _port_clash(group):
             return group
     return group
@@ -183,6 +205,10 @@ def execute_case(case: Case, run_id: str, workdir: Path,
                              "per_replica_batch": case.per_replica_batch,
                              "loss_decreased": bool(losses and losses[-1] < losses[0]),
                              **first.get("details", {})}
+    if needs_private_loopback(case, cluster):
+        extra["exposure"] = EXPOSED if netns.unavailable_reason() else (
+            "ran in a private network namespace: its servers were reachable only on its "
+            "own loopback")
     row.bytes_sent_per_step, extra["bytes_sent_method"] = _bytes_sent(case, strat.exchange,
                                                                      first)
     for server in first.get("servers", []):

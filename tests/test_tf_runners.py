@@ -8,6 +8,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -16,6 +19,7 @@ import pytest
 from harness import environment
 from harness.catalog import strategies
 from harness.execute import execute, unavailable_reason
+from harness.launch import netns
 from harness.launch.netns import Cluster, Host
 from harness.plan import Case, plan, resolve_workloads
 from harness.runners.tf_layout import tf_processes
@@ -187,4 +191,70 @@ def test_an_advertised_tpu_that_is_not_there_ends_as_a_failed_row_that_names_it(
     (row,) = execute([_case("tpu", replicas=1)], store, "r5")
     assert row.status == "failed"
     assert "TPUUnreachableError: TPU 'stratbench-no-such-tpu'" in row.reason, row.reason
+    assert not _our_children()
+
+
+def _listening_in_namespace_of(pid: int) -> set[tuple[str, int]]:
+    """(local address hex, port) of every TCP listener in the network namespace of `pid`."""
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A":  # LISTEN
+                address, port = fields[1].split(":")
+                found.add((address, int(port, 16)))
+    return found
+
+
+@pytest.mark.heavy
+@pytest.mark.skipif(netns.unavailable_reason() is not None, reason="needs root (namespaces)")
+def test_tf_grpc_servers_listen_only_inside_a_private_namespace(store):
+    """TF's gRPC servers bind every interface; on the local cluster they run in a namespace
+    whose only interface is its loopback, so nothing of theirs listens in ours."""
+    ours = os.readlink("/proc/self/ns/net")
+    exposed: set[tuple[str, int]] = set()
+    confined: set[tuple[str, int]] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            for proc in psutil.Process().children(recursive=True):
+                try:
+                    if os.readlink(f"/proc/{proc.pid}/ns/net") == ours:
+                        exposed.update((c.laddr.ip, c.laddr.port)
+                                       for c in proc.net_connections(kind="inet")
+                                       if c.status == psutil.CONN_LISTEN)
+                    else:  # psutil reads our namespace's tables: read the process's own
+                        confined.update(_listening_in_namespace_of(proc.pid))
+                except (psutil.Error, OSError):
+                    continue
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        (row,) = execute([_case("parameter_server", ps_shards=2)], store, "r6")
+    finally:
+        done.set()
+        watcher.join()
+    assert row.status == "ok", row.reason
+    assert "private network namespace" in row.extra["exposure"]
+    assert confined, "the watcher saw no TF server at all"
+    assert not exposed, exposed
+    assert not netns.leftovers()
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("role", ["ps", "worker"])
+def test_a_killed_parameter_server_task_ends_the_case_failed_naming_it(store, role):
+    """The launcher does not wait for ClusterCoordinator to move a dead worker's steps onto
+    the others: a measurement with fewer tasks than planned would be a wrong row."""
+    killed = _case("parameter_server", ps_shards=2, die_role=role, die_index=1,
+                   die_after_s=5)
+    killed = dataclasses.replace(killed, steps=5000)  # minutes, were nothing killed
+    started = time.monotonic()
+    (row,) = execute([killed], store, f"r-{role}")
+    assert row.status == "failed"
+    assert f"{role}1 exited with code -9" in row.reason and "InjectedFaultError" in row.reason
+    assert time.monotonic() - started < killed.timeout_s
     assert not _our_children()

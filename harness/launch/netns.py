@@ -13,6 +13,7 @@ No shell strings: every command is an argv list.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import secrets
 import shutil
@@ -155,6 +156,28 @@ def emulated(hosts: int, rate_bits: float) -> Iterator[Cluster]:
     """A cluster that is torn down on success, error, timeout and Ctrl-C alike."""
     cluster = create(hosts, rate_bits)
     try:
+        yield cluster
+    finally:
+        destroy(cluster)
+
+
+@contextlib.contextmanager
+def private_loopback() -> Iterator[Cluster]:
+    """One host whose only interface is its own loopback, torn down on exit.
+
+    TF's gRPC servers listen on every interface and TF has no option to bind one address;
+    run inside this namespace, "every interface" is a loopback no other machine can reach.
+    """
+    why = unavailable_reason()
+    if why:
+        raise NetnsError(why)
+    tag = PREFIX + secrets.token_hex(3)
+    namespace = f"{tag}-lo"
+    cluster = Cluster(tag, math.inf, [Host(0, namespace, "127.0.0.1", "lo")], namespace)
+    try:
+        _run(["ip", "netns", "add", namespace])
+        cluster.created.append(namespace)
+        _run(_in(namespace, "ip", "link", "set", "lo", "up"))
         yield cluster
     finally:
         destroy(cluster)

@@ -250,8 +250,11 @@ def _shard_variables(variable: Any) -> list[Any]:
     return list(getattr(inner, "variables", [inner]))
 
 
-def _serve(role: str, index: int) -> dict[str, Any]:
+def _serve(case: Case, role: str, index: int) -> dict[str, Any]:
     """A parameter-server cluster's worker or ps task: a gRPC server until it is killed."""
+    from harness.runners import tf_workload as tw
+
+    tw.schedule_server_fault(case, role, index)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     server = tf.distribute.Server(resolver.cluster_spec(), job_name=role, task_index=index,
                                   protocol="grpc", start=True)
@@ -397,7 +400,7 @@ def run(case: Case, role: str, index: int, workdir: Path) -> dict[str, Any]:
         shards = int(case.options.get("ps_shards", 1))
         _configure(1 + case.replicas + shards)
         if role in ("worker", "ps"):
-            return _serve(role, index)
+            return _serve(case, role, index)
         return train_parameter_server(case, workdir)
     raise ValueError(f"no TF runner for strategy {case.strategy!r}")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -95,3 +96,18 @@ def inject_fault(case: Case, rank: int, step: int) -> None:
         print(f"injected fault: worker {rank} freezes itself (SIGSTOP) at step {step}",
               file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def schedule_server_fault(case: Case, role: str, index: int) -> None:
+    """Test hook for servers that run no steps of their own (a parameter-server cluster's
+    `ps` and `worker` tasks): SIGKILL this task `die_after_s` seconds after it starts."""
+    if (role, index) != (case.options.get("die_role"), case.options.get("die_index", 0)):
+        return
+    delay = float(case.options["die_after_s"])
+
+    def die() -> None:
+        print(f"InjectedFaultError: {role}{index} kills itself (SIGKILL) after {delay:g} s "
+              "(case option die_after_s)", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Timer(delay, die).start()
