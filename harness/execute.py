@@ -24,9 +24,10 @@ import pandas as pd
 
 from harness import environment
 from harness.catalog import STRATEGIES
-from harness.launch import netns
+from harness.launch import netns, slurm
 from harness.launch.netns import Cluster
 from harness.launch.processes import GroupResult, run_group
+from harness.launch.slurm import SlurmTarget
 from harness.measure import stats
 from harness.plan import Case
 from harness.runners import layout
@@ -43,7 +44,10 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def unavailable_reason(case: Case, cluster: Cluster | None = None) -> str | None:
+Where = Cluster | SlurmTarget | None  # local processes, emulated hosts, or Slurm
+
+
+def unavailable_reason(case: Case, cluster: Where = None) -> str | None:
     """Why this case cannot run on this machine, or None if it can."""
     module = FRAMEWORK_MODULE[case.framework]
     if importlib.util.find_spec(module) is None:
@@ -60,8 +64,8 @@ def unavailable_reason(case: Case, cluster: Cluster | None = None) -> str | None
                     "/dev/vfio device exists, so TPUClusterResolver has nothing to resolve")
     if case.cluster.startswith("netns") and cluster is None:
         return netns.unavailable_reason() or "emulated hosts could not be built"
-    if case.cluster.startswith("slurm"):
-        return "the Slurm launcher is not built yet (issue #10)"
+    if case.cluster.startswith("slurm") and not isinstance(cluster, SlurmTarget):
+        return slurm.unavailable_reason() or "the Slurm cluster could not be reached"
     return None
 
 
@@ -122,7 +126,7 @@ EXPOSED = ("TF's gRPC servers listened on every interface of this machine: TF ca
            "one address, and without root there is no private namespace to confine them")
 
 
-def needs_private_loopback(case: Case, cluster: Cluster | None) -> bool:
+def needs_private_loopback(case: Case, cluster: Where) -> bool:
     """TF's multi-process cases on the local cluster: their gRPC servers bind every
     interface, so they run in a namespace whose only interface is its own loopback."""
     return (cluster is None and case.framework == "tf"
@@ -138,21 +142,30 @@ def _where(case: Case, cluster: Cluster | None) -> Iterator[Cluster | None]:
         yield private
 
 
-def _run_repeat(case: Case, case_file: Path, workdir: Path,
-                cluster: Cluster | None) -> GroupResult:
+def _start(case: Case, case_file: Path, workdir: Path, cluster: Where) -> GroupResult:
+    if isinstance(cluster, SlurmTarget):
+        specs = layout.processes(case, case_file, None)
+        if case.framework == "tf":  # SlurmClusterResolver numbers tasks by sorted job name
+            specs = sorted(specs, key=lambda s: s.role)
+        return slurm.run_step(case, specs, layout.worker_argv(case_file, "slurm", 0),
+                              cluster, workdir)
+    with _where(case, cluster) as where:
+        return run_group(layout.processes(case, case_file, where), workdir, case.timeout_s)
+
+
+def _run_repeat(case: Case, case_file: Path, workdir: Path, cluster: Where) -> GroupResult:
     """One repetition; if another program took our rendezvous port between our choosing it
     and the workers binding it, start again on fresh ports."""
     for attempt in range(PORT_RETRIES):
-        with _where(case, cluster) as where:
-            group = run_group(layout.processes(case, case_file, where),
-                              workdir.with_name(f"{workdir.name}-a{attempt}"), case.timeout_s)
+        group = _start(case, case_file, workdir.with_name(f"{workdir.name}-a{attempt}"),
+                       cluster)
         if not _port_clash(group):
             return group
     return group
 
 
 def execute_case(case: Case, run_id: str, workdir: Path,
-                 cluster: Cluster | None = None) -> CaseOutcome:
+                 cluster: Where = None) -> CaseOutcome:
     started = _now()
     why = unavailable_reason(case, cluster)
     if why:
@@ -164,6 +177,7 @@ def execute_case(case: Case, run_id: str, workdir: Path,
     rss: list[float] = []
     losses: list[float] = []
     weights: str | None = None
+    placed: list[dict[str, Any]] = []  # what Slurm said of each task
     for repeat in range(case.repeats):
         group = _run_repeat(case, case_file, workdir / f"r{repeat}", cluster)
         last = group
@@ -174,6 +188,7 @@ def execute_case(case: Case, run_id: str, workdir: Path,
                           if o.report and "step_times_s" in o.report),
                          key=lambda r: r.get("rank", 0))
         rss += [o.report["peak_rss_bytes"] for o in group.outcomes if o.report]
+        placed += group.placements
         per_rank = np.array([r["step_times_s"] for r in reports])
         # A synchronous step ends when its slowest rank ends.
         slowest = per_rank.max(axis=0) if per_rank.size else np.array([])
@@ -205,6 +220,9 @@ def execute_case(case: Case, run_id: str, workdir: Path,
                              "per_replica_batch": case.per_replica_batch,
                              "loss_decreased": bool(losses and losses[-1] < losses[0]),
                              **first.get("details", {})}
+    if placed:
+        extra["slurm_job_ids"] = sorted({str(p["job_id"]) for p in placed})
+        extra["slurm_nodes"] = sorted({str(p["node"]) for p in placed})
     if needs_private_loopback(case, cluster):
         extra["exposure"] = EXPOSED if netns.unavailable_reason() else (
             "ran in a private network namespace: its servers were reachable only on its "
@@ -253,7 +271,7 @@ def _stored_baselines(store: ResultsStore, run_id: str) -> dict[tuple[str, str],
 def execute(cases: list[Case], store: ResultsStore, run_id: str,
             skip: set[str] | None = None,
             progress: Callable[[Case, ResultRow], None] | None = None,
-            cluster: Cluster | None = None) -> list[ResultRow]:
+            cluster: Where = None) -> list[ResultRow]:
     """Run every case not in `skip`; each row is stored as soon as its case ends."""
     rows: list[ResultRow] = []
     baselines = _stored_baselines(store, run_id) if skip else {}
@@ -261,7 +279,12 @@ def execute(cases: list[Case], store: ResultsStore, run_id: str,
     for case in cases:
         if skip and case.case_id in skip:
             continue
-        workdir = Path(tempfile.mkdtemp(prefix="stratbench-case-"))
+        # Slurm tasks on other nodes read and write the case's folder: keep it beside the
+        # results (shared on a cluster), not in this node's /tmp
+        scratch = store.root / ".scratch" if isinstance(cluster, SlurmTarget) else None
+        if scratch:
+            scratch.mkdir(parents=True, exist_ok=True)
+        workdir = Path(tempfile.mkdtemp(prefix="stratbench-case-", dir=scratch))
         try:
             outcome = execute_case(case, run_id, workdir, cluster)
         except Exception as exc:  # a bug of ours still ends the case in a row

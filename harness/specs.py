@@ -71,6 +71,9 @@ def parse_kv(text: str, what: str) -> dict[str, str]:
 CLUSTER_KINDS = ("local", "netns", "slurm")
 NETNS_KEYS = ("hosts", "rate", "racks", "uplink", "latency")
 MAX_NETNS_HOSTS = 16
+SLURM_KEYS = ("partition", "nodes", "tasks-per-node", "account", "qos")
+SLURM_DEFAULT_NODES = 2
+MAX_SLURM_NODES = 4096
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,9 @@ class ClusterSpec:
 
     @property
     def hosts(self) -> int:
+        """Hosts the cases spread over: emulated hosts, or Slurm nodes (one replica each)."""
+        if self.kind == "slurm":
+            return int(self.options.get("nodes", SLURM_DEFAULT_NODES))
         return int(self.options.get("hosts", "1"))
 
     @property
@@ -112,4 +118,16 @@ def parse_cluster(text: str) -> ClusterSpec:
         parse_rate_bits(options["rate"])
         if "uplink" in options:
             parse_rate_bits(options["uplink"])
+    if kind == "slurm":
+        unknown = sorted(set(options) - set(SLURM_KEYS))
+        if unknown:
+            raise InputError(choices_message("slurm option", unknown[0], SLURM_KEYS))
+        for key, top in (("nodes", MAX_SLURM_NODES), ("tasks-per-node", 1024)):
+            value = options.get(key, "1")
+            if not value.isdigit() or not 1 <= int(value) <= top:
+                raise InputError(f"slurm {key}={value!r} must be an integer from 1 to {top}")
+        for key in ("partition", "account", "qos"):
+            if key in options and not options[key].replace("-", "").replace("_", "").isalnum():
+                raise InputError(f"slurm {key}={options[key]!r} must be letters, digits, "
+                                 "'-' or '_'")
     return ClusterSpec(kind, options, text.strip())

@@ -25,6 +25,12 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.worker")
     parser.add_argument("--case", required=True, type=Path)
@@ -33,13 +39,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", required=True, type=Path)
     args = parser.parse_args(argv)
     case = Case.from_json(args.case.read_text())
+    role, index, report_path = args.role, args.index, args.report
+    if role == "slurm":  # a task of an srun step: Slurm's environment says who it is
+        from harness.runners import slurm_task
+
+        role, index, where = slurm_task.assume(case)
+        report_path = args.report.with_name(f"{role}{index}.json")
+        # servers never report: say where this task runs before it starts
+        _write_json(report_path.with_suffix(".where.json"), where)
     runner = importlib.import_module(RUNNER_MODULES[case.framework])
-    report: dict[str, Any] = runner.run(case, args.role, args.index, args.report.parent)
+    report: dict[str, Any] = runner.run(case, role, index, report_path.parent)
     report["peak_rss_bytes"] = peak_rss_bytes()
     report["pid"] = os.getpid()
-    tmp = args.report.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report))
-    os.replace(tmp, args.report)
+    _write_json(report_path, report)
     return 0
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from procs import case_processes
 
 from harness import environment
 from harness.catalog import strategies
@@ -39,10 +40,6 @@ def _case(strategy: str, replicas: int = 2, **options) -> Case:
     return Case(framework="tf", strategy=strategy, workload="mlp:S", cluster="local",
                 replicas=replicas, steps=50, warmup=1, repeats=1, timeout_s=90,
                 per_replica_batch=16, options=options)
-
-
-def _our_children() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
 
 
 @pytest.fixture
@@ -146,7 +143,7 @@ def test_every_tf_strategy_ends_in_a_row_with_timing_and_correctness(store, tmp_
     steps = load_steps(tmp_path)
     for name in ("one_device", "multi_worker_mirrored", "parameter_server"):
         assert len(steps[steps.case_id == by[name].case_id]) == STEPS  # warm-up excluded
-    assert not _our_children(), "a case left processes behind"
+    assert not case_processes(), "a case left processes behind"
 
 
 @pytest.mark.heavy
@@ -156,7 +153,7 @@ def test_recsys_parameter_server_pushes_only_the_touched_embedding_rows(store):
     dense = parse_workload("recsys:S").grad_bytes
     assert 0 < row.bytes_sent_per_step < 0.2 * dense, (row.bytes_sent_per_step, dense)
     assert row.extra["loss_decreased"] is True
-    assert not _our_children()
+    assert not case_processes()
 
 
 @pytest.mark.heavy
@@ -167,7 +164,7 @@ def test_a_killed_worker_ends_as_a_failed_row_with_the_error(store, tmp_path):
     assert "worker1 exited with code -9" in row.reason
     assert "InjectedFaultError" in row.reason
     assert set(load(tmp_path).status) == {"failed"}
-    assert not _our_children()
+    assert not case_processes()
 
 
 @pytest.mark.heavy
@@ -181,7 +178,7 @@ def test_a_frozen_peer_fails_the_case_through_tf_failure_detection_not_the_deadl
     # coordination service missing the frozen task's heartbeats
     assert ("DeadlineExceededError: Collective has timed out" in row.reason
             or "stopped sending heartbeats" in row.reason), row.reason
-    assert not _our_children()
+    assert not case_processes()
 
 
 @pytest.mark.heavy
@@ -191,7 +188,7 @@ def test_an_advertised_tpu_that_is_not_there_ends_as_a_failed_row_that_names_it(
     (row,) = execute([_case("tpu", replicas=1)], store, "r5")
     assert row.status == "failed"
     assert "TPUUnreachableError: TPU 'stratbench-no-such-tpu'" in row.reason, row.reason
-    assert not _our_children()
+    assert not case_processes()
 
 
 def _listening_in_namespace_of(pid: int) -> set[tuple[str, int]]:
@@ -257,4 +254,4 @@ def test_a_killed_parameter_server_task_ends_the_case_failed_naming_it(store, ro
     assert row.status == "failed"
     assert f"{role}1 exited with code -9" in row.reason and "InjectedFaultError" in row.reason
     assert time.monotonic() - started < killed.timeout_s
-    assert not _our_children()
+    assert not case_processes()

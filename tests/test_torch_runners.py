@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import psutil
 import pytest
+from procs import case_processes
 
 from harness.catalog import strategies
 from harness.execute import execute
@@ -21,18 +21,6 @@ def _cases(names: list[str], workload: str = "mlp:S", steps: int = 4, **kw) -> l
     cases = plan(strategies("torch", names), [choice], "local", steps=steps,
                  warmup=1, repeats=kw.pop("repeats", 1), timeout_s=kw.pop("timeout_s", 120))
     return cases
-
-
-def _our_children() -> set[int]:
-    """Case processes still alive (multiprocessing's resource tracker is not one of ours)."""
-    alive = set()
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if "harness.worker" in " ".join(p.cmdline()):
-                alive.add(p.pid)
-        except psutil.Error:
-            continue
-    return alive
 
 
 @pytest.fixture
@@ -61,7 +49,7 @@ def test_every_torch_strategy_gives_an_ok_row_with_timing_and_correctness(store,
     assert len(frame) == 5 and set(frame.status) == {"ok"}
     steps = load_steps(tmp_path)
     assert len(steps[steps.case_id == by["ddp"].case_id]) == 2 * 4  # repeats x steps
-    assert not _our_children(), "a case left processes behind"
+    assert not case_processes(), "a case left processes behind"
 
 
 def test_recsys_parameter_server_moves_fewer_bytes_than_all_reduce(store):
@@ -83,7 +71,7 @@ def test_a_killed_worker_ends_as_a_failed_row_and_the_run_goes_on(store, tmp_pat
     assert "worker1" in rows[0].reason
     assert rows[1].status == "ok"
     assert set(load(tmp_path).status) == {"failed", "ok"}
-    assert not _our_children()
+    assert not case_processes()
 
 
 def test_a_hung_case_times_out_and_is_killed(store):
@@ -92,4 +80,4 @@ def test_a_hung_case_times_out_and_is_killed(store):
                 per_replica_batch=16, options={"hang_at_step": 2, "die_rank": 1})
     (row,) = execute([hang], store, "r4")
     assert row.status == "timeout" and "timed out after 8 s" in row.reason
-    assert not _our_children()
+    assert not case_processes()

@@ -32,7 +32,7 @@ def command(framework: str, cluster: str, sizes: str, world: int, timeout: float
     if "torch" not in frameworks:
         raise NotBuiltError("comm --framework tf", "TF collectives: issue #5")
     if cluster_spec.kind == "slurm":
-        raise NotBuiltError("comm --cluster slurm", "Slurm launcher: issue #10")
+        raise NotBuiltError("comm --cluster slurm", "collective sweeps as Slurm steps")
     if cluster_spec.kind == "netns":
         why = netns.unavailable_reason()
         if why:
@@ -45,8 +45,9 @@ def command(framework: str, cluster: str, sizes: str, world: int, timeout: float
     run_id = store.start_run(manifest)
     info(f"comm run {run_id}: torch gloo, {world} ranks, {cluster_spec.text}")
     with on_cluster(cluster_spec, store, run_id) as hosts:
+        emulated = hosts if isinstance(hosts, netns.Cluster) else None  # slurm: refused above
         result = run_comm("torch", cluster_spec.text, sweep_sizes(low, high), world, timeout,
-                          hosts)
+                          emulated)
     if result.status != "ok":
         raise click.ClickException(f"comm benchmark {result.status}: {result.reason}")
     store_comm(store, run_id, result, f"torch-{cluster_spec.kind}-{world}")

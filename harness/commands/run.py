@@ -7,6 +7,7 @@ import dataclasses
 import signal
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import click
 from tqdm import tqdm
@@ -14,8 +15,9 @@ from tqdm import tqdm
 from harness import catalog, environment, specs
 from harness.commands.common import info, json_option, print_json, results_option
 from harness.errors import InputError
-from harness.execute import execute
-from harness.launch import netns
+from harness.execute import Where, execute
+from harness.launch import netns, slurm
+from harness.launch.slurm import SlurmTarget
 from harness.paths import results_dir
 from harness.plan import Case, plan, resolve_workloads
 from results.schema import ResultRow
@@ -50,7 +52,7 @@ def _row_line(row: ResultRow) -> str:
 
 
 def run_cases(cases: list[Case], store: ResultsStore, run_id: str, skip: set[str],
-              quiet: bool, cluster: netns.Cluster | None = None) -> list[ResultRow]:
+              quiet: bool, cluster: Where = None) -> list[ResultRow]:
     todo = [c for c in cases if c.case_id not in skip]
     bar = tqdm(total=len(todo), unit="case", disable=quiet or not todo, file=sys.stderr)
 
@@ -84,13 +86,23 @@ def run_cases(cases: list[Case], store: ResultsStore, run_id: str, skip: set[str
               help="Seconds per repetition before the case's process tree is killed.")
 @click.option("--resume", is_flag=True,
               help="Finish the latest run: run only its cases that have no row yet.")
+@click.option("--dry-run", "dry_run", is_flag=True,
+              help="With --cluster slurm: write the sbatch script that would run this, and "
+                   "run nothing.")
+@click.option("--script", type=click.Path(dir_okay=False), default="stratbench-run.sbatch",
+              show_default=True, help="Where --dry-run writes the batch script.")
 @results_option
 @json_option
 def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
             workloads: tuple[str, ...], cluster: str, steps: int, warmup: int, repeats: int,
-            timeout: float, resume: bool, results: str | None, as_json: bool) -> None:
+            timeout: float, resume: bool, dry_run: bool, script: str, results: str | None,
+            as_json: bool) -> None:
     """Train workloads under each strategy and store one row per case."""
     store = ResultsStore(results_dir(results))
+    if dry_run:
+        write_batch_script(specs.parse_cluster(cluster), framework, strategy_names,
+                           workloads, suite, steps, warmup, repeats, timeout, store, script)
+        return
     if resume:
         run_id, cases = _resume_target(store)
         skip = store.finished_case_ids(run_id)
@@ -115,6 +127,32 @@ def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
         info(f"run {run_id}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
 
 
+def write_batch_script(cluster_spec: specs.ClusterSpec, framework: str,
+                       strategy_names: tuple[str, ...], workloads: tuple[str, ...],
+                       suite: str | None, steps: int, warmup: int, repeats: int,
+                       timeout: float, store: ResultsStore, script: str) -> None:
+    if cluster_spec.kind != "slurm":
+        raise InputError("--dry-run writes a Slurm batch script: use it with --cluster slurm")
+    names = list(workloads) or list(SUITES[suite or "quick"])
+    cases = plan(catalog.strategies(framework, strategy_names), resolve_workloads(names),
+                 cluster_spec.text, steps, warmup, repeats, timeout, hosts=cluster_spec.hosts)
+    argv = [sys.executable, "-m", "harness.cli", "run", "--cluster", cluster_spec.text,
+            "--framework", framework, "--steps", str(steps), "--warmup", str(warmup),
+            "--repeats", str(repeats), "--timeout", f"{timeout:g}",
+            "--results", str(store.root.resolve())]
+    argv += [a for name in strategy_names for a in ("--strategy", name)]
+    argv += [a for name in names for a in ("--workload", name)]
+    text = slurm.batch_script(cases, SlurmTarget(cluster_spec), argv)
+    path = Path(script)
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise InputError(f"cannot write the batch script {path}: {exc.strerror}") from exc
+    info(f"wrote {path}: {len(cases)} cases as job steps of one allocation; "
+         f"review it, then: sbatch {path}")
+    print(path)
+
+
 def start_run(store: ResultsStore, cases: list[Case], kind: str = "run") -> str:
     """A new run folder whose manifest holds the environment and the plan (for --resume)."""
     store.check_writable()
@@ -128,10 +166,13 @@ def start_run(store: ResultsStore, cases: list[Case], kind: str = "run") -> str:
 
 @contextlib.contextmanager
 def on_cluster(spec: specs.ClusterSpec, store: ResultsStore,
-               run_id: str) -> Iterator[netns.Cluster | None]:
+               run_id: str) -> Iterator[Where]:
     """Build emulated hosts for a netns run (torn down whatever happens), measure their
     links and store what was measured in the run's manifest; None for other clusters, or
     when hosts cannot be built here (cases then end as `unavailable` rows saying why)."""
+    if spec.kind == "slurm":
+        yield None if slurm.unavailable_reason() else SlurmTarget(spec)
+        return
     if spec.kind != "netns" or netns.unavailable_reason():
         yield None
         return

@@ -52,6 +52,7 @@ class GroupResult:
     reason: str
     outcomes: list[Outcome]
     wall_s: float
+    placements: list[dict[str, Any]] = field(default_factory=list)  # where a scheduler ran them
 
 
 def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
@@ -64,7 +65,7 @@ def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=10)
 
 
-def _tail(path: Path) -> str:
+def tail(path: Path) -> str:
     try:
         text = path.read_text(errors="replace")
     except OSError:
@@ -72,7 +73,7 @@ def _tail(path: Path) -> str:
     return text[-TAIL_CHARS:]
 
 
-def _error_line(tail: str) -> str:
+def error_line(tail: str) -> str:
     """The most telling line of a crashed process's stderr (the exception, not the noise)."""
     lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
     for line in reversed(lines):
@@ -108,7 +109,7 @@ def run_group(specs: list[ProcessSpec], workdir: Path, timeout_s: float) -> Grou
                 err = next(e for s, _, e in procs if s is spec)
                 status = "failed"
                 reason = (f"{spec.name} exited with code {proc.returncode}: "
-                          f"{_error_line(_tail(err))}")
+                          f"{error_line(tail(err))}")
                 break
             if time.monotonic() - start > timeout_s:
                 status = "timeout"
@@ -126,7 +127,7 @@ def run_group(specs: list[ProcessSpec], workdir: Path, timeout_s: float) -> Grou
         if report_path.exists():
             with contextlib.suppress(ValueError, OSError):
                 report = json.loads(report_path.read_text())
-        outcomes.append(Outcome(spec, proc.returncode, report, _tail(err)))
+        outcomes.append(Outcome(spec, proc.returncode, report, tail(err)))
     if status == "ok":
         missing = [o.spec.name for o in outcomes if o.spec.must_finish and o.report is None]
         if missing:
