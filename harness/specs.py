@@ -69,7 +69,7 @@ def parse_kv(text: str, what: str) -> dict[str, str]:
 
 
 CLUSTER_KINDS = ("local", "netns", "slurm")
-NETNS_KEYS = ("hosts", "rate", "racks", "uplink", "latency")
+NETNS_KEYS = ("hosts", "rate", "racks", "uplink")
 MAX_NETNS_HOSTS = 16
 SLURM_KEYS = ("partition", "nodes", "tasks-per-node", "account", "qos")
 SLURM_DEFAULT_NODES = 2
@@ -92,6 +92,15 @@ class ClusterSpec:
         return int(self.options.get("hosts", "1"))
 
     @property
+    def racks(self) -> int:
+        return int(self.options.get("racks", "1"))
+
+    @property
+    def uplink_bits(self) -> float | None:
+        uplink = self.options.get("uplink")
+        return parse_rate_bits(uplink) if uplink else None
+
+    @property
     def rate_bits(self) -> float | None:
         rate = self.options.get("rate")
         return parse_rate_bits(rate) if rate else None
@@ -105,6 +114,9 @@ def parse_cluster(text: str) -> ClusterSpec:
     if kind == "local" and options:
         raise InputError(f"cluster 'local' takes no options (got {rest!r})")
     if kind == "netns":
+        if "latency" in options:
+            raise InputError("netns latency= cannot be emulated here: tc netem (the only way "
+                             "to add delay) is not available; links are shaped by rate only")
         unknown = sorted(set(options) - set(NETNS_KEYS))
         if unknown:
             raise InputError(choices_message("netns option", unknown[0], NETNS_KEYS))
@@ -116,7 +128,14 @@ def parse_cluster(text: str) -> ClusterSpec:
             raise InputError(f"netns hosts={hosts!r} must be an integer from 2 to "
                              f"{MAX_NETNS_HOSTS}")
         parse_rate_bits(options["rate"])
-        if "uplink" in options:
+        if ("racks" in options) != ("uplink" in options):
+            raise InputError(f"netns cluster {text!r}: racks=K and uplink=RATE go together "
+                             "(e.g. netns:hosts=4,rate=800mbit,racks=2,uplink=200mbit)")
+        if "racks" in options:
+            racks = options["racks"]
+            if not racks.isdigit() or not 2 <= int(racks) <= int(hosts):
+                raise InputError(f"netns racks={racks!r} must be an integer from 2 to the "
+                                 f"number of hosts ({hosts})")
             parse_rate_bits(options["uplink"])
     if kind == "slurm":
         unknown = sorted(set(options) - set(SLURM_KEYS))

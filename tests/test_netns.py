@@ -38,6 +38,20 @@ def test_links_are_shaped_to_the_configured_rate_and_torn_down():
 
 
 @needs_root
+def test_racks_behind_an_oversubscribed_uplink_are_slower_across_than_within():
+    with netns.emulated(4, 400e6, racks=2, uplink_bits=100e6) as cluster:
+        assert [cluster.rack_of(i) for i in range(4)] == [0, 0, 1, 1]
+        assert {f"{cluster.run_tag}-r0", f"{cluster.run_tag}-r1"} <= set(netns.namespaces())
+        links = netns.measure_links(cluster)
+        assert [link["cross_rack"] for link in links] == [0.0, 1.0, 0.0, 1.0]
+        for link in links:
+            want = 100e6 if link["cross_rack"] else 400e6
+            assert link["configured_bits_s"] == want
+            assert 0.9 * want <= link["throughput_bits_s"] <= 1.05 * want, link
+    assert not [ns for ns in netns.namespaces() if ns.startswith(cluster.run_tag)]
+
+
+@needs_root
 def test_an_error_inside_still_tears_everything_down():
     with pytest.raises(RuntimeError, match="boom"), netns.emulated(2, 100e6) as cluster:
         raise RuntimeError("boom")

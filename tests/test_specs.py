@@ -30,6 +30,22 @@ def test_cluster_specs():
     c = specs.parse_cluster("netns:hosts=4,rate=400mbit")
     assert (c.kind, c.hosts, c.rate_bits) == ("netns", 4, 400e6)
     assert specs.parse_cluster("slurm:partition=debug,nodes=2").options["nodes"] == "2"
+    assert specs.parse_cluster("slurm:partition=debug,nodes=3").hosts == 3
+    r = specs.parse_cluster("netns:hosts=4,rate=800mbit,racks=2,uplink=200mbit")
+    assert (r.racks, r.uplink_bits) == (2, 200e6)
+
+
+@pytest.mark.parametrize("bad, says", [
+    ("netns:hosts=4,rate=1gbit,racks=2", "go together"),
+    ("netns:hosts=4,rate=1gbit,uplink=1gbit", "go together"),
+    ("netns:hosts=4,rate=1gbit,racks=5,uplink=1gbit", "from 2 to the number of hosts"),
+    ("netns:hosts=4,rate=1gbit,latency=1ms", "netem"),
+    ("slurm:nodes=0", "from 1 to"),
+    ("slurm:gpus=1", "slurm option"),
+])
+def test_cluster_spec_errors_say_what_is_wrong(bad, says):
+    with pytest.raises(InputError, match=says):
+        specs.parse_cluster(bad)
 
 
 @pytest.mark.parametrize("bad", [

@@ -184,7 +184,7 @@ def on_cluster(spec: specs.ClusterSpec, store: ResultsStore,
     try:
         rate = spec.rate_bits
         assert rate is not None  # parse_cluster requires it for netns
-        with netns.emulated(spec.hosts, rate) as cluster:
+        with netns.emulated(spec.hosts, rate, spec.racks, spec.uplink_bits) as cluster:
             links = netns.measure_links(cluster)
             for link in links:
                 info(f"link h{link['src']} -> h{link['dst']}: "

@@ -47,12 +47,21 @@ class Cluster:
     run_tag: str
     rate_bits: float
     hosts: list[Host]
-    switch: str
+    switch: str  # the core switch: the only one, or the one the racks' uplinks meet at
     created: list[str] = field(default_factory=list)  # namespaces to delete on teardown
+    racks: int = 1
+    uplink_bits: float | None = None
 
     @property
     def spec_text(self) -> str:
-        return f"netns:hosts={len(self.hosts)},rate={self.rate_bits / 1e6:g}mbit"
+        text = f"netns:hosts={len(self.hosts)},rate={self.rate_bits / 1e6:g}mbit"
+        if self.racks > 1 and self.uplink_bits:
+            text += f",racks={self.racks},uplink={self.uplink_bits / 1e6:g}mbit"
+        return text
+
+    def rack_of(self, host: int) -> int:
+        """Hosts fill racks in order, in blocks as even as the counts allow."""
+        return host * self.racks // len(self.hosts) if self.hosts else 0
 
 
 def unavailable_reason() -> str | None:
@@ -115,35 +124,63 @@ def remove_leftovers() -> list[str]:
     return removed
 
 
-def create(hosts: int, rate_bits: float) -> Cluster:
-    """Build `hosts` namespaces on a bridge; shape both directions of every link."""
+def _switch(ns: str) -> None:
+    """A namespace holding one bridge: a switch."""
+    _run(["ip", "netns", "add", ns])
+    _run(_in(ns, "ip", "link", "set", "lo", "up"))
+    _run(_in(ns, "ip", "link", "add", "br0", "type", "bridge"))
+    _run(_in(ns, "ip", "link", "set", "br0", "up"))
+
+
+def _shaped_link(a_ns: str, a_if: str, b_ns: str, b_if: str, rate_bits: float,
+                 a_bridged: bool) -> None:
+    """A veth between two namespaces, shaped at both ends; the b end joins b's bridge (and
+    the a end a's, for switch-to-switch uplinks)."""
+    _run(["ip", "link", "add", a_if, "netns", a_ns, "type", "veth", "peer", "name", b_if,
+          "netns", b_ns])
+    for ns, interface, bridged in ((a_ns, a_if, a_bridged), (b_ns, b_if, True)):
+        if bridged:
+            _run(_in(ns, "ip", "link", "set", interface, "master", "br0"))
+        _run(_in(ns, "ip", "link", "set", interface, "up"))
+        _run(_in(ns, "tc", "qdisc", "add", "dev", interface, "root", *tbf_args(rate_bits)))
+
+
+def create(hosts: int, rate_bits: float, racks: int = 1,
+           uplink_bits: float | None = None) -> Cluster:
+    """Build `hosts` namespaces on a bridge; shape both directions of every link. With
+    racks > 1, hosts sit on rack switches whose uplinks to a core switch are shaped to
+    `uplink_bits` (oversubscribed when below the hosts' total)."""
     why = unavailable_reason()
     if why:
         raise NetnsError(why)
     tag = PREFIX + secrets.token_hex(3)
     switch = f"{tag}-sw"
-    cluster = Cluster(tag, rate_bits, [], switch)
+    two_level = racks > 1 and uplink_bits is not None
+    cluster = Cluster(tag, rate_bits, [], switch, racks=racks if two_level else 1,
+                      uplink_bits=uplink_bits if two_level else None)
     try:
-        _run(["ip", "netns", "add", switch])
         cluster.created.append(switch)
-        _run(_in(switch, "ip", "link", "set", "lo", "up"))
-        _run(_in(switch, "ip", "link", "add", "br0", "type", "bridge"))
-        _run(_in(switch, "ip", "link", "set", "br0", "up"))
+        _switch(switch)
+        rack_switches = [switch]
+        if two_level:
+            assert uplink_bits is not None
+            rack_switches = []
+            for r in range(racks):
+                rack = f"{tag}-r{r}"
+                cluster.created.append(rack)
+                _switch(rack)
+                _shaped_link(rack, f"{tag}u{r}", switch, f"{tag}c{r}", uplink_bits,
+                             a_bridged=True)
+                rack_switches.append(rack)
         for i in range(hosts):
-            ns, host_if, sw_if = f"{tag}-h{i}", f"{tag}h{i}", f"{tag}s{i}"
+            ns, host_if = f"{tag}-h{i}", f"{tag}h{i}"
             _run(["ip", "netns", "add", ns])
             cluster.created.append(ns)
-            _run(["ip", "link", "add", host_if, "netns", ns, "type", "veth", "peer", "name",
-                  sw_if, "netns", switch])
-            address = f"{SUBNET}.{i + 1}"
             _run(_in(ns, "ip", "link", "set", "lo", "up"))
+            rack = rack_switches[i * len(rack_switches) // hosts]
+            _shaped_link(ns, host_if, rack, f"{tag}s{i}", rate_bits, a_bridged=False)
+            address = f"{SUBNET}.{i + 1}"
             _run(_in(ns, "ip", "addr", "add", f"{address}/24", "dev", host_if))
-            _run(_in(ns, "ip", "link", "set", host_if, "up"))
-            _run(_in(switch, "ip", "link", "set", sw_if, "master", "br0"))
-            _run(_in(switch, "ip", "link", "set", sw_if, "up"))
-            _run(_in(ns, "tc", "qdisc", "add", "dev", host_if, "root", *tbf_args(rate_bits)))
-            _run(_in(switch, "tc", "qdisc", "add", "dev", sw_if, "root",
-                     *tbf_args(rate_bits)))
             cluster.hosts.append(Host(i, ns, address, host_if))
     except BaseException:
         destroy(cluster)
@@ -152,9 +189,10 @@ def create(hosts: int, rate_bits: float) -> Cluster:
 
 
 @contextlib.contextmanager
-def emulated(hosts: int, rate_bits: float) -> Iterator[Cluster]:
+def emulated(hosts: int, rate_bits: float, racks: int = 1,
+             uplink_bits: float | None = None) -> Iterator[Cluster]:
     """A cluster that is torn down on success, error, timeout and Ctrl-C alike."""
-    cluster = create(hosts, rate_bits)
+    cluster = create(hosts, rate_bits, racks, uplink_bits)
     try:
         yield cluster
     finally:
@@ -214,4 +252,12 @@ def measure_link(cluster: Cluster, src: int, dst: int) -> dict[str, float]:
 def measure_links(cluster: Cluster) -> list[dict[str, float]]:
     """Each host to the next (a ring of pairs): every link is measured once per direction."""
     n = len(cluster.hosts)
-    return [measure_link(cluster, i, (i + 1) % n) for i in range(n)]
+    links = [measure_link(cluster, i, (i + 1) % n) for i in range(n)]
+    if cluster.racks > 1:  # which pairs cross an uplink (their rate is the uplink's)
+        assert cluster.uplink_bits is not None
+        for link in links:
+            crosses = cluster.rack_of(int(link["src"])) != cluster.rack_of(int(link["dst"]))
+            link["cross_rack"] = float(crosses)
+            if crosses:
+                link["configured_bits_s"] = min(cluster.rate_bits, cluster.uplink_bits)
+    return links
