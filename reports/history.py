@@ -84,3 +84,11 @@ def regressions(hist: pd.DataFrame) -> pd.DataFrame:
         return hist
     latest = hist.groupby(["case_id", "env_fingerprint"]).tail(1)
     return latest[latest["verdict"] == "regression"]
+
+
+def latest_regressions(root: Any) -> pd.DataFrame:
+    """Regressions among the latest runs of the results under ``root``: what the nightly
+    job's ``--fail-on-regression`` exits on."""
+    from results.store import load
+
+    return regressions(history(load(root)))

@@ -154,3 +154,15 @@ def test_bench_ends_with_recommend_and_report(tmp_path, monkeypatch):
     assert last == str(tmp_path / "report.html")
     html = (tmp_path / "report.html").read_text()
     assert "torch/ddp" in html and 'id="recommendations"' in html
+
+
+def test_fail_on_regression_exits_1_and_names_the_case(two_runs, tmp_path):
+    cmd = [sys.executable, "-m", "harness.cli", "report", "--results", str(two_runs),
+           "--out", str(tmp_path / "r.html")]
+    plain = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0, plain.stderr
+    strict = subprocess.run([*cmd, "--fail-on-regression"], capture_output=True, text=True,
+                            timeout=120)
+    assert strict.returncode == 1
+    assert "regression: torch/ddp/mlp:S/local/2 20.00 ms vs 10.00 ms" in strict.stderr
+    assert (tmp_path / "r.html").is_file()  # the report is still written

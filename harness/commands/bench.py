@@ -13,6 +13,7 @@ import click
 from harness import catalog
 from harness.comm import run_comm, store_comm, sweep_sizes
 from harness.commands.common import info, results_option
+from harness.commands.report import exit_on_regressions, fail_on_regression_option, make_report
 from harness.commands.run import SUITES, on_cluster, run_cases, start_run
 from harness.paths import results_dir
 from harness.plan import plan, resolve_workloads
@@ -47,7 +48,9 @@ def simulate_stage(store: ResultsStore, run_id: str, workloads: list[str]) -> in
 @click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True)
 @results_option
-def command(suite: str, steps: int, repeats: int, results: str | None) -> None:
+@fail_on_regression_option
+def command(suite: str, steps: int, repeats: int, results: str | None,
+            fail_on_regression: bool) -> None:
     """The nightly job: run, comm, simulate, recommend, report."""
     store = ResultsStore(results_dir(results))
     names = list(SUITES[suite])
@@ -68,7 +71,6 @@ def command(suite: str, steps: int, repeats: int, results: str | None) -> None:
          f"on {', '.join(SIM_TARGETS)}")
     for stage, where in PENDING_STAGES:
         info(f"stage {stage}: not built yet ({where}); skipped")
-    from harness.commands.report import make_report
     from harness.recommend import format_table, recommend_from_store
 
     info("stage recommend:")
@@ -78,3 +80,5 @@ def command(suite: str, steps: int, repeats: int, results: str | None) -> None:
     info(f"stage report: {report}")
     click.echo(store.run_dir(run_id))
     click.echo(report)
+    if fail_on_regression:
+        exit_on_regressions(store.root)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -24,12 +25,34 @@ def make_report(results: str | Path | None, out: str | Path | None = None) -> Pa
     return write_report(root, out)
 
 
+def fail_on_regression_option(fn: Any) -> Any:
+    return click.option("--fail-on-regression", is_flag=True,
+                        help="Exit 1 when the latest run of any case is flagged as a "
+                             "regression (the report's rule).")(fn)
+
+
+def exit_on_regressions(results: str | Path | None) -> None:
+    """Name each flagged case on stderr and exit 1; nothing when none is flagged."""
+    from reports.history import latest_regressions
+
+    flagged = latest_regressions(results_dir(results))
+    if flagged.empty:
+        return
+    for r in flagged.to_dict("records"):
+        info(f"regression: {r['case_id']} {r['step_time_median_s'] * 1e3:.2f} ms vs "
+             f"{r['base_s'] * 1e3:.2f} ms before ({r['change']:+.0%}) in run {r['run_id']}")
+    raise SystemExit(1)
+
+
 @click.command("report")
 @results_option
 @click.option("--out", metavar="FILE.html", default=None,
               help="Where to write the report (default: <results>/report.html).")
-def command(results: str | None, out: str | None) -> None:
+@fail_on_regression_option
+def command(results: str | None, out: str | None, fail_on_regression: bool) -> None:
     """Write the HTML report: recommendations, plots, history, regressions."""
     path = make_report(results, out)
     info(f"report written ({path.stat().st_size // 1024} KiB)")
     click.echo(path)
+    if fail_on_regression:
+        exit_on_regressions(results)
