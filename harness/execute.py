@@ -150,7 +150,13 @@ def _start(case: Case, case_file: Path, workdir: Path, cluster: Where) -> GroupR
         return slurm.run_step(case, specs, layout.worker_argv(case_file, "slurm", 0),
                               cluster, workdir)
     with _where(case, cluster) as where:
-        return run_group(layout.processes(case, case_file, where), workdir, case.timeout_s)
+        specs = layout.processes(case, case_file, where)
+        group = run_group(specs, workdir, case.timeout_s)
+    if isinstance(cluster, Cluster) and where is cluster:
+        host_of = {h.address: h.index for h in cluster.hosts}
+        group.placements = [{"task": s.name, "host": host_of[s.env["STRATBENCH_HOST"]]}
+                            for s in specs if s.env.get("STRATBENCH_HOST") in host_of]
+    return group
 
 
 def _run_repeat(case: Case, case_file: Path, workdir: Path, cluster: Where) -> GroupResult:
@@ -177,7 +183,7 @@ def execute_case(case: Case, run_id: str, workdir: Path,
     rss: list[float] = []
     losses: list[float] = []
     weights: str | None = None
-    placed: list[dict[str, Any]] = []  # what Slurm said of each task
+    placed: list[dict[str, Any]] = []  # where each task ran (Slurm's word, or our host)
     for repeat in range(case.repeats):
         group = _run_repeat(case, case_file, workdir / f"r{repeat}", cluster)
         last = group
@@ -220,9 +226,11 @@ def execute_case(case: Case, run_id: str, workdir: Path,
                              "per_replica_batch": case.per_replica_batch,
                              "loss_decreased": bool(losses and losses[-1] < losses[0]),
                              **first.get("details", {})}
-    if placed:
+    if isinstance(cluster, SlurmTarget) and placed:
         extra["slurm_job_ids"] = sorted({str(p["job_id"]) for p in placed})
         extra["slurm_nodes"] = sorted({str(p["node"]) for p in placed})
+    elif placed:  # emulated hosts: which host index ran each task (the simulator needs it)
+        extra["task_hosts"] = {str(p["task"]): int(p["host"]) for p in placed}
     if needs_private_loopback(case, cluster):
         extra["exposure"] = EXPOSED if netns.unavailable_reason() else (
             "ran in a private network namespace: its servers were reachable only on its "

@@ -70,6 +70,37 @@ def validate_comm(store: ResultsStore) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# What the runners time, in the simulator's terms, where it differs from what the strategy
+# is in general: TF's ParameterServerStrategy is asynchronous, but our coordinator joins
+# every step (so that steps are comparable), so each measured step is one synchronous round.
+MEASURED_AS = {("tf", "parameter_server"): "parameter_server"}
+
+
+def ps_layout(row: dict[str, Any]) -> tuple[list[float], bool] | None:
+    """(bytes per parameter-server shard, servers colocated with workers) of a PS row, from
+    what the run recorded; None where the placement is one the simulator does not model
+    (tasks sharing a host's link beyond one server beside one worker)."""
+    extra = row["extra"]
+    shard_bytes = [float(b) for b in extra.get("ps_shard_bytes", [])]
+    if not shard_bytes and extra.get("variable_shards"):  # TF: shapes per ps device
+        per_device: dict[str, float] = {}
+        for pieces in extra["variable_shards"].values():
+            for device, shape in pieces:
+                per_device[device] = per_device.get(device, 0.0) + 4.0 * math.prod(shape)
+        shard_bytes = [per_device[d] for d in sorted(per_device)]
+    hosts = extra.get("task_hosts") or {}
+    if not shard_bytes or not hosts:
+        return None
+    workers = [h for t, h in hosts.items() if t.startswith("worker")]
+    servers = [h for t, h in hosts.items() if t.startswith("ps")]
+    if len(set(workers)) != len(workers) or len(set(servers)) != len(servers):
+        return None
+    shared = set(workers) & set(servers)
+    if shared and len(shared) != len(servers):
+        return None
+    return shard_bytes, bool(shared)
+
+
 def validate_steps(store: ResultsStore) -> pd.DataFrame:
     """End-to-end step times of multi-replica cases on emulated hosts."""
     from harness.sim import WorkloadProfile, simulate
@@ -82,25 +113,32 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
     for r in ok[ok["replicas"] > 1].to_dict("records"):
         key = (r["framework"], r["strategy"])
+        model = MEASURED_AS.get(key, REAL_TO_SIM.get(key))
         base = ok[(ok["run_id"] == r["run_id"]) & (ok["framework"] == r["framework"]) &
                   (ok["workload"] == r["workload"]) & (ok["size"] == r["size"]) &
                   (ok["replicas"] == 1)]
         topology = measured_topology(store, r["run_id"], r["cluster"])
-        if key not in REAL_TO_SIM or base.empty or topology is None:
+        if model is None or base.empty or topology is None:
             continue
         try:
             spec = parse_workload(f"{r['workload']}:{r['size']}")
         except WorkloadError:
             continue
+        ps: dict[str, Any] = {}
+        processes = int(r["replicas"])
+        if model.startswith("parameter_server"):
+            found = ps_layout({str(k): v for k, v in r.items()})
+            if found is None:
+                continue
+            weights, colocated = found
+            ps = {"ps_shard_weights": weights, "ps_colocated": colocated}
+            processes += len(weights) + (r["framework"] == "tf")  # TF's chief
         # the emulated hosts share this machine's cores: compute slows when they are oversold
-        processes = int(r["replicas"]) + len(r["extra"].get("ps_shard_bytes", []))
         compute = float(base["step_time_median_s"].iloc[0]) * max(1.0, processes / cores)
         profile = WorkloadProfile(**{**spec.as_profile(),
                                      "batch_per_replica": r["global_batch"] // r["replicas"],
                                      "step_compute_s": compute})
-        shards = len(r["extra"].get("ps_shard_bytes", []))
-        (sim,) = simulate(topology, int(r["replicas"]), REAL_TO_SIM[key], profile, None,
-                          ps_shards=shards or None, ps_colocated=bool(shards))
+        (sim,) = simulate(topology, int(r["replicas"]), model, profile, None, **ps)
         if sim["status"] != "ok":
             continue
         measured = float(r["step_time_median_s"])

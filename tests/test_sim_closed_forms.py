@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,7 +21,7 @@ from harness.sim.collectives import (
     ring_reduce_scatter,
 )
 from harness.sim.engine import run_collective
-from harness.sim.ps import central_storage, ps_sync
+from harness.sim.ps import central_storage, ps_sync, shard_chunks
 from harness.sim.topology import Hierarchy, LinkClass, with_servers
 
 SETTINGS = settings(max_examples=int(os.environ.get("SIM_EXAMPLES", "40")), deadline=None)
@@ -97,6 +98,26 @@ def test_parameter_server(workers, shards, colocated, S, bw, lat):
     t = run_collective(ps_sync(workers, shards, colocated), topo, S, devices=devices).time_s
     expected = cf.parameter_server(workers, shards, S, lat, 1 / bw, colocated=colocated)
     assert t == pytest.approx(expected, rel=REL, abs=1e-15)
+
+
+@SETTINGS
+@given(st.integers(1, 24), st.lists(st.floats(0.05, 20), min_size=1, max_size=6),
+       st.booleans(), sizes, bandwidths, latencies)
+def test_parameter_server_unequal_shards(workers, weights, colocated, S, bw, lat):
+    weights = weights[:workers] if colocated else weights
+    shards = len(weights)
+    topo = switch(workers, bw, lat)
+    devices = None
+    if not colocated:
+        topo = with_servers(topo, shards)
+        devices = list(range(workers + shards))
+    schedule = ps_sync(workers, shards, colocated, weights=weights)
+    t = run_collective(schedule, topo, S, devices=devices).time_s
+    chunks = shard_chunks(weights)  # the fractions the schedule really cut
+    expected = cf.parameter_server(workers, shards, S, lat, 1 / bw, colocated=colocated,
+                                   fractions=list(chunks))
+    assert t == pytest.approx(expected, rel=REL, abs=1e-15)
+    assert np.allclose(chunks / chunks.sum(), np.asarray(weights) / sum(weights), atol=2e-3)
 
 
 @SETTINGS

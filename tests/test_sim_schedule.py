@@ -41,7 +41,8 @@ def _data(rows: int, n: int, seed: int) -> np.ndarray:
 @st.composite
 def allreduce_schedules(draw: st.DrawFn) -> Schedule:
     kind = draw(st.sampled_from(["ring", "hd", "binary_tree", "double_tree", "multidim",
-                                 "pipelined", "ps_dedicated", "ps_colocated", "central"]))
+                                 "pipelined", "ps_dedicated", "ps_colocated", "ps_unequal",
+                                 "central"]))
     p = draw(st.integers(1, 20))
     if kind == "ring":
         return ring_allreduce(p, order=draw(st.permutations(range(p))))
@@ -59,6 +60,9 @@ def allreduce_schedules(draw: st.DrawFn) -> Schedule:
         return ps_sync(p, draw(st.integers(1, 6)), colocated=False)
     if kind == "ps_colocated":
         return ps_sync(p, draw(st.integers(1, p)), colocated=True)
+    if kind == "ps_unequal":
+        weights = draw(st.lists(st.floats(0.01, 100), min_size=1, max_size=min(p, 5)))
+        return ps_sync(p, len(weights), colocated=draw(st.booleans()), weights=weights)
     return central_storage(p)
 
 

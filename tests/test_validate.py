@@ -56,3 +56,30 @@ def test_simulator_predicts_large_all_reduce_on_emulated_hosts(tmp_path):
     rows = json.loads(proc.stdout)["rows"]
     big = [r for r in rows if r["what"] == "all_reduce" and r["bytes"] == 4 * 2**20]
     assert big and abs(big[0]["error"]) < 0.15, big
+
+
+def _ps_row(hosts: dict[str, int], **extra) -> dict:
+    return {"extra": {"task_hosts": hosts, **extra}}
+
+
+def test_ps_layout_reads_shards_and_placement():
+    from harness.validate import ps_layout
+
+    torch_shards = {"ps_shard_bytes": [8e6, 4e6]}
+    colocated = _ps_row({"ps0": 0, "ps1": 1, "worker0": 0, "worker1": 1}, **torch_shards)
+    assert ps_layout(colocated) == ([8e6, 4e6], True)
+    dedicated = _ps_row({"ps0": 0, "ps1": 1, "worker0": 2, "worker1": 3}, **torch_shards)
+    assert ps_layout(dedicated) == ([8e6, 4e6], False)
+    # two workers behind one host's link, or a server alone beside a colocated one: unmodelled
+    assert ps_layout(_ps_row({"ps0": 0, "worker0": 1, "worker1": 1}, **torch_shards)) is None
+    assert ps_layout(_ps_row({"ps0": 0, "ps1": 2, "worker0": 0, "worker1": 1},
+                             **torch_shards)) is None
+    assert ps_layout({"extra": torch_shards}) is None  # placement not recorded
+    tf = _ps_row({"ps0": 0, "ps1": 1, "worker0": 2, "worker1": 3, "chief0": 0},
+                 variable_shards={"dense/kernel": [["/job:ps/replica:0/task:0/device:CPU:0",
+                                                    [3, 4]],
+                                                   ["/job:ps/replica:0/task:1/device:CPU:0",
+                                                    [2, 4]]],
+                                  "dense/bias": [["/job:ps/replica:0/task:1/device:CPU:0",
+                                                  [4]]]})
+    assert ps_layout(tf) == ([48.0, 48.0], False)

@@ -46,7 +46,8 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
              profile: WorkloadProfile | None = None,
              calibration: cal.Calibration | None = None, *, workload: str | None = None,
              stragglers: int = 0, straggler_factor: float = 1.0, mode: str = "fast",
-             ps_shards: int | None = None, ps_colocated: bool = False) -> list[dict[str, Any]]:
+             ps_shards: int | None = None, ps_colocated: bool = False,
+             ps_shard_weights: Sequence[float] | None = None) -> list[dict[str, Any]]:
     """Simulate one training step of each strategy; one results row per strategy.
 
     ``strategy``: 'all', a simulator name (allreduce_ring, allreduce_tree,
@@ -80,7 +81,8 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
         try:
             result = simulate_step(sim, topo, workers, profile, calib, stragglers=stragglers,
                                    straggler_factor=straggler_factor, mode=mode,
-                                   ps_shards=ps_shards, ps_colocated=ps_colocated)
+                                   ps_shards=ps_shards, ps_colocated=ps_colocated,
+                                   ps_shard_weights=ps_shard_weights)
         except TopologyError as exc:
             rows.append(base | _unavailable(str(exc)))
             continue

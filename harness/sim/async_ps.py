@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 
 import simpy
 
@@ -45,11 +45,14 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadProfile
                       calibration: Calibration | None = None, *, shards: int | None = None,
                       colocated: bool = False, stragglers: int = 0,
                       straggler_factor: float = 1.0, iterations: int = 16,
-                      max_explicit_workers: int = 32) -> StepResult:
+                      max_explicit_workers: int = 32,
+                      shard_weights: Sequence[float] | None = None) -> StepResult:
     """Simulate ``iterations`` asynchronous steps per worker; see the module docstring."""
     started = time.perf_counter()
     if not 1 <= workers <= n_devices(topology):
         raise SpecError(f"workers={workers} must be from 1 to {n_devices(topology)}")
+    if shard_weights is not None:
+        shards = len(shard_weights)
     k = shards if shards is not None else max(1, -(-workers // 8))
     if k < 1 or (colocated and k > workers):
         raise SpecError(f"ps shards={k} must be from 1 to "
@@ -78,23 +81,26 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadProfile
     table = link_table(topo)
     net = FluidNetwork(env, table.capacity.tolist())
     crossed = [0.0] * len(table.class_names)  # bytes of messages that crossed each class
-    shard_bytes = profile.touched_bytes / k
+    weights = [1.0] * k if shard_weights is None else [float(x) for x in shard_weights]
+    if min(weights) <= 0:
+        raise SpecError(f"shard weights {weights} must be positive")
+    shard_bytes = [profile.touched_bytes * x / sum(weights) for x in weights]
     update_s = profile.optimizer_s / k * scale
     version = [0] * k
     locks = [simpy.Resource(env, capacity=1) for _ in range(k)]
     staleness: list[int] = []
     iteration_s: list[float] = []
 
-    def move(a: int, b: int) -> Process:
+    def move(a: int, b: int, nbytes: float) -> Process:
         if a != b:
             links, latency = path(topo, a, b)
             for c in {int(table.klass[link]) for link in links}:
-                crossed[c] += shard_bytes
-            yield net.send(links, shard_bytes)
+                crossed[c] += nbytes
+            yield net.send(links, nbytes)
             yield env.timeout(latency)
 
     def push(worker: int, shard: int, read: int) -> Process:
-        yield from move(worker, server_devices[shard])
+        yield from move(worker, server_devices[shard], shard_bytes[shard])
         with locks[shard].request() as turn:
             yield turn
             yield env.timeout(update_s)
@@ -108,7 +114,8 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadProfile
     def worker(i: int, factor: float) -> Process:
         while not finished.triggered:
             begin = env.now
-            yield env.all_of([env.process(move(server_devices[j], i)) for j in range(k)])
+            yield env.all_of([env.process(move(server_devices[j], i, shard_bytes[j]))
+                              for j in range(k)])
             read = list(version)
             yield env.timeout(compute * factor)
             yield env.all_of([env.process(push(i, j, read[j])) for j in range(k)])

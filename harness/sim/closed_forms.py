@@ -17,6 +17,7 @@ tree); A. Sergeev, M. Del Balso, "Horovod", 2018 (hierarchical all-reduce).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 
 def ring_allreduce(p: int, S: float, alpha: float, beta: float) -> float:
@@ -81,21 +82,25 @@ def hierarchical_allreduce(per_host: int, hosts: int, S: float, alpha_intra: flo
 
 
 def parameter_server(workers: int, shards: int, S: float, alpha: float, beta_worker: float,
-                     beta_server: float | None = None, colocated: bool = False) -> float:
-    """One synchronous push + pull round with K shards of S/K.
+                     beta_server: float | None = None, colocated: bool = False,
+                     fractions: Sequence[float] | None = None) -> float:
+    """One synchronous push + pull round with K shards, shard k holding f_k S (f_k = 1/K
+    unless ``fractions`` says otherwise).
 
-    Dedicated servers: 2 (alpha + max(S b_w, W S/K b_s)): a worker's port carries its whole
-    S, a server's carries S/K from each of the W workers. Colocated (server k on a worker):
-    a server's port carries (W-1) S/K, a plain worker's S, a server-worker's (K-1) S/K.
+    Dedicated servers: 2 (alpha + max(S b_w, W max_k f_k S b_s)): a worker's port carries its
+    whole S, server k's carries f_k S from each of the W workers. Colocated (server k on a
+    worker): server k's port takes in (W-1) f_k S, a plain worker's sends S, a server-worker's
+    sends (1 - f_k) S.
     """
     W, K = workers, shards
+    f = [1 / K] * K if fractions is None else [x / sum(fractions) for x in fractions]
     b_s = beta_worker if beta_server is None else beta_server
     if colocated:
         if W < 2:
             return 0.0
-        load = max((W - 1) * S / K, S if K < W else (K - 1) * S / K)
+        load = max((W - 1) * max(f) * S, S if K < W else (1 - min(f)) * S)
         return 2 * (alpha + load * beta_worker)
-    return 2 * (alpha + max(S * beta_worker, W * S / K * b_s))
+    return 2 * (alpha + max(S * beta_worker, W * max(f) * S * b_s))
 
 
 def central_storage(workers: int, S: float, alpha: float, beta: float) -> float:

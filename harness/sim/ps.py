@@ -10,6 +10,8 @@ CentralStorageStrategy) is the K=1 colocated case: reduce to one device, broadca
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from harness.sim.schedule import Schedule, step
@@ -22,20 +24,43 @@ def server_ranks(workers: int, shards: int, colocated: bool) -> np.ndarray:
     return workers + np.arange(shards)
 
 
+SHARD_RESOLUTION = 1024  # chunks the buffer is cut into when shards are unequal
+
+
+def shard_chunks(weights: Sequence[float], resolution: int = SHARD_RESOLUTION) -> np.ndarray:
+    """Chunks per shard in proportion to ``weights`` (largest remainder, at least one each):
+    real servers hold whole tensors, so their shards are rarely equal."""
+    w = np.asarray(weights, dtype=float)
+    if w.size < 1 or not (w > 0).all():
+        raise ValueError(f"shard weights {list(weights)} must be positive")
+    exact = w / w.sum() * max(resolution, w.size)
+    chunks = np.maximum(1, np.floor(exact)).astype(np.int64)
+    short = max(resolution, w.size) - int(chunks.sum())
+    for i in np.argsort(chunks - exact)[:max(0, short)]:
+        chunks[i] += 1
+    return chunks
+
+
 def ps_sync(workers: int, shards: int, colocated: bool = False,
-            name: str = "parameter_server") -> Schedule:
+            name: str = "parameter_server", weights: Sequence[float] | None = None
+            ) -> Schedule:
     """One synchronous push/pull round; executed on numbers, every worker ends with the sum
-    (the mean with op='mean') of all pushed gradients."""
+    (the mean with op='mean') of all pushed gradients. ``weights``: the shards' relative
+    sizes (equal when None)."""
     if not 1 <= shards <= (workers if colocated else shards):
         raise ValueError(f"{shards} colocated shards need at least as many workers ({workers})")
+    if weights is not None and len(weights) != shards:
+        raise ValueError(f"{len(weights)} shard weights for {shards} shards")
+    sizes = np.ones(shards, np.int64) if weights is None else shard_chunks(weights)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     servers = server_ranks(workers, shards, colocated)
     w = np.repeat(np.arange(workers), shards)
     k = np.tile(np.arange(shards), workers)
     keep = w != servers[k]
-    push = step(w[keep], servers[k][keep], k[keep], 1, reduce=True)
-    pull = step(servers[k][keep], w[keep], k[keep], 1, reduce=False)
+    push = step(w[keep], servers[k][keep], starts[k][keep], sizes[k][keep], reduce=True)
+    pull = step(servers[k][keep], w[keep], starts[k][keep], sizes[k][keep], reduce=False)
     world = workers if colocated else workers + shards
-    return Schedule(name, "allreduce", world, shards,
+    return Schedule(name, "allreduce", world, int(sizes.sum()),
                     tuple(s for s in (push, pull) if len(s)), contributors=workers)
 
 

@@ -21,7 +21,7 @@ once per distinct message size.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 
 import simpy
@@ -94,7 +94,8 @@ class _Collectives:
         self.log: list[CollectiveResult] = []
 
     def time(self, schedule: Schedule, nbytes: float) -> float:
-        key = (f"{schedule.name}/{schedule.n_chunks}/{schedule.world}", nbytes)
+        key = (f"{schedule.name}/{schedule.n_chunks}/{schedule.world}/"
+               f"{hash(tuple(s.size.tobytes() for s in schedule.steps))}", nbytes)
         if key not in self.cache:
             self.cache[key] = run_collective(schedule, self.topology, nbytes, mode=self.mode,
                                              devices=self.devices)
@@ -105,8 +106,12 @@ class _Collectives:
 def simulate_step(strategy: str, topology: Topology, workers: int, profile: WorkloadProfile,
                   calibration: Calibration | None = None, *, stragglers: int = 0,
                   straggler_factor: float = 1.0, mode: str = "fast",
-                  ps_shards: int | None = None, ps_colocated: bool = False) -> StepResult:
+                  ps_shards: int | None = None, ps_colocated: bool = False,
+                  ps_shard_weights: Sequence[float] | None = None) -> StepResult:
     """Simulate one step of ``strategy`` (a simulator name) on the first ``workers`` devices.
+
+    ``ps_shard_weights``: the parameter servers' relative shard sizes (one per shard; equal
+    shards when None), as a real run's greedy placement of whole tensors left them.
 
     The topology should already carry the calibration's link costs (calibration.apply);
     here the calibration only supplies the compute time.
@@ -119,7 +124,8 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
 
         return simulate_async_ps(topology, workers, profile, calibration, shards=ps_shards,
                                  colocated=ps_colocated, stragglers=stragglers,
-                                 straggler_factor=straggler_factor)
+                                 straggler_factor=straggler_factor,
+                                 shard_weights=ps_shard_weights)
     started = time.perf_counter()
     compute, source = compute_seconds(profile, calibration)
     classes = worker_classes(workers, stragglers, straggler_factor)
@@ -135,12 +141,14 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
         finish = _fsdp_step(env, workers, profile, compute, classes, colls)
     elif strategy in ("parameter_server", "central_storage"):
         colocated = ps_colocated or strategy == "central_storage"
+        if ps_shard_weights is not None and strategy == "parameter_server":
+            ps_shards = len(ps_shard_weights)
         shards = 1 if strategy == "central_storage" else _shards(ps_shards, workers, colocated)
         if not colocated:
             colls = _Collectives(with_servers(topology, shards), mode,
                                  [*range(workers), *_server_devices(topology, shards)])
         schedule = (central_storage(workers) if strategy == "central_storage"
-                    else ps_sync(workers, shards, colocated))
+                    else ps_sync(workers, shards, colocated, weights=ps_shard_weights))
         optimizer, after = profile.optimizer_s / shards, 0.0  # on the servers, mid-exchange
         finish = _ps_step(env, schedule, profile, compute, classes, colls, optimizer)
     else:
