@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import calibrate
+from harness.execute import confined
 from harness.launch.netns import Cluster
 from harness.launch.processes import run_group
 from harness.plan import Case
@@ -49,17 +50,23 @@ def run_comm(framework: str, cluster: str, sizes: list[int], world: int,
     try:
         case_file = workdir / "case.json"
         case_file.write_text(case.to_json())
-        group = run_group(layout.processes(case, case_file, hosts), workdir / "r0", timeout_s)
+        with confined(case, hosts) as where:
+            group = run_group(layout.processes(case, case_file, where), workdir / "r0",
+                              timeout_s)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     if group.status != "ok":
         return CommResult(group.status, group.reason, pd.DataFrame(), pd.DataFrame())
-    report = next(o.report for o in group.outcomes if o.report and o.report.get("rank") == 0)
-    points = calibrate.with_bandwidths(pd.DataFrame(report["points"]))
+    # a collective is done when every rank is done: the slowest rank's time per point
+    per_rank = pd.concat([pd.DataFrame(o.report["points"]) for o in group.outcomes
+                          if o.report and "points" in o.report])
+    slowest = per_rank.groupby(["op", "bytes", "world"], sort=False)["time_s"].max()
+    points = calibrate.with_bandwidths(slowest.reset_index())
     points.insert(0, "framework", framework)
     points.insert(1, "cluster", cluster)
     link_class = "loopback" if cluster == "local" else cluster
     fits = calibrate.fits_frame(calibrate.fit(points, link_class))
+    fits.insert(0, "framework", framework)
     return CommResult("ok", "", points, fits)
 
 

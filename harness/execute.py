@@ -130,11 +130,13 @@ def needs_private_loopback(case: Case, cluster: Where) -> bool:
     """TF's multi-process cases on the local cluster: their gRPC servers bind every
     interface, so they run in a namespace whose only interface is its own loopback."""
     return (cluster is None and case.framework == "tf"
-            and case.strategy in ("multi_worker_mirrored", "parameter_server"))
+            and case.strategy in ("multi_worker_mirrored", "parameter_server", "comm"))
 
 
 @contextlib.contextmanager
-def _where(case: Case, cluster: Cluster | None) -> Iterator[Cluster | None]:
+def confined(case: Case, cluster: Cluster | None) -> Iterator[Cluster | None]:
+    """Where the case's processes run: ``cluster``, or a private loopback namespace for TF's
+    local multi-process cases when we can make one (see needs_private_loopback)."""
     if not needs_private_loopback(case, cluster) or netns.unavailable_reason():
         yield cluster
         return
@@ -149,7 +151,7 @@ def _start(case: Case, case_file: Path, workdir: Path, cluster: Where) -> GroupR
             specs = sorted(specs, key=lambda s: s.role)
         return slurm.run_step(case, specs, layout.worker_argv(case_file, "slurm", 0),
                               cluster, workdir)
-    with _where(case, cluster) as where:
+    with confined(case, cluster) as where:
         specs = layout.processes(case, case_file, where)
         group = run_group(specs, workdir, case.timeout_s)
     if isinstance(cluster, Cluster) and where is cluster:

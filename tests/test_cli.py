@@ -65,7 +65,7 @@ def test_bad_input_is_one_line_and_exit_code_2(args, fragment):
 
 
 def test_verbs_not_built_yet_say_so_and_fail():
-    proc = stratbench("comm", "--framework", "tf")
+    proc = stratbench("comm", "--cluster", "slurm")
     assert proc.returncode == 1
     assert "not built yet" in proc.stderr and "nothing was run" in proc.stderr
 

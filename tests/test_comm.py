@@ -73,3 +73,18 @@ def test_comm_cli_prints_points_and_fits(tmp_path):
 
     assert len(load_table(root, "calibration")) == len(ops)
     assert len(load_table(root, "comm")) == len(out["points"])
+
+
+@pytest.mark.heavy
+def test_tf_comm_sweeps_mwms_collectives_beside_torch(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "comm", "--framework", "all",
+                           "--sizes", "1KiB:64KiB", "--results", str(tmp_path), "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    tf = [p for p in out["points"] if p["framework"] == "tf"]
+    assert {(p["op"], p["bytes"]) for p in tf} == {
+        (op, size) for op in ("all_reduce", "all_gather") for size in (1024, 4096, 16384, 65536)}
+    assert all(p["time_s"] > 0 and p["world"] == 2 for p in tf)
+    assert {f["framework"] for f in out["fits"]} == {"tf", "torch"}
+    assert "TF collectives (MultiWorkerMirroredStrategy, RING)" in proc.stderr

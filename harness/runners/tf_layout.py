@@ -33,7 +33,7 @@ def tf_config(cluster: dict[str, list[str]], task_type: str, index: int) -> str:
 
 def _tasks(case: Case) -> list[tuple[str, int]]:
     """(job, index) of every task of a multi-process case, servers first, chief last."""
-    if case.strategy == "multi_worker_mirrored":
+    if case.strategy in ("multi_worker_mirrored", "comm"):  # comm: collective sweeps
         return [("worker", i) for i in range(case.replicas)]
     if case.strategy == "parameter_server":
         shards = int(case.options.get("ps_shards", 1))

@@ -374,7 +374,7 @@ def _with_details(report: dict[str, Any], details: dict[str, Any]) -> dict[str, 
 
 
 def run(case: Case, role: str, index: int, workdir: Path) -> dict[str, Any]:
-    if case.strategy != "multi_worker_mirrored" and case.strategy != "parameter_server":
+    if case.strategy not in ("multi_worker_mirrored", "parameter_server", "comm"):
         os.environ.pop("TF_CONFIG", None)  # a stray cluster must not change a local case
     if role == "reference":  # one device, global batch: the correctness baseline
         _configure(1)
@@ -391,6 +391,14 @@ def run(case: Case, role: str, index: int, workdir: Path) -> dict[str, Any]:
                                f"the case asks for {case.replicas}")
         return _with_details(train_sync(case, strategy, 0, case.global_batch, workdir,
                                         save_weights=True), details)
+    if case.strategy == "comm":
+        from harness.runners import tf_comm
+
+        _configure(case.replicas)
+        strategy, _ = _multi_worker_strategy(case)
+        report = tf_comm.run(case, strategy, index)
+        _leave_together(index, case.replicas, _collective_timeout(case))
+        return report
     if case.strategy == "multi_worker_mirrored":
         _configure(case.replicas)
         strategy, details = _multi_worker_strategy(case)
