@@ -13,6 +13,7 @@ import os
 from statistics import median
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from results.store import ResultsStore, load, load_table
@@ -25,48 +26,84 @@ OP_TO_COLLECTIVE = {"all_reduce": "allreduce_ring", "reduce_scatter": "allreduce
 VALIDATION_TABLE = "validation"
 
 
-def software_latency(store: ResultsStore) -> float:
+def software_latency(store: ResultsStore, framework: str = "torch") -> float:
     """Per-message cost of the communication library itself: the alpha of the latest
-    loopback all-reduce fit (`stratbench comm` on the local cluster), 0 if none."""
+    two-rank loopback all-reduce fit (`stratbench comm` on the local cluster), 0 if none."""
     fits = load_table(store.root, "calibration")
     if fits.empty:
         return 0.0
-    local = fits[(fits["op"] == "all_reduce") & (fits["link_class"] == "loopback")]
+    mine = fits["framework"] == framework if "framework" in fits else framework == "torch"
+    local = fits[(fits["op"] == "all_reduce") & (fits["link_class"] == "loopback") & mine
+                 & (fits["world"] == 2)]
     return float(local.sort_values("run_id")["alpha_s"].iloc[-1]) if not local.empty else 0.0
 
 
-def measured_topology(store: ResultsStore, run_id: str, cluster: str) -> str | None:
+def loopback_time(points: pd.DataFrame, framework: str, op: str, world: int,
+                  nbytes: float) -> float | None:
+    """The same collective at the same rank count on loopback, from the latest local sweep
+    (log-log interpolation between its sizes): what the library and this machine's cores
+    cost with no network at all, a floor that no emulated network can beat. Measured: gloo's
+    4 KiB all-reduce on 3 ranks takes about 3 ms on loopback and on unshaped emulated hosts
+    alike (2 cores, 3 processes), 10x the simulated wire time. None without such a sweep."""
+    mine = points["framework"] == framework if "framework" in points else framework == "torch"
+    local = points[(points["cluster"] == "local") & mine & (points["op"] == op)
+                   & (points["world"] == world)]
+    if local.empty:
+        return None
+    local = local[local["run_id"] == local["run_id"].max()].sort_values("bytes")
+    sizes = local["bytes"].to_numpy(float)
+    times = local["time_s"].to_numpy(float)
+    if nbytes > sizes[-1]:  # beyond the sweep: its last point's bandwidth
+        return float(times[-1] * nbytes / sizes[-1])
+    return float(np.exp(np.interp(np.log(nbytes), np.log(sizes), np.log(times))))
+
+
+def measured_topology(store: ResultsStore, run_id: str, cluster: str,
+                      software_s: float = 0.0) -> str | None:
     """A switch topology with the run's measured link speed, and as latency the measured
-    RTT/2 plus the library's own per-message cost; None if the run measured no links."""
+    RTT/2 plus ``software_s`` per message; None if the run measured no links."""
     manifest = store.manifest(run_id) or {}
     for network in manifest.get("networks", []):
         if network.get("cluster") == cluster and network.get("links"):
             links = network["links"]
             hosts = int(cluster.split("hosts=")[1].split(",")[0])
             bw = median(link["throughput_bits_s"] for link in links)
-            lat = median(link["rtt_median_s"] for link in links) / 2 + software_latency(store)
+            lat = median(link["rtt_median_s"] for link in links) / 2 + software_s
             return f"switch:n={hosts},bw={bw:.0f}bit,lat={lat * 1e6:.1f}us"
     return None
 
 
 def validate_comm(store: ResultsStore) -> pd.DataFrame:
+    """Each collective point on emulated hosts: the simulated network time on the measured
+    links, or, where that is longer, the loopback time of the same collective plus the
+    links' latency terms (the library and the cores, not the wire, bound small messages)."""
     from harness.sim import simulate_collective
 
     points = load_table(store.root, "comm")
     rows: list[dict[str, Any]] = []
     if points.empty:
         return pd.DataFrame(rows)
+    if "framework" not in points:
+        points["framework"] = "torch"
     for p in points[points["cluster"].str.startswith("netns")].to_dict("records"):
         topology = measured_topology(store, p["run_id"], p["cluster"])
         collective = OP_TO_COLLECTIVE.get(p["op"])
         if topology is None or collective is None:
             continue
-        predicted = simulate_collective(topology, int(p["world"]), collective,
-                                        float(p["bytes"]))["time_s"]
+        network = simulate_collective(topology, int(p["world"]), collective,
+                                      float(p["bytes"]))["time_s"]
+        floor = loopback_time(points, p["framework"], p["op"], int(p["world"]),
+                              float(p["bytes"]))
+        if floor is not None:  # plus the wire latency that loopback did not have
+            floor += simulate_collective(topology, int(p["world"]), collective, 1.0)["time_s"]
+        predicted = max(network, floor or 0.0)
         rows.append({"kind": "collective", "run_id": p["run_id"], "cluster": p["cluster"],
-                     "what": p["op"], "bytes": p["bytes"], "replicas": p["world"],
-                     "topology": topology, "measured_s": p["time_s"],
-                     "predicted_s": predicted, "error": predicted / p["time_s"] - 1})
+                     "what": f"{p['framework']}/{p['op']}", "bytes": p["bytes"],
+                     "replicas": p["world"], "topology": topology, "measured_s": p["time_s"],
+                     "predicted_s": predicted, "network_s": network,
+                     "loopback_s": math.nan if floor is None else floor,
+                     "bound": "loopback" if floor is not None and floor > network
+                     else "network", "error": predicted / p["time_s"] - 1})
     return pd.DataFrame(rows)
 
 
@@ -117,7 +154,8 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
         base = ok[(ok["run_id"] == r["run_id"]) & (ok["framework"] == r["framework"]) &
                   (ok["workload"] == r["workload"]) & (ok["size"] == r["size"]) &
                   (ok["replicas"] == 1)]
-        topology = measured_topology(store, r["run_id"], r["cluster"])
+        topology = measured_topology(store, r["run_id"], r["cluster"],
+                                     software_latency(store, r["framework"]))
         if model is None or base.empty or topology is None:
             continue
         try:

@@ -54,7 +54,7 @@ def test_simulator_predicts_large_all_reduce_on_emulated_hosts(tmp_path):
                            str(tmp_path), "--json"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)["rows"]
-    big = [r for r in rows if r["what"] == "all_reduce" and r["bytes"] == 4 * 2**20]
+    big = [r for r in rows if r["what"] == "torch/all_reduce" and r["bytes"] == 4 * 2**20]
     assert big and abs(big[0]["error"]) < 0.15, big
 
 
@@ -83,3 +83,37 @@ def test_ps_layout_reads_shards_and_placement():
                                   "dense/bias": [["/job:ps/replica:0/task:1/device:CPU:0",
                                                   [4]]]})
     assert ps_layout(tf) == ([48.0, 48.0], False)
+
+
+def test_small_messages_are_bounded_by_the_loopback_time_of_the_same_collective(tmp_path):
+    """A 4 KiB all-reduce on 2 ranks over 100 Mbit/s is 0.4 ms on the wire, but the same
+    collective took 3 ms on loopback (the library and the cores): the prediction is the
+    loopback time plus the wire's latency, and the row says which bound it used."""
+    from harness.validate import loopback_time
+    from results.store import load_table
+
+    store = ResultsStore(tmp_path)
+    cluster = "netns:hosts=2,rate=100mbit"
+    local = store.start_run({"kind": "comm"})
+    store.write_table(local, "comm", "torch-local-2", pd.DataFrame([{
+        "framework": "torch", "cluster": "local", "op": "all_reduce", "bytes": b,
+        "world": 2, "time_s": t} for b, t in ((1024, 3e-3), (2**20, 4e-3))]))
+    emulated = store.start_run({"kind": "comm", "networks": [{"cluster": cluster, "links": [
+        {"throughput_bits_s": 100e6, "rtt_median_s": 100e-6}] * 2}]})
+    store.write_table(emulated, "comm", "torch-netns-2", pd.DataFrame([{
+        "framework": "torch", "cluster": cluster, "op": "all_reduce", "bytes": b, "world": 2,
+        "time_s": t} for b, t in ((4096, 3.2e-3), (12_500_000, 1.0))]))
+
+    sweep = load_table(tmp_path, "comm")
+    assert loopback_time(sweep, "torch", "all_reduce", 2, 1024) == pytest.approx(3e-3)
+    assert 3e-3 < loopback_time(sweep, "torch", "all_reduce", 2, 32768) < 4e-3
+    assert loopback_time(sweep, "torch", "all_reduce", 2, 2**21) == pytest.approx(8e-3)
+    assert loopback_time(sweep, "tf", "all_reduce", 2, 1024) is None
+    assert loopback_time(sweep, "torch", "all_reduce", 3, 1024) is None
+
+    rows = validate(store).set_index("bytes")
+    small, big = rows.loc[4096], rows.loc[12_500_000]
+    assert small["bound"] == "loopback" and big["bound"] == "network"
+    floor = loopback_time(sweep, "torch", "all_reduce", 2, 4096)
+    assert floor < small["predicted_s"] < floor + 0.2e-3  # 2 steps x 50 us of wire latency
+    assert big["predicted_s"] == pytest.approx(1.0, rel=1e-2)
