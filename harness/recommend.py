@@ -8,7 +8,8 @@ Pure functions over DataFrames (no framework imports). Targets:
   (all of its devices train). Rows from the stored ``simulated`` table are reused where they
   match cluster and workers; otherwise ``harness.sim.simulate`` runs (cheap). Figures are
   ``simulated`` and carry the simulator's validation error (median |error| of the
-  ``validation`` table, step kind first, else collective).
+  ``validation`` table: the step times of the same simulated strategy, else all step times,
+  else the collectives).
 
 Time and cost to train N samples are extrapolated from the step time (source
 ``extrapolated``). Memory per device counts fp32 parameters, gradients and optimizer state
@@ -136,10 +137,16 @@ def device_memory(target: Target, ram_bytes: float | None, replicas: int) -> flo
 
 
 def validation_errors(validation: pd.DataFrame) -> dict[str, float]:
-    """Median |error| per kind (step, collective) of the simulator against measurements."""
+    """Median |error| of the simulator against measurements: per kind ('step',
+    'collective') and, for step times, per simulated strategy ('step:parameter_server')."""
     if validation is None or validation.empty or "kind" not in validation:
         return {}
-    return {str(k): float(g["error"].abs().median()) for k, g in validation.groupby("kind")}
+    out = {str(k): float(g["error"].abs().median()) for k, g in validation.groupby("kind")}
+    if "model" in validation:
+        steps = validation[validation["kind"] == "step"]
+        out.update({f"step:{m}": float(g["error"].abs().median())
+                    for m, g in steps.groupby("model")})
+    return out
 
 
 def workload_name(workload: str, size: Any) -> str:
@@ -243,9 +250,10 @@ def simulated_candidates(workload: str, target: Target, stored: pd.DataFrame,
 
         rows = simulate(target.spec, target.workers, "all",
                         WorkloadProfile(**spec.as_profile()), workload=workload)
-    err = errors.get("step", errors.get("collective", NAN))
+    overall = errors.get("step", errors.get("collective", NAN))
     out = []
     for r in rows:
+        err = errors.get(f"step:{r['strategy']}", overall)
         step = float(r.get("step_time_median_s", NAN))
         exposed = float(r.get("exposed_comm_s", NAN))
         price = r.get("price_per_device_hour", NAN)

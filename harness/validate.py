@@ -183,7 +183,8 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
         rows.append({"kind": "step", "run_id": r["run_id"], "cluster": r["cluster"],
                      "what": f"{r['framework']}/{r['strategy']}/{r['workload']}:{r['size']}",
                      "bytes": spec.grad_bytes, "replicas": r["replicas"], "topology": topology,
-                     "measured_s": measured, "predicted_s": sim["step_time_median_s"],
+                     "model": model, "measured_s": measured,
+                     "predicted_s": sim["step_time_median_s"],
                      "error": sim["step_time_median_s"] / measured - 1})
     return pd.DataFrame(rows)
 

@@ -136,6 +136,22 @@ def test_preset_targets_use_stored_simulations_with_price_and_validation_error()
                                              "collective": pytest.approx(0.9)}
 
 
+def test_simulated_rows_carry_their_own_strategys_validation_error():
+    validation = pd.DataFrame({"kind": ["step", "step", "step", "collective"],
+                               "model": ["allreduce_ring", "parameter_server",
+                                         "parameter_server", None],
+                               "error": [0.05, -0.3, -0.5, 0.9]})
+    errors = validation_errors(validation)
+    assert errors["step:allreduce_ring"] == pytest.approx(0.05)
+    assert errors["step:parameter_server"] == pytest.approx(0.4)
+    frame = recommend(measured_frame(), workloads=["mlp:M"],
+                      targets=["preset:eth25_v100,hosts=4"], simulated=sim_rows(),
+                      validation=validation).set_index("strategy")
+    assert frame.loc["allreduce_ring", "validation_error"] == pytest.approx(0.05)
+    assert frame.loc["parameter_server", "validation_error"] == pytest.approx(0.4)
+    assert frame.loc["fsdp", "validation_error"] == pytest.approx(0.3)  # all steps' median
+
+
 def test_user_price_applies_to_measured_targets():
     frame = recommend(measured_frame(), workloads=["mlp:M"], targets=[NETNS], price=2.0,
                       samples=1e6)
