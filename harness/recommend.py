@@ -28,6 +28,7 @@ from typing import Any
 import pandas as pd
 
 from harness.errors import InputError
+from harness.validate import latest_validation
 
 NAN = float("nan")
 BYTES_PER_PARAM = 4
@@ -455,7 +456,7 @@ def recommend_from_store(root: Any, **kwargs: Any) -> pd.DataFrame:
 
     store = ResultsStore(root)
     return recommend(load(root), simulated=load_table_safe(root, "simulated"),
-                     validation=load_table_safe(root, "validation"),
+                     validation=latest_validation(root),
                      ram_bytes=_ram_bytes(store), **kwargs)
 
 

@@ -240,6 +240,7 @@ def history_plots(h: pd.DataFrame) -> list[Markup]:
 def build_report(root: str | os.PathLike[str]) -> str:
     """The report's HTML for the results under ``root`` (reads only)."""
     from harness.recommend import DEFAULT_SAMPLES, load_table_safe, validation_errors
+    from harness.validate import latest_validation
     from results.store import load
 
     root = Path(root)
@@ -249,7 +250,7 @@ def build_report(root: str | os.PathLike[str]) -> str:
     latest = (measured.sort_values("run_id").groupby("case_id").tail(1)
               if not measured.empty else measured)
     comm = load_table_safe(root, "comm")
-    validation = load_table_safe(root, "validation")
+    validation = latest_validation(root)
     groups, rec_error, rec_missing = recommendations(root)
     run_id, manifest = manifest_items(root)
     h = hist.history(measured)

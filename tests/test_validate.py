@@ -117,3 +117,31 @@ def test_small_messages_are_bounded_by_the_loopback_time_of_the_same_collective(
     floor = loopback_time(sweep, "torch", "all_reduce", 2, 4096)
     assert floor < small["predicted_s"] < floor + 0.2e-3  # 2 steps x 50 us of wire latency
     assert big["predicted_s"] == pytest.approx(1.0, rel=1e-2)
+
+
+def test_tf_collectives_add_their_loopback_time_to_the_wire_and_only_the_latest_counts(
+        tmp_path):
+    """TF's gRPC collectives pay their own cost on top of the wire's (SERIAL_SOFTWARE); and
+    reports read only the newest validation table, not every earlier model's."""
+    from harness.validate import VALIDATION_TABLE, latest_validation
+
+    store = ResultsStore(tmp_path)
+    cluster = "netns:hosts=2,rate=100mbit"
+    local = store.start_run({"kind": "comm"})
+    store.write_table(local, "comm", "tf-local-2", pd.DataFrame([{
+        "framework": "tf", "cluster": "local", "op": "all_reduce", "bytes": b, "world": 2,
+        "time_s": t} for b, t in ((1024, 4e-3), (12_500_000, 0.1))]))
+    emulated = store.start_run({"kind": "comm", "networks": [{"cluster": cluster, "links": [
+        {"throughput_bits_s": 100e6, "rtt_median_s": 100e-6}] * 2}]})
+    store.write_table(emulated, "comm", "tf-netns-2", pd.DataFrame([{
+        "framework": "tf", "cluster": cluster, "op": "all_reduce", "bytes": 12_500_000,
+        "world": 2, "time_s": 1.1}]))
+    (row,) = validate(store).to_dict("records")
+    assert row["bound"] == "network + loopback"
+    assert row["predicted_s"] == pytest.approx(1.0 + 0.1, rel=1e-2)
+
+    for run_id, error in (("20300101T000000Z-aaaaaa", 0.5), ("20300101T000001Z-000000", 0.05)):
+        store.start_run({"kind": "validate"}, run_id=run_id)
+        store.write_table(run_id, VALIDATION_TABLE, "simulator", pd.DataFrame([{
+            "kind": "step", "run_id": emulated, "error": error}]))
+    assert latest_validation(tmp_path)["error"].tolist() == [0.05]
