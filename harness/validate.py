@@ -186,7 +186,10 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
                   (ok["workload"] == r["workload"]) & (ok["size"] == r["size"]) &
                   (ok["replicas"] == 1)]
         alpha, beta = software_costs(store, r["framework"])
-        serial_beta = beta if r["framework"] in SERIAL_SOFTWARE else 0.0
+        # measured for the library's collectives: TF's parameter servers move variables
+        # through plain gRPC reads and writes instead
+        collective = not model.startswith("parameter_server")
+        serial_beta = beta if r["framework"] in SERIAL_SOFTWARE and collective else 0.0
         topology = measured_topology(store, r["run_id"], r["cluster"], (alpha, serial_beta))
         if model is None or base.empty or topology is None:
             continue
