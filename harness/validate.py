@@ -185,13 +185,15 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
         base = ok[(ok["run_id"] == r["run_id"]) & (ok["framework"] == r["framework"]) &
                   (ok["workload"] == r["workload"]) & (ok["size"] == r["size"]) &
                   (ok["replicas"] == 1)]
+        if model is None or base.empty:
+            continue
         alpha, beta = software_costs(store, r["framework"])
         # measured for the library's collectives: TF's parameter servers move variables
         # through plain gRPC reads and writes instead
         collective = not model.startswith("parameter_server")
         serial_beta = beta if r["framework"] in SERIAL_SOFTWARE and collective else 0.0
         topology = measured_topology(store, r["run_id"], r["cluster"], (alpha, serial_beta))
-        if model is None or base.empty or topology is None:
+        if topology is None:
             continue
         try:
             spec = parse_workload(f"{r['workload']}:{r['size']}")
