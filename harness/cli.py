@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import warnings
 
@@ -44,8 +45,22 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
     print(f"stratbench: warning: {_one_line(str(message))}", file=sys.stderr)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM (a scheduler's or CI's kill, `kill PID`) unwinds like Ctrl-C, so every
+    `finally` runs: process groups killed, emulated hosts and namespaces torn down."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point. Bad input: one line on stderr, exit code 2, never a traceback."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     from results.store import StoreError
 
     warnings.showwarning = _show_warning

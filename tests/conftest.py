@@ -5,11 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from procs import SESSION_MARKER, session_case_processes
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# Every process this test session starts inherits the marker, so the leftover check at the
-# end finds ours even if they were re-parented, and never blames anyone else's.
-SESSION_MARKER = "STRATBENCH_TEST_SESSION"
 os.environ[SESSION_MARKER] = f"{os.getpid()}-{os.urandom(4).hex()}"
 
 
@@ -38,20 +36,7 @@ def pytest_collection_modifyitems(config, items):
 
 def _leftovers() -> list[str]:
     """Case processes and emulated hosts that outlived the tests that made them."""
-    import psutil
-
-    found = []
-    marker = os.environ[SESSION_MARKER]
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        if proc.pid == os.getpid():
-            continue
-        try:
-            ours = proc.environ().get(SESSION_MARKER) == marker
-        except psutil.Error:
-            continue
-        cmd = " ".join(proc.info["cmdline"] or [])
-        if ours and ("harness." in cmd or "ip netns exec" in cmd):  # not multiprocessing's
-            found.append(f"process {proc.info['pid']}: {cmd[:120]}")
+    found = session_case_processes()
     try:
         from harness.launch import netns
 

@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from procs import session_case_processes
 
 from harness.execute import execute_case
 from harness.launch import netns
@@ -111,19 +112,26 @@ def test_every_multi_process_strategy_of_both_frameworks_runs_across_hosts(tmp_p
 
 
 @needs_root
-def test_interrupted_run_tears_its_hosts_down(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--framework", "torch",
-                             "--strategy", "ddp", "--workload", "mlp:S", "--cluster",
-                             "netns:hosts=2,rate=100mbit", "--steps", "100000", "--repeats", "1",
+@pytest.mark.parametrize("stop, framework, strategy, cluster", [
+    (signal.SIGINT, "torch", "ddp", "netns:hosts=2,rate=100mbit"),
+    # a scheduler's or CI's kill; TF's local cluster runs in a private loopback namespace
+    (signal.SIGTERM, "tf", "multi_worker_mirrored", "local"),
+], ids=["ctrl-c-emulated-hosts", "sigterm-tf-private-namespace"])
+def test_interrupted_run_tears_its_hosts_down(tmp_path, stop, framework, strategy, cluster):
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--framework",
+                             framework, "--strategy", strategy, "--workload", "mlp:S",
+                             "--cluster", cluster, "--steps", "100000", "--repeats", "1",
                              "--results", str(tmp_path)], stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not netns.leftovers():
         time.sleep(0.1)
     assert netns.leftovers(), "the run never built its hosts"
-    time.sleep(3)  # inside the case now
-    proc.send_signal(signal.SIGINT)
+    time.sleep(8)  # inside the case now
+    proc.send_signal(stop)
     proc.wait(60)
+    assert proc.returncode == 130, proc.stderr.read()[-2000:] if proc.stderr else ""
     assert not netns.leftovers()
+    assert not session_case_processes()
 
 
 def test_without_root_netns_cases_are_unavailable_rows(monkeypatch, tmp_path):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -180,26 +179,19 @@ def on_cluster(spec: specs.ClusterSpec, store: ResultsStore,
     if stale:
         info(f"warning: emulated hosts of an earlier run are still there ({', '.join(stale)});"
              " `stratbench cleanup` removes them")
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        rate = spec.rate_bits
-        assert rate is not None  # parse_cluster requires it for netns
-        with netns.emulated(spec.hosts, rate, spec.racks, spec.uplink_bits) as cluster:
-            links = netns.measure_links(cluster)
-            for link in links:
-                info(f"link h{link['src']} -> h{link['dst']}: "
-                     f"{link['throughput_bits_s'] / 1e6:.0f} Mbit/s measured "
-                     f"({link['configured_bits_s'] / 1e6:.0f} configured), "
-                     f"rtt {link['rtt_median_s'] * 1e6:.0f} us")
-            manifest = store.manifest(run_id) or {}
-            manifest.setdefault("networks", []).append(
-                {"cluster": spec.text, "tag": cluster.run_tag, "links": links})
-            manifest.pop("run_id", None)
-            store.write_manifest(run_id, manifest)
-            yield cluster
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+    rate = spec.rate_bits
+    assert rate is not None  # parse_cluster requires it for netns
+    # SIGTERM unwinds like Ctrl-C (harness/cli.py), so the hosts go whatever stops the run
+    with netns.emulated(spec.hosts, rate, spec.racks, spec.uplink_bits) as cluster:
+        links = netns.measure_links(cluster)
+        for link in links:
+            info(f"link h{link['src']} -> h{link['dst']}: "
+                 f"{link['throughput_bits_s'] / 1e6:.0f} Mbit/s measured "
+                 f"({link['configured_bits_s'] / 1e6:.0f} configured), "
+                 f"rtt {link['rtt_median_s'] * 1e6:.0f} us")
+        manifest = store.manifest(run_id) or {}
+        manifest.setdefault("networks", []).append(
+            {"cluster": spec.text, "tag": cluster.run_tag, "links": links})
+        manifest.pop("run_id", None)
+        store.write_manifest(run_id, manifest)
+        yield cluster
