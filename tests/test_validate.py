@@ -145,3 +145,24 @@ def test_tf_collectives_add_their_loopback_time_to_the_wire_and_only_the_latest_
         store.write_table(run_id, VALIDATION_TABLE, "simulator", pd.DataFrame([{
             "kind": "step", "run_id": emulated, "error": error}]))
     assert latest_validation(tmp_path)["error"].tolist() == [0.05]
+
+
+@pytest.mark.heavy
+@pytest.mark.netns
+@pytest.mark.skipif(netns.unavailable_reason() is not None, reason="needs root, ip and tc")
+def test_nightly_emulated_stage_validates_the_simulator_into_its_run(tmp_path):
+    from harness.commands.bench import emulated_stage
+    from harness.validate import latest_validation
+    from results.store import load, load_table
+
+    store = ResultsStore(tmp_path)
+    run_id = store.start_run({"kind": "bench"})
+    emulated_stage(store, run_id, steps=2)
+    rows = load(tmp_path)
+    assert set(rows["status"]) == {"ok"}, rows[["case_id", "status", "reason"]]
+    assert set(rows["strategy"]) == {"single_device", "ddp", "parameter_server"}
+    assert not load_table(tmp_path, "comm").empty
+    validation = latest_validation(tmp_path)
+    assert set(validation["stored_in_run"]) == {run_id}
+    assert set(validation["kind"]) == {"collective", "step"}
+    assert not netns.leftovers()
