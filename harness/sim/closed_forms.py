@@ -85,7 +85,9 @@ def parameter_server(workers: int, shards: int, S: float, alpha: float, beta_wor
                      beta_server: float | None = None, colocated: bool = False,
                      fractions: Sequence[float] | None = None) -> float:
     """One synchronous push + pull round with K shards, shard k holding f_k S (f_k = 1/K
-    unless ``fractions`` says otherwise).
+    unless ``fractions`` says otherwise). Exact for equal shards; with unequal ones a lower
+    bound (each port's load at full speed), which max-min fair sharing can exceed: a worker's
+    port splits evenly over its pushes, so a large shard may finish late at its server.
 
     Dedicated servers: 2 (alpha + max(S b_w, W max_k f_k S b_s)): a worker's port carries its
     whole S, server k's carries f_k S from each of the W workers. Colocated (server k on a
