@@ -42,16 +42,22 @@ def latest_validation(root: Any) -> pd.DataFrame:
     return table[table["stored_in_run"] == table["stored_in_run"].max()]
 
 
-def software_costs(store: ResultsStore, framework: str = "torch") -> tuple[float, float]:
+def _comm_table(store: ResultsStore, name: str) -> pd.DataFrame:
+    """A `comm` or `calibration` table; tables from before TF sweeps existed are torch's."""
+    table = load_table(store.root, name)
+    if not table.empty and "framework" not in table:
+        table["framework"] = "torch"
+    return table
+
+
+def software_costs(fits: pd.DataFrame, framework: str) -> tuple[float, float]:
     """The communication library's own cost per message (alpha, s) and per byte (beta, s/B):
-    the latest two-rank loopback all-reduce fit (`stratbench comm` on the local cluster);
-    (0, 0) if none."""
-    fits = load_table(store.root, "calibration")
+    the latest two-rank loopback all-reduce fit (`stratbench comm` on the local cluster) in
+    ``fits`` (the calibration table); (0, 0) if none."""
     if fits.empty:
         return 0.0, 0.0
-    mine = fits["framework"] == framework if "framework" in fits else framework == "torch"
-    local = fits[(fits["op"] == "all_reduce") & (fits["link_class"] == "loopback") & mine
-                 & (fits["world"] == 2)]
+    local = fits[(fits["op"] == "all_reduce") & (fits["link_class"] == "loopback")
+                 & (fits["framework"] == framework) & (fits["world"] == 2)]
     if local.empty:
         return 0.0, 0.0
     latest = local.sort_values("run_id").iloc[-1]
@@ -66,9 +72,8 @@ def loopback_time(points: pd.DataFrame, framework: str, op: str, world: int,
     cost with no network at all, a floor that no emulated network can beat. Measured: gloo's
     4 KiB all-reduce on 3 ranks takes about 3 ms on loopback and on unshaped emulated hosts
     alike (2 cores, 3 processes), 10x the simulated wire time. None without such a sweep."""
-    mine = points["framework"] == framework if "framework" in points else framework == "torch"
-    local = points[(points["cluster"] == "local") & mine & (points["op"] == op)
-                   & (points["world"] == world)]
+    local = points[(points["cluster"] == "local") & (points["framework"] == framework)
+                   & (points["op"] == op) & (points["world"] == world)]
     if local.empty:
         return None
     local = local[local["run_id"] == local["run_id"].max()].sort_values("bytes")
@@ -104,12 +109,10 @@ def validate_comm(store: ResultsStore) -> pd.DataFrame:
     time with the links' latency terms added (it bounds small messages)."""
     from harness.sim import simulate_collective
 
-    points = load_table(store.root, "comm")
+    points = _comm_table(store, "comm")
     rows: list[dict[str, Any]] = []
     if points.empty:
         return pd.DataFrame(rows)
-    if "framework" not in points:
-        points["framework"] = "torch"
     for p in points[points["cluster"].str.startswith("netns")].to_dict("records"):
         topology = measured_topology(store, p["run_id"], p["cluster"])
         collective = OP_TO_COLLECTIVE.get(p["op"])
@@ -120,21 +123,19 @@ def validate_comm(store: ResultsStore) -> pd.DataFrame:
         floor = loopback_time(points, p["framework"], p["op"], int(p["world"]),
                               float(p["bytes"]))
         if floor is None:
-            predicted = network
+            predicted, bound = network, "network"
         elif p["framework"] in SERIAL_SOFTWARE:
-            predicted = network + floor
+            predicted, bound = network + floor, "network + loopback"
         else:  # plus the wire latency that loopback did not have
             floor += simulate_collective(topology, int(p["world"]), collective, 1.0)["time_s"]
             predicted = max(network, floor)
+            bound = "loopback" if floor > network else "network"
         rows.append({"kind": "collective", "run_id": p["run_id"], "cluster": p["cluster"],
                      "what": f"{p['framework']}/{p['op']}", "bytes": p["bytes"],
                      "replicas": p["world"], "topology": topology, "measured_s": p["time_s"],
                      "predicted_s": predicted, "network_s": network,
                      "loopback_s": math.nan if floor is None else floor,
-                     "bound": ("network + loopback" if floor is not None and p["framework"] in
-                               SERIAL_SOFTWARE else "loopback" if floor is not None and
-                               floor > network else "network"),
-                     "error": predicted / p["time_s"] - 1})
+                     "bound": bound, "error": predicted / p["time_s"] - 1})
     return pd.DataFrame(rows)
 
 
@@ -179,6 +180,7 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
     ok = frame[(frame["status"] == "ok") & frame["cluster"].str.startswith("netns")]
     rows: list[dict[str, Any]] = []
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
+    fits = _comm_table(store, "calibration")
     for r in ok[ok["replicas"] > 1].to_dict("records"):
         key = (r["framework"], r["strategy"])
         model = MEASURED_AS.get(key, REAL_TO_SIM.get(key))
@@ -187,7 +189,7 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
                   (ok["replicas"] == 1)]
         if model is None or base.empty:
             continue
-        alpha, beta = software_costs(store, r["framework"])
+        alpha, beta = software_costs(fits, r["framework"])
         # measured for the library's collectives: TF's parameter servers move variables
         # through plain gRPC reads and writes instead
         collective = not model.startswith("parameter_server")

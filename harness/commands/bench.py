@@ -2,10 +2,9 @@
 
 Stages: the quick suite of real runs (every framework and strategy, one row per case), the
 collective sweep with its alpha/beta fit, a few cases and a sweep on two emulated hosts with
-the simulator validated against them (root only; skipped with the reason otherwise), and
-simulations of the same workloads on larger
-preset clusters with that calibration, then the recommender and the HTML report (its path is the
-last line on stdout).
+the simulator validated against them (root only; skipped with the reason otherwise),
+simulations of the same workloads on larger preset clusters with that calibration, then the
+recommender and the HTML report (its path is the last line on stdout).
 """
 
 from __future__ import annotations
