@@ -14,7 +14,7 @@ import time
 
 CHUNK = 64 * 1024
 PINGS = 50
-# The bytes go in this many equal transfers and the fastest counts: on a shared 2-core
+# The probe's transfer is repeated this many times and the fastest counts: on a shared 2-core
 # machine a scheduling hiccup only ever slows a transfer down, never speeds it up, so the
 # fastest of a few is the best estimate of what the link itself carries.
 TRIALS = 3
@@ -58,7 +58,7 @@ def client(addr: str, port: int, nbytes: int) -> dict[str, float | list[float]]:
             sock.recv(1)
             rtts.append(time.perf_counter() - start)
         payload = b"\0" * CHUNK
-        each = max(1, nbytes // TRIALS)
+        each = max(1, nbytes)  # every trial as long as the whole probe used to be
         trials = []
         for _ in range(TRIALS):
             sock.sendall(each.to_bytes(8, "big"))
