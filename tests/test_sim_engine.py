@@ -10,6 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from harness.sim.collectives import (
+    binomial_broadcast,
     double_binary_tree_allreduce,
     halving_doubling_allreduce,
     multidim_allreduce,
@@ -72,7 +73,7 @@ def cases(draw: st.DrawFn) -> tuple[Schedule, Topology, list[int] | None]:
     topo = draw(small_topologies())
     n = n_devices(topo)
     p = draw(st.integers(1, n))
-    kind = draw(st.sampled_from(["ring", "hd", "tree", "rs", "ag", "bcast", "hier",
+    kind = draw(st.sampled_from(["ring", "hd", "tree", "rs", "ag", "bcast", "binomial", "hier",
                                  "pipelined", "ps_colocated", "ps_dedicated"]))
     devices = None
     if kind == "ring":
@@ -87,6 +88,8 @@ def cases(draw: st.DrawFn) -> tuple[Schedule, Topology, list[int] | None]:
         s = ring_all_gather(p)
     elif kind == "bcast":
         s = tree_broadcast(p, draw(st.integers(0, p - 1)), draw(st.integers(1, 5)))
+    elif kind == "binomial":
+        s = binomial_broadcast(p, draw(st.integers(0, p - 1)))
     elif kind in ("hier", "pipelined"):
         dims = topo.dims if isinstance(topo, Torus) else (topo.per_host, topo.hosts)
         s = multidim_allreduce(dims)

@@ -60,3 +60,11 @@ def scaling_efficiency(throughput: float, replicas: int, baseline_throughput: fl
     if not (baseline_throughput > 0 and replicas > 0 and throughput > 0):
         return math.nan
     return throughput / (replicas * baseline_throughput)
+
+
+def summarize_rounds(round_times_s: list[float]) -> dict[str, float]:
+    """A micro-benchmark point measured in interleaved rounds: the median round, and the
+    rounds' range relative to it (how noisy the machine was while the point ran)."""
+    x = np.asarray(round_times_s, dtype=float)
+    mid = float(np.median(x))
+    return {"time_s": mid, "spread_rel": float((x.max() - x.min()) / mid) if mid > 0 else 0.0}

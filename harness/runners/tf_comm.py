@@ -5,7 +5,8 @@ compiled `strategy.run` of one replica-context collective, warmed up, then timed
 of back-to-back calls that every rank derives from the size alone (TF has no barrier to agree
 on a count at run time). A collective cannot finish on one rank before every rank has joined
 it, so back-to-back calls measure the collective, not the ranks' skew; the parent takes the
-slowest rank's time per point, as nccl-tests does.
+slowest rank's time per point, as nccl-tests does. Like torch_comm, the sweep runs ROUNDS
+times, interleaved, and a point's time is the median of its rounds.
 
 MultiWorkerMirroredStrategy's replica context exposes all-reduce and all-gather only:
 broadcast, reduce-scatter and point-to-point (PS push/pull) have no public TF API here, so
@@ -19,11 +20,13 @@ from typing import Any
 
 import tensorflow as tf
 
+from harness.measure.stats import summarize_rounds
 from harness.plan import Case
 
 OPS = ("all_reduce", "all_gather")
-BYTES_PER_POINT = 64 * 2**20  # about this many bytes moved per point, 3 to 30 calls
-MIN_ITERS, MAX_ITERS = 3, 30
+BYTES_PER_POINT = 16 * 2**20  # about this many bytes moved per point and round
+MIN_ITERS, MAX_ITERS = 1, 10
+ROUNDS = 5
 
 
 def iterations(nbytes: int) -> int:
@@ -66,13 +69,15 @@ def _time(strategy: Any, fn: Any, iters: int) -> float:
 
 def run(case: Case, strategy: Any, rank: int) -> dict[str, Any]:
     world = strategy.num_replicas_in_sync
-    points = []
-    for name in case.options.get("ops", OPS):
-        if name not in OPS:
-            continue  # a torch-only operation: nothing to time here
-        for nbytes in case.options["sizes"]:
-            seconds = _time(strategy, _collective(strategy, name, int(nbytes)),
-                            iterations(int(nbytes)))
-            points.append({"op": name, "bytes": int(nbytes), "world": world,
-                           "time_s": seconds})
+    grid = [(name, int(nbytes)) for name in case.options.get("ops", OPS)
+            if name in OPS  # a torch-only operation: nothing to time here
+            for nbytes in case.options["sizes"]]
+    compiled = {key: _collective(strategy, *key) for key in grid}  # traced once per point
+    rounds: dict[tuple[str, int], list[float]] = {key: [] for key in grid}
+    for _ in range(ROUNDS):
+        for name, nbytes in grid:
+            rounds[(name, nbytes)].append(
+                _time(strategy, compiled[(name, nbytes)], iterations(nbytes)))
+    points = [{"op": name, "bytes": nbytes, "world": world, **summarize_rounds(times)}
+              for (name, nbytes), times in rounds.items()]
     return {"step_times_s": [], "losses": [], "rank": rank, "points": points}

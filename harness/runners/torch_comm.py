@@ -3,21 +3,29 @@
 Every rank runs the same sweep; each (operation, size) point is a barrier, warm-up, then
 timed iterations until a time budget or an iteration cap; the slowest rank's time counts,
 as in nccl-tests (a collective is done when every rank is done).
+
+The whole sweep runs ROUNDS times and a point's time is the median of its rounds. On a shared
+machine slow spells last longer than one point's budget (a single pass put a 4x outlier in
+one of three identical 2-rank sweeps); interleaving spreads each point over the sweep's
+duration, so one bad spell costs one round, not the point.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from harness.measure.stats import summarize_rounds
 from harness.plan import Case
 
 OPS = ("all_reduce", "broadcast", "reduce_scatter", "all_gather", "ps_push", "ps_pull")
-BUDGET_S = 0.25
-MIN_ITERS, MAX_ITERS = 3, 50
+ROUNDS = 5
+BUDGET_S = 0.05  # per point and round
+MIN_ITERS, MAX_ITERS = 1, 25
 
 
 def _op(name: str, nbytes: int, rank: int, world: int) -> Any:
@@ -55,28 +63,39 @@ def _agreed_max(value: float) -> float:
     return float(local.item())
 
 
-def _time(fn: Any) -> float:
+def _iterations(fn: Any) -> int:
+    """Warm the point up (connections, buffers) and size its rounds from that one call.
+    Every rank must run the same number of iterations, so the count is agreed, not local."""
     dist.barrier()
     start = time.perf_counter()
-    fn()  # warm-up: connections and buffers
-    # Every rank must run the same number of iterations, so the count is agreed, not local.
+    fn()
     warm = _agreed_max(time.perf_counter() - start)
-    iters = int(min(MAX_ITERS, max(MIN_ITERS, BUDGET_S // max(warm, 1e-9))))
+    return int(min(MAX_ITERS, max(MIN_ITERS, BUDGET_S // max(warm, 1e-9))))
+
+
+def _round(fn: Any, iters: int) -> float:
+    """One round of one point: the slowest rank's median over its iterations."""
     times = []
     for _ in range(iters):
         dist.barrier()
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    times.sort()
-    return _agreed_max(times[len(times) // 2])  # the slowest rank's median
+    return _agreed_max(statistics.median(times))
 
 
 def run(case: Case, rank: int) -> dict[str, Any]:
     world = case.replicas
-    points = []
-    for name in case.options.get("ops", OPS):
-        for nbytes in case.options["sizes"]:
-            points.append({"op": name, "bytes": int(nbytes), "world": world,
-                           "time_s": _time(_op(name, int(nbytes), rank, world))})
+    grid = [(name, int(nbytes)) for name in case.options.get("ops", OPS)
+            for nbytes in case.options["sizes"]]
+    rounds: dict[tuple[str, int], list[float]] = {key: [] for key in grid}
+    iters: dict[tuple[str, int], int] = {}
+    for _ in range(ROUNDS):
+        for key in grid:  # buffers live for one point only: sweeps can be large
+            fn = _op(*key, rank, world)
+            if key not in iters:
+                iters[key] = _iterations(fn)
+            rounds[key].append(_round(fn, iters[key]))
+    points = [{"op": name, "bytes": nbytes, "world": world, **summarize_rounds(times)}
+              for (name, nbytes), times in rounds.items()]
     return {"step_times_s": [], "losses": [], "rank": rank, "points": points}

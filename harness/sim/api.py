@@ -15,7 +15,12 @@ from typing import Any
 
 from harness.sim import calibration as cal
 from harness.sim.closed_forms import busbw
-from harness.sim.collectives import ring_all_gather, ring_reduce_scatter, tree_broadcast
+from harness.sim.collectives import (
+    binomial_broadcast,
+    ring_all_gather,
+    ring_reduce_scatter,
+    tree_broadcast,
+)
 from harness.sim.engine import MODES, run_collective
 from harness.sim.profile import WorkloadProfile
 from harness.sim.ps import central_storage, ps_sync
@@ -128,7 +133,8 @@ def _row(r: StepResult, single_step_s: float, batch: int, calib: cal.Calibration
 
 
 COLLECTIVE_ALGORITHMS = (*ALLREDUCE, "reduce_scatter_ring", "all_gather_ring",
-                         "broadcast_tree", "parameter_server", "central_storage")
+                         "broadcast_tree", "broadcast_binomial", "parameter_server",
+                         "central_storage")
 
 
 def simulate_collective(topology_spec: str, workers: int, algorithm: str, nbytes: float,
@@ -153,6 +159,8 @@ def simulate_collective(topology_spec: str, workers: int, algorithm: str, nbytes
             schedule = ring_all_gather(workers)
         elif algorithm == "broadcast_tree":
             schedule = tree_broadcast(workers, 0, max(1, min(64, int(nbytes // 2**20))))
+        elif algorithm == "broadcast_binomial":
+            schedule = binomial_broadcast(workers)
         elif algorithm == "central_storage":
             schedule = central_storage(workers)
         else:
