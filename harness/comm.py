@@ -60,7 +60,7 @@ def run_comm(framework: str, cluster: str, sizes: list[int], world: int,
     # a collective is done when every rank is done: the slowest rank's time per point
     per_rank = pd.concat([pd.DataFrame(o.report["points"]) for o in group.outcomes
                           if o.report and "points" in o.report])
-    measured = [c for c in ("time_s", "spread_rel") if c in per_rank]
+    measured = [c for c in ("time_s", "fast_s", "spread_rel") if c in per_rank]
     slowest = per_rank.groupby(["op", "bytes", "world"], sort=False)[measured].max()
     points = calibrate.with_bandwidths(slowest.reset_index())
     points.insert(0, "framework", framework)

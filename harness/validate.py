@@ -68,7 +68,7 @@ def software_costs(fits: pd.DataFrame, framework: str) -> tuple[float, float]:
 
 
 def loopback_time(points: pd.DataFrame, framework: str, op: str, world: int,
-                  nbytes: float) -> float | None:
+                  nbytes: float, statistic: str = "time_s") -> float | None:
     """The same collective at the same rank count on loopback, from the latest local sweep
     (log-log interpolation between its sizes): what the library and this machine's cores
     cost with no network at all, a floor that no emulated network can beat. Measured: gloo's
@@ -79,8 +79,10 @@ def loopback_time(points: pd.DataFrame, framework: str, op: str, world: int,
     if local.empty:
         return None
     local = local[local["run_id"] == local["run_id"].max()].sort_values("bytes")
+    if statistic not in local or local[statistic].isna().any():
+        return None
     sizes = local["bytes"].to_numpy(float)
-    times = local["time_s"].to_numpy(float)
+    times = local[statistic].to_numpy(float)
     if nbytes > sizes[-1]:  # beyond the sweep: its last point's bandwidth
         return float(times[-1] * nbytes / sizes[-1])
     return float(np.exp(np.interp(np.log(nbytes), np.log(sizes), np.log(times))))
@@ -104,11 +106,24 @@ def measured_topology(store: ResultsStore, run_id: str, cluster: str,
     return None
 
 
+def _combine(network: float, floor: float | None, latency: float, framework: str
+             ) -> tuple[float, str]:
+    """The predicted time and which bound set it: added for SERIAL_SOFTWARE libraries; else
+    the larger of the two, the loopback time with the links' latency terms added (it bounds
+    small messages)."""
+    if floor is None:
+        return network, "network"
+    if framework in SERIAL_SOFTWARE:
+        return network + floor, "network + loopback"
+    floor += latency
+    return max(network, floor), "loopback" if floor > network else "network"
+
+
 def validate_comm(store: ResultsStore) -> pd.DataFrame:
     """Each collective point on emulated hosts: the simulated network time on the measured
     links, combined with the loopback time of the same collective (the library and the
-    cores): added for SERIAL_SOFTWARE libraries; else the larger of the two, the loopback
-    time with the links' latency terms added (it bounds small messages)."""
+    cores), for both statistics a sweep records: the median (`error`) and the uncontended
+    time (`error_fast`, harness.measure.stats.summarize_rounds says why)."""
     from harness.sim import simulate_collective
 
     points = _comm_table(store, "comm")
@@ -120,24 +135,27 @@ def validate_comm(store: ResultsStore) -> pd.DataFrame:
         collective = OP_TO_COLLECTIVE.get(p["op"])
         if topology is None or collective is None:
             continue
-        network = simulate_collective(topology, int(p["world"]), collective,
-                                      float(p["bytes"]))["time_s"]
-        floor = loopback_time(points, p["framework"], p["op"], int(p["world"]),
-                              float(p["bytes"]))
-        if floor is None:
-            predicted, bound = network, "network"
-        elif p["framework"] in SERIAL_SOFTWARE:
-            predicted, bound = network + floor, "network + loopback"
-        else:  # plus the wire latency that loopback did not have
-            floor += simulate_collective(topology, int(p["world"]), collective, 1.0)["time_s"]
-            predicted = max(network, floor)
-            bound = "loopback" if floor > network else "network"
-        rows.append({"kind": "collective", "run_id": p["run_id"], "cluster": p["cluster"],
-                     "what": f"{p['framework']}/{p['op']}", "bytes": p["bytes"],
-                     "replicas": p["world"], "topology": topology, "measured_s": p["time_s"],
-                     "predicted_s": predicted, "network_s": network,
-                     "loopback_s": math.nan if floor is None else floor,
-                     "bound": bound, "error": predicted / p["time_s"] - 1})
+        world, nbytes, framework = int(p["world"]), float(p["bytes"]), p["framework"]
+        network = simulate_collective(topology, world, collective, nbytes)["time_s"]
+        # the wire latency that loopback did not have
+        latency = simulate_collective(topology, world, collective, 1.0)["time_s"]
+        floor = loopback_time(points, framework, p["op"], world, nbytes)
+        predicted, bound = _combine(network, floor, latency, framework)
+        row = {"kind": "collective", "run_id": p["run_id"], "cluster": p["cluster"],
+               "what": f"{framework}/{p['op']}", "bytes": p["bytes"], "replicas": p["world"],
+               "topology": topology, "measured_s": p["time_s"], "predicted_s": predicted,
+               "network_s": network, "loopback_s": math.nan if floor is None else floor,
+               "bound": bound, "error": predicted / p["time_s"] - 1,
+               # the range of the point's rounds over their median (sweeps from before
+               # rounds have none): how far the measurement itself moved
+               "spread_rel": p.get("spread_rel", math.nan)}
+        fast = p.get("fast_s", math.nan)
+        fast_floor = loopback_time(points, framework, p["op"], world, nbytes, "fast_s")
+        if isinstance(fast, float) and fast > 0 and fast_floor is not None:
+            fast_predicted, _ = _combine(network, fast_floor, latency, framework)
+            row.update({"measured_fast_s": fast, "predicted_fast_s": fast_predicted,
+                        "error_fast": fast_predicted / fast - 1})
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -231,11 +249,15 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
 
 
 def summarize(table: pd.DataFrame) -> dict[str, float]:
-    """Median |error| per kind (collective, step): the figure the issue's targets name."""
+    """Median |error| per kind (collective, step): the figure the issue's targets name; and
+    `collective_fast` on the uncontended statistic where the sweeps recorded it."""
     if table.empty:
         return {}
-    return {str(kind): float(group["error"].abs().median())
-            for kind, group in table.groupby("kind")}
+    out = {str(kind): float(group["error"].abs().median())
+           for kind, group in table.groupby("kind")}
+    if "error_fast" in table and table["error_fast"].notna().any():
+        out["collective_fast"] = float(table["error_fast"].abs().median())
+    return out
 
 
 def validate(store: ResultsStore) -> pd.DataFrame:
@@ -244,12 +266,19 @@ def validate(store: ResultsStore) -> pd.DataFrame:
 
 
 def format_table(table: pd.DataFrame) -> str:
+    """One line per prediction; `rounds` is the measured point's spread (the range of its
+    rounds over their median), to read each error beside the noise it was measured with."""
     lines = [f"{'kind':<11}{'what':<34}{'bytes':>11}{'n':>3}{'measured ms':>13}"
-             f"{'predicted ms':>14}{'error':>8}"]
+             f"{'predicted ms':>14}{'error':>8}{'rounds':>8}"]
     for r in table.to_dict("records"):
+        spread = r.get("spread_rel", math.nan)
         lines.append(f"{r['kind']:<11}{str(r['what'])[:33]:<34}{int(r['bytes']):>11}"
                      f"{int(r['replicas']):>3}{r['measured_s'] * 1e3:>13.2f}"
-                     f"{r['predicted_s'] * 1e3:>14.2f}{r['error']:>+8.0%}")
+                     f"{r['predicted_s'] * 1e3:>14.2f}{r['error']:>+8.0%}"
+                     + (f"{spread:>8.0%}" if isinstance(spread, float) and spread >= 0 else ""))
     for kind, err in summarize(table).items():
         lines.append(f"median |error| {kind}: {err:.1%}" if not math.isnan(err) else "")
+    if "spread_rel" in table and table["spread_rel"].notna().any():
+        lines.append(f"median spread of the measured collectives' rounds: "
+                     f"{table['spread_rel'].median():.1%}")
     return "\n".join(lines)

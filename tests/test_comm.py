@@ -67,6 +67,8 @@ def test_comm_cli_prints_points_and_fits(tmp_path):
     assert ops == set(calibrate.TERMS)
     for p in out["points"]:
         assert p["algbw_bytes_s"] == pytest.approx(p["bytes"] / p["time_s"])
+        assert p["spread_rel"] >= 0  # the rounds' range: how noisy the machine was
+        assert 0 < p["fast_s"] <= p["time_s"] * (1 + p["spread_rel"])
     assert {f["op"] for f in out["fits"]} == ops
     assert all(f["residual_rel"] >= 0 and f["alpha_s"] >= 0 for f in out["fits"])
     from results.store import load_table
@@ -85,6 +87,6 @@ def test_tf_comm_sweeps_mwms_collectives_beside_torch(tmp_path):
     tf = [p for p in out["points"] if p["framework"] == "tf"]
     assert {(p["op"], p["bytes"]) for p in tf} == {
         (op, size) for op in ("all_reduce", "all_gather") for size in (1024, 4096, 16384, 65536)}
-    assert all(p["time_s"] > 0 and p["world"] == 2 for p in tf)
+    assert all(p["time_s"] > 0 and p["world"] == 2 and p["spread_rel"] >= 0 for p in tf)
     assert {f["framework"] for f in out["fits"]} == {"tf", "torch"}
     assert "TF collectives (MultiWorkerMirroredStrategy, RING)" in proc.stderr

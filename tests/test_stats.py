@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,3 +37,25 @@ def test_scaling_efficiency():
     assert stats.scaling_efficiency(200.0, 2, 100.0) == 1.0
     assert stats.scaling_efficiency(150.0, 2, 100.0) == 0.75
     assert math.isnan(stats.scaling_efficiency(150.0, 2, 0.0))
+
+
+@given(st.lists(st.floats(1e-6, 10.0), min_size=1, max_size=9))
+def test_a_point_measured_in_rounds_is_its_median_round_and_their_range(rounds):
+    point = stats.summarize_rounds(rounds)
+    assert min(rounds) <= point["time_s"] <= max(rounds)
+    assert point["time_s"] == pytest.approx(float(np.median(rounds)))
+    assert point["spread_rel"] == pytest.approx((max(rounds) - min(rounds)) / point["time_s"])
+    assert min(rounds) <= point["fast_s"] <= point["time_s"]
+
+
+def test_one_slow_round_moves_the_point_by_nothing():
+    assert stats.summarize_rounds([1.0, 4.0, 1.1, 0.9, 1.0])["time_s"] == 1.0
+
+
+def test_the_uncontended_time_stays_with_the_fast_mode_when_the_median_flips():
+    """Rounds whose iterations are 40-60% slow (4 ms scheduler waits): the medians flip
+    between the modes, the lower quartiles do not."""
+    medians, quartiles = [0.5, 4.0, 4.1, 0.5, 4.0], [0.45, 0.47, 0.5, 0.44, 0.46]
+    point = stats.summarize_rounds(medians, quartiles)
+    assert point["time_s"] == 4.0 and point["fast_s"] == 0.46
+    assert stats.summarize_rounds([1.0, 2.0, 3.0, 4.0, 5.0])["fast_s"] == 2.0

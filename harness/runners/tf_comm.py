@@ -26,7 +26,7 @@ from harness.plan import Case
 OPS = ("all_reduce", "all_gather")
 BYTES_PER_POINT = 16 * 2**20  # about this many bytes moved per point and round
 MIN_ITERS, MAX_ITERS = 1, 10
-ROUNDS = 5
+ROUNDS = 7
 
 
 def iterations(nbytes: int) -> int:

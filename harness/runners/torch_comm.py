@@ -16,6 +16,7 @@ import statistics
 import time
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -23,7 +24,7 @@ from harness.measure.stats import summarize_rounds
 from harness.plan import Case
 
 OPS = ("all_reduce", "broadcast", "reduce_scatter", "all_gather", "ps_push", "ps_pull")
-ROUNDS = 5
+ROUNDS = 7
 BUDGET_S = 0.05  # per point and round
 MIN_ITERS, MAX_ITERS = 1, 25
 
@@ -57,10 +58,10 @@ def _op(name: str, nbytes: int, rank: int, world: int) -> Any:
     raise ValueError(f"unknown collective {name!r}")
 
 
-def _agreed_max(value: float) -> float:
-    local = torch.tensor([value], dtype=torch.float64)
+def _agreed_max(*values: float) -> list[float]:
+    local = torch.tensor(values, dtype=torch.float64)
     dist.all_reduce(local, op=dist.ReduceOp.MAX)
-    return float(local.item())
+    return [float(v) for v in local]
 
 
 def _iterations(fn: Any) -> int:
@@ -69,26 +70,28 @@ def _iterations(fn: Any) -> int:
     dist.barrier()
     start = time.perf_counter()
     fn()
-    warm = _agreed_max(time.perf_counter() - start)
+    (warm,) = _agreed_max(time.perf_counter() - start)
     return int(min(MAX_ITERS, max(MIN_ITERS, BUDGET_S // max(warm, 1e-9))))
 
 
-def _round(fn: Any, iters: int) -> float:
-    """One round of one point: the slowest rank's median over its iterations."""
+def _round(fn: Any, iters: int) -> tuple[float, float]:
+    """One round of one point: the slowest rank's median and lower quartile over its
+    iterations."""
     times = []
     for _ in range(iters):
         dist.barrier()
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return _agreed_max(statistics.median(times))
+    median, quartile = _agreed_max(statistics.median(times), float(np.percentile(times, 25)))
+    return median, quartile
 
 
 def run(case: Case, rank: int) -> dict[str, Any]:
     world = case.replicas
     grid = [(name, int(nbytes)) for name in case.options.get("ops", OPS)
             for nbytes in case.options["sizes"]]
-    rounds: dict[tuple[str, int], list[float]] = {key: [] for key in grid}
+    rounds: dict[tuple[str, int], list[tuple[float, float]]] = {key: [] for key in grid}
     iters: dict[tuple[str, int], int] = {}
     for _ in range(ROUNDS):
         for key in grid:  # buffers live for one point only: sweeps can be large
@@ -96,6 +99,7 @@ def run(case: Case, rank: int) -> dict[str, Any]:
             if key not in iters:
                 iters[key] = _iterations(fn)
             rounds[key].append(_round(fn, iters[key]))
-    points = [{"op": name, "bytes": nbytes, "world": world, **summarize_rounds(times)}
-              for (name, nbytes), times in rounds.items()]
+    points = [{"op": name, "bytes": nbytes, "world": world,
+               **summarize_rounds([m for m, _ in got], [q for _, q in got])}
+              for (name, nbytes), got in rounds.items()]
     return {"step_times_s": [], "losses": [], "rank": rank, "points": points}
