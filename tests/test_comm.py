@@ -90,3 +90,30 @@ def test_tf_comm_sweeps_mwms_collectives_beside_torch(tmp_path):
     assert all(p["time_s"] > 0 and p["world"] == 2 and p["spread_rel"] >= 0 for p in tf)
     assert {f["framework"] for f in out["fits"]} == {"tf", "torch"}
     assert "TF collectives (MultiWorkerMirroredStrategy, RING)" in proc.stderr
+
+
+@pytest.mark.heavy
+def test_one_framework_failing_keeps_the_others_sweep_and_exits_1(tmp_path, monkeypatch):
+    """A TF sweep failed once at 6 local ranks (a worker's gRPC peer refused the connection);
+    the torch sweep of the same command must still run and be stored."""
+    from click.testing import CliRunner
+
+    from harness.comm import CommResult
+    from harness.commands import comm as comm_command
+    from results.store import load_table
+
+    real = comm_command.run_comm
+
+    def tf_fails(framework, *args, **kwargs):
+        if framework == "tf":
+            return CommResult("failed", "worker2 exited with code 1", pd.DataFrame(),
+                              pd.DataFrame())
+        return real(framework, *args, **kwargs)
+
+    monkeypatch.setattr(comm_command, "run_comm", tf_fails)
+    result = CliRunner().invoke(comm_command.command, [
+        "--framework", "all", "--sizes", "1KiB:4KiB", "--results", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "tf comm benchmark failed: worker2 exited with code 1" in result.output
+    stored = load_table(tmp_path, "comm")
+    assert set(stored["framework"]) == {"torch"} and len(stored) == 12

@@ -46,18 +46,20 @@ def command(framework: str, cluster: str, sizes: str, world: int, timeout: float
     manifest = environment.collect(frameworks=tuple(frameworks))
     manifest.update(kind="comm", sizes=sizes, world=world)
     run_id = store.start_run(manifest)
-    done = []
+    done, failed = [], []
     with on_cluster(cluster_spec, store, run_id) as hosts:
         emulated = hosts if isinstance(hosts, netns.Cluster) else None  # slurm: refused above
-        for fw in frameworks:
+        for fw in frameworks:  # one framework failing does not cost the other its sweep
             info(f"comm run {run_id}: {LIBRARY[fw]}, {world} ranks, {cluster_spec.text}")
             result = run_comm(fw, cluster_spec.text, sweep_sizes(low, high), world, timeout,
                               emulated)
             if result.status != "ok":
-                raise click.ClickException(f"{fw} comm benchmark {result.status}: "
-                                           f"{result.reason}")
+                failed.append(f"{fw} comm benchmark {result.status}: {result.reason}")
+                continue
             store_comm(store, run_id, result, f"{fw}-{cluster_spec.kind}-{world}")
             done.append((fw, result))
+    if failed:
+        raise click.ClickException("; ".join(failed))
     if as_json:
         print_json({"run_id": run_id,
                     "points": [p for _, r in done for p in r.points.to_dict("records")],
