@@ -147,6 +147,39 @@ def test_tf_collectives_add_their_loopback_time_to_the_wire_and_only_the_latest_
     assert latest_validation(tmp_path)["error"].tolist() == [0.05]
 
 
+def test_the_uncontended_statistic_is_predicted_from_its_own_floor_and_scored_apart(tmp_path):
+    """Sweeps record a median round and an uncontended time (fast_s); each is predicted from
+    the loopback floor of the same statistic, and the table shows the point's round spread.
+    Sweeps from before rounds (no fast_s) still validate, on the median alone."""
+    from harness.validate import format_table
+
+    store = ResultsStore(tmp_path)
+    cluster = "netns:hosts=2,rate=100mbit"
+    local = store.start_run({"kind": "comm"})
+    store.write_table(local, "comm", "torch-local-2", pd.DataFrame([{
+        "framework": "torch", "cluster": "local", "op": "all_reduce", "bytes": b, "world": 2,
+        "time_s": 4e-3, "fast_s": 1e-3, "spread_rel": 0.5} for b in (1024, 65536)]))
+    emulated = store.start_run({"kind": "comm", "networks": [{"cluster": cluster, "links": [
+        {"throughput_bits_s": 100e6, "rtt_median_s": 100e-6}] * 2}]})
+    store.write_table(emulated, "comm", "torch-netns-2", pd.DataFrame([{
+        "framework": "torch", "cluster": cluster, "op": "all_reduce", "bytes": 1024,
+        "world": 2, "time_s": 4e-3, "fast_s": 2e-3, "spread_rel": 0.25}]))
+    table = validate(store)
+    (row,) = table.to_dict("records")
+    assert row["predicted_s"] == pytest.approx(4.1e-3, rel=0.02)  # floor + 2 x 50 us
+    assert row["predicted_fast_s"] == pytest.approx(1.1e-3, rel=0.05)
+    assert row["error_fast"] == pytest.approx(1.1e-3 / 2e-3 - 1, abs=0.03)
+    summary = summarize(table)
+    assert summary["collective_fast"] == pytest.approx(abs(row["error_fast"]))
+    text = format_table(table)
+    assert "25%" in text.splitlines()[1]  # the point's spread beside its error
+    assert "median spread of the measured collectives' rounds: 25.0%" in text
+
+    old = _store_with_comm(tmp_path / "old", 1.0)
+    assert "error_fast" not in validate(old) and "collective_fast" not in summarize(
+        validate(old))
+
+
 @pytest.mark.heavy
 @pytest.mark.netns
 @pytest.mark.skipif(netns.unavailable_reason() is not None, reason="needs root, ip and tc")
