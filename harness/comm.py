@@ -13,7 +13,7 @@ from harness import calibrate
 from harness.execute import confined
 from harness.launch.netns import Cluster
 from harness.launch.processes import run_group
-from harness.plan import Case
+from harness.plan import COMM_ROUNDS, Case
 from harness.runners import layout
 from results.store import ResultsStore
 
@@ -41,11 +41,12 @@ class CommResult:
 
 
 def run_comm(framework: str, cluster: str, sizes: list[int], world: int,
-             timeout_s: float, hosts: Cluster | None = None) -> CommResult:
+             timeout_s: float, hosts: Cluster | None = None,
+             rounds: int = COMM_ROUNDS) -> CommResult:
     """The sweep on loopback, or one rank per emulated host when `hosts` is given."""
     case = Case(framework=framework, strategy="comm", workload="", cluster=cluster,
                 replicas=world, steps=0, warmup=0, repeats=1, timeout_s=timeout_s,
-                per_replica_batch=1, options={"sizes": sizes})
+                per_replica_batch=1, options={"sizes": sizes, "rounds": rounds})
     workdir = Path(tempfile.mkdtemp(prefix="stratbench-comm-"))
     try:
         case_file = workdir / "case.json"

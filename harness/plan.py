@@ -17,6 +17,9 @@ from harness.errors import InputError
 # Replicas per strategy on the local cluster: multi-replica strategies use 2 (this machine
 # has 2 cores); parameter servers run 2 workers and 2 shards so K > 1 really shards.
 LOCAL_REPLICAS = 2
+# Interleaved passes of a `stratbench comm` sweep: slow spells on a shared machine outlast
+# one point, so each point keeps its median pass (runners/torch_comm.py).
+COMM_ROUNDS = 7
 PS_SHARDS = 2
 
 

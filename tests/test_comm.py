@@ -112,8 +112,17 @@ def test_one_framework_failing_keeps_the_others_sweep_and_exits_1(tmp_path, monk
 
     monkeypatch.setattr(comm_command, "run_comm", tf_fails)
     result = CliRunner().invoke(comm_command.command, [
-        "--framework", "all", "--sizes", "1KiB:4KiB", "--results", str(tmp_path)])
+        "--framework", "all", "--sizes", "1KiB:4KiB", "--rounds", "2",
+        "--results", str(tmp_path)])
     assert result.exit_code == 1
     assert "tf comm benchmark failed: worker2 exited with code 1" in result.output
     stored = load_table(tmp_path, "comm")
     assert set(stored["framework"]) == {"torch"} and len(stored) == 12
+
+
+def test_rounds_must_be_at_least_one(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "comm", "--rounds", "0",
+                           "--results", str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2
+    assert "--rounds" in proc.stderr and "0 is not in the range 1<=x<=99" in proc.stderr

@@ -10,6 +10,7 @@ from harness.commands.common import NotBuiltError, info, json_option, print_json
 from harness.commands.run import on_cluster
 from harness.launch import netns
 from harness.paths import results_dir
+from harness.plan import COMM_ROUNDS
 from results.store import ResultsStore
 
 # what each framework's sweep runs on (CPU processes; NCCL is for GPU cases)
@@ -25,10 +26,12 @@ LIBRARY = {"torch": "torch.distributed (gloo)",
 @click.option("--world", type=click.IntRange(2, 16), default=2, show_default=True,
               help="Ranks taking part (on emulated hosts: one per host).")
 @click.option("--timeout", type=click.FloatRange(min=1.0), default=900.0, show_default=True)
+@click.option("--rounds", type=click.IntRange(1, 99), default=COMM_ROUNDS, show_default=True,
+              help="Interleaved passes over the sweep; a point keeps its median round.")
 @results_option
 @json_option
 def command(framework: str, cluster: str, sizes: str, world: int, timeout: float,
-            results: str | None, as_json: bool) -> None:
+            rounds: int, results: str | None, as_json: bool) -> None:
     """Time all-reduce, broadcast, reduce-scatter, all-gather and PS push/pull by size
     (TF: all-reduce and all-gather, what MultiWorkerMirroredStrategy exposes)."""
     frameworks = catalog.frameworks(framework)
@@ -44,7 +47,7 @@ def command(framework: str, cluster: str, sizes: str, world: int, timeout: float
     store = ResultsStore(results_dir(results))
     store.check_writable()
     manifest = environment.collect(frameworks=tuple(frameworks))
-    manifest.update(kind="comm", sizes=sizes, world=world)
+    manifest.update(kind="comm", sizes=sizes, world=world, rounds=rounds)
     run_id = store.start_run(manifest)
     done, failed = [], []
     with on_cluster(cluster_spec, store, run_id) as hosts:
@@ -52,7 +55,7 @@ def command(framework: str, cluster: str, sizes: str, world: int, timeout: float
         for fw in frameworks:  # one framework failing does not cost the other its sweep
             info(f"comm run {run_id}: {LIBRARY[fw]}, {world} ranks, {cluster_spec.text}")
             result = run_comm(fw, cluster_spec.text, sweep_sizes(low, high), world, timeout,
-                              emulated)
+                              emulated, rounds)
             if result.status != "ok":
                 failed.append(f"{fw} comm benchmark {result.status}: {result.reason}")
                 continue

@@ -5,7 +5,7 @@ compiled `strategy.run` of one replica-context collective, warmed up, then timed
 of back-to-back calls that every rank derives from the size alone (TF has no barrier to agree
 on a count at run time). A collective cannot finish on one rank before every rank has joined
 it, so back-to-back calls measure the collective, not the ranks' skew; the parent takes the
-slowest rank's time per point, as nccl-tests does. Like torch_comm, the sweep runs ROUNDS
+slowest rank's time per point, as nccl-tests does. Like torch_comm, the sweep runs COMM_ROUNDS
 times, interleaved, and a point's time is the median of its rounds.
 
 MultiWorkerMirroredStrategy's replica context exposes all-reduce and all-gather only:
@@ -21,12 +21,11 @@ from typing import Any
 import tensorflow as tf
 
 from harness.measure.stats import summarize_rounds
-from harness.plan import Case
+from harness.plan import COMM_ROUNDS, Case
 
 OPS = ("all_reduce", "all_gather")
 BYTES_PER_POINT = 16 * 2**20  # about this many bytes moved per point and round
 MIN_ITERS, MAX_ITERS = 1, 10
-ROUNDS = 7
 
 
 def iterations(nbytes: int) -> int:
@@ -74,7 +73,7 @@ def run(case: Case, strategy: Any, rank: int) -> dict[str, Any]:
             for nbytes in case.options["sizes"]]
     compiled = {key: _collective(strategy, *key) for key in grid}  # traced once per point
     rounds: dict[tuple[str, int], list[float]] = {key: [] for key in grid}
-    for _ in range(ROUNDS):
+    for _ in range(int(case.options.get("rounds", COMM_ROUNDS))):
         for name, nbytes in grid:
             rounds[(name, nbytes)].append(
                 _time(strategy, compiled[(name, nbytes)], iterations(nbytes)))

@@ -4,10 +4,10 @@ Every rank runs the same sweep; each (operation, size) point is a barrier, warm-
 timed iterations until a time budget or an iteration cap; the slowest rank's time counts,
 as in nccl-tests (a collective is done when every rank is done).
 
-The whole sweep runs ROUNDS times and a point's time is the median of its rounds. On a shared
-machine slow spells last longer than one point's budget (a single pass put a 4x outlier in
-one of three identical 2-rank sweeps); interleaving spreads each point over the sweep's
-duration, so one bad spell costs one round, not the point.
+The whole sweep runs COMM_ROUNDS times (`--rounds`) and a point's time is the median of its
+rounds. On a shared machine slow spells last longer than one point's budget (a single pass
+put a 4x outlier in one of three identical 2-rank sweeps); interleaving spreads each point
+over the sweep's duration, so one bad spell costs one round, not the point.
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ import torch
 import torch.distributed as dist
 
 from harness.measure.stats import summarize_rounds
-from harness.plan import Case
+from harness.plan import COMM_ROUNDS, Case
 
 OPS = ("all_reduce", "broadcast", "reduce_scatter", "all_gather", "ps_push", "ps_pull")
-ROUNDS = 7
 BUDGET_S = 0.05  # per point and round
 MIN_ITERS, MAX_ITERS = 1, 25
 
@@ -93,7 +92,7 @@ def run(case: Case, rank: int) -> dict[str, Any]:
             for nbytes in case.options["sizes"]]
     rounds: dict[tuple[str, int], list[tuple[float, float]]] = {key: [] for key in grid}
     iters: dict[tuple[str, int], int] = {}
-    for _ in range(ROUNDS):
+    for _ in range(int(case.options.get("rounds", COMM_ROUNDS))):
         for key in grid:  # buffers live for one point only: sweeps can be large
             fn = _op(*key, rank, world)
             if key not in iters:
