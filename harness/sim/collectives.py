@@ -262,21 +262,17 @@ def binomial_broadcast(p: int, root: int = 0) -> Schedule:
     posts together share its link, so on p = 6 the root's three copies take 3 message times
     and rank 1's two more 2: 5 in all, as measured on emulated hosts (a pipelined tree takes
     about 2)."""
-    vranks = np.arange(p)
     src, dst, generation = [], [], []
-    for v in vranks:
-        low = int(v).bit_length()  # v's children add one bit above its highest
-        for j in range(low, max(1, (p - 1).bit_length())):
-            child = int(v) + (1 << j)
-            if child < p:
-                src.append(int(v))
-                dst.append(child)
-                generation.append(int(v).bit_count())
-    steps = []
+    for v in range(p):
+        j = v.bit_length()  # v's children add one bit above its highest
+        while v + (1 << j) < p:
+            src.append(v)
+            dst.append(v + (1 << j))
+            generation.append(v.bit_count())
+            j += 1
+    real = (np.asarray(src, dtype=np.int64) + root) % p
+    peer = (np.asarray(dst, dtype=np.int64) + root) % p
     gen = np.asarray(generation, dtype=np.int64)
-    real = (np.asarray(src, dtype=np.int64) + root) % p if p else np.zeros(0, np.int64)
-    peer = (np.asarray(dst, dtype=np.int64) + root) % p if p else np.zeros(0, np.int64)
-    for g in sorted(set(generation)):
-        sel = gen == g
-        steps.append(step(real[sel], peer[sel], 0, 1, reduce=False))
-    return Schedule("broadcast_binomial", "broadcast", p, 1, tuple(steps), root=root)
+    steps = tuple(step(real[gen == g], peer[gen == g], 0, 1, reduce=False)
+                  for g in sorted(set(generation)))
+    return Schedule("broadcast_binomial", "broadcast", p, 1, steps, root=root)
