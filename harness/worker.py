@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.launch.priority import realtime_priority
 from harness.plan import Case
 
 # framework -> module holding `run(case, role, index, workdir) -> dict`
@@ -47,8 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         report_path = args.report.with_name(f"{role}{index}.json")
         # servers never report: say where this task runs before it starts
         _write_json(report_path.with_suffix(".where.json"), where)
+    realtime = bool(case.options.get("realtime")) and realtime_priority()
     runner = importlib.import_module(RUNNER_MODULES[case.framework])
     report: dict[str, Any] = runner.run(case, role, index, report_path.parent)
+    report["realtime"] = realtime
     report["peak_rss_bytes"] = peak_rss_bytes()
     report["pid"] = os.getpid()
     _write_json(report_path, report)

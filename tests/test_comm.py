@@ -90,6 +90,26 @@ def test_tf_comm_sweeps_mwms_collectives_beside_torch(tmp_path):
     assert all(p["time_s"] > 0 and p["world"] == 2 and p["spread_rel"] >= 0 for p in tf)
     assert {f["framework"] for f in out["fits"]} == {"tf", "torch"}
     assert "TF collectives (MultiWorkerMirroredStrategy, RING)" in proc.stderr
+    # torch's ranks at real-time priority wherever this machine allows it; TF's never
+    torch_realtime = {p["realtime"] for p in out["points"] if p["framework"] == "torch"}
+    assert torch_realtime == {_may_run_realtime()}
+    assert {p["realtime"] for p in tf} == {False}
+
+
+def _may_run_realtime() -> bool:
+    probe = "import os; os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1))"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+
+
+@pytest.mark.heavy
+def test_no_realtime_keeps_torch_ranks_at_normal_priority(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "comm", "--no-realtime",
+                           "--sizes", "1KiB:1KiB", "--rounds", "1", "--results", str(tmp_path),
+                           "--json"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert {p["realtime"] for p in out["points"]} == {False}
+    assert {f["realtime"] for f in out["fits"]} == {False}
 
 
 @pytest.mark.heavy
@@ -126,3 +146,16 @@ def test_rounds_must_be_at_least_one(tmp_path):
                           timeout=120)
     assert proc.returncode == 2
     assert "--rounds" in proc.stderr and "0 is not in the range 1<=x<=99" in proc.stderr
+
+
+def test_realtime_priority_is_taken_where_allowed_and_inherited_by_threads():
+    probe = ("import os, threading; from harness.launch.priority import realtime_priority; "
+             "ok = realtime_priority(); seen = []; "
+             "t = threading.Thread(target=lambda: seen.append(os.sched_getscheduler(0))); "
+             "t.start(); t.join(); "
+             "print(ok, os.sched_getscheduler(0) == os.SCHED_RR, seen[0] == os.SCHED_RR)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    allowed = _may_run_realtime()
+    assert out.stdout.split() == [str(allowed)] * 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from harness import catalog, environment, specs
-from harness.comm import format_table, run_comm, store_comm, sweep_sizes
+from harness.comm import REALTIME_FRAMEWORKS, format_table, run_comm, store_comm, sweep_sizes
 from harness.commands.common import NotBuiltError, info, json_option, print_json, results_option
 from harness.commands.run import on_cluster
 from harness.launch import netns
@@ -28,10 +28,13 @@ LIBRARY = {"torch": "torch.distributed (gloo)",
 @click.option("--timeout", type=click.FloatRange(min=1.0), default=900.0, show_default=True)
 @click.option("--rounds", type=click.IntRange(1, 99), default=COMM_ROUNDS, show_default=True,
               help="Interleaved passes over the sweep; a point keeps its median round.")
+@click.option("--realtime/--no-realtime", default=True, show_default=True,
+              help="Run torch's ranks at real-time priority (SCHED_RR) where allowed, so that "
+                   "ranks sharing cores do not wait out each other's time slices.")
 @results_option
 @json_option
 def command(framework: str, cluster: str, sizes: str, world: int, timeout: float,
-            rounds: int, results: str | None, as_json: bool) -> None:
+            rounds: int, realtime: bool, results: str | None, as_json: bool) -> None:
     """Time all-reduce, broadcast, reduce-scatter, all-gather and PS push/pull by size
     (TF: all-reduce and all-gather, what MultiWorkerMirroredStrategy exposes)."""
     frameworks = catalog.frameworks(framework)
@@ -47,7 +50,7 @@ def command(framework: str, cluster: str, sizes: str, world: int, timeout: float
     store = ResultsStore(results_dir(results))
     store.check_writable()
     manifest = environment.collect(frameworks=tuple(frameworks))
-    manifest.update(kind="comm", sizes=sizes, world=world, rounds=rounds)
+    manifest.update(kind="comm", sizes=sizes, world=world, rounds=rounds, realtime=realtime)
     run_id = store.start_run(manifest)
     done, failed = [], []
     with on_cluster(cluster_spec, store, run_id) as hosts:
@@ -55,10 +58,12 @@ def command(framework: str, cluster: str, sizes: str, world: int, timeout: float
         for fw in frameworks:  # one framework failing does not cost the other its sweep
             info(f"comm run {run_id}: {LIBRARY[fw]}, {world} ranks, {cluster_spec.text}")
             result = run_comm(fw, cluster_spec.text, sweep_sizes(low, high), world, timeout,
-                              emulated, rounds)
+                              emulated, rounds, realtime)
             if result.status != "ok":
                 failed.append(f"{fw} comm benchmark {result.status}: {result.reason}")
                 continue
+            if realtime and fw in REALTIME_FRAMEWORKS and not result.points["realtime"].all():
+                info(f"{fw} ranks ran at normal priority: SCHED_RR needs root or CAP_SYS_NICE")
             store_comm(store, run_id, result, f"{fw}-{cluster_spec.kind}-{world}")
             done.append((fw, result))
     if failed:
