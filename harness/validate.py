@@ -32,6 +32,14 @@ VALIDATION_TABLE = "validation"
 # of the two, -8..+3% with the sum); gloo took the larger of the two (the sum over-predicted
 # 16-64 KiB points by 30-60%). Checked afterwards on 800 Mbit/s and 6 hosts.
 SERIAL_SOFTWARE = frozenset({"tf"})
+# One-way crossings a message costs, where a library makes it more than one. Gloo's TCP
+# transport is a rendezvous protocol: a send waits for the receiver's "ready to receive"
+# notice (gloo/transport/tcp/pair.cc), and in a ring step every rank posts its send and its
+# receive at once, so each step pays the notice, then the data. Measured on 4 emulated hosts
+# at 800 Mbit/s (probed RTT 72-92 us), real-time priority: small all-reduce and all-gather
+# took 85-95 us per ring step more than on loopback, one RTT; the broadcast tree, whose
+# receivers are posted long before the data comes, 45 us per hop, one way.
+LATENCY_TRIPS = {("torch", "allreduce_ring"): 2, ("torch", "all_gather_ring"): 2}
 
 
 def latest_validation(root: Any) -> pd.DataFrame:
@@ -60,6 +68,9 @@ def software_costs(fits: pd.DataFrame, framework: str) -> tuple[float, float]:
         return 0.0, 0.0
     local = fits[(fits["op"] == "all_reduce") & (fits["link_class"] == "loopback")
                  & (fits["framework"] == framework) & (fits["world"] == 2)]
+    # training runs at normal priority: prefer sweeps that did too
+    normal = local[~_realtime(local)]
+    local = normal if not normal.empty else local
     if local.empty:
         return 0.0, 0.0
     latest = local.sort_values("run_id").iloc[-1]
@@ -67,15 +78,25 @@ def software_costs(fits: pd.DataFrame, framework: str) -> tuple[float, float]:
     return float(latest["alpha_s"]), beta if math.isfinite(beta) else 0.0
 
 
+def _realtime(table: pd.DataFrame) -> pd.Series:
+    """Which rows were measured at real-time priority (tables from before it: none)."""
+    if "realtime" not in table:
+        return pd.Series(False, index=table.index)
+    return table["realtime"].fillna(False).astype(bool)
+
+
 def loopback_time(points: pd.DataFrame, framework: str, op: str, world: int,
-                  nbytes: float, statistic: str = "time_s") -> float | None:
+                  nbytes: float, statistic: str = "time_s",
+                  realtime: bool = False) -> float | None:
     """The same collective at the same rank count on loopback, from the latest local sweep
-    (log-log interpolation between its sizes): what the library and this machine's cores
-    cost with no network at all, a floor that no emulated network can beat. Measured: gloo's
-    4 KiB all-reduce on 3 ranks takes about 3 ms on loopback and on unshaped emulated hosts
-    alike (2 cores, 3 processes), 10x the simulated wire time. None without such a sweep."""
+    at the same scheduling priority (log-log interpolation between its sizes): what the
+    library and this machine's cores cost with no network at all, a floor that no emulated
+    network can beat. Measured: gloo's 4 KiB all-reduce on 3 ranks takes about 3 ms on
+    loopback and on unshaped emulated hosts alike (2 cores, 3 processes, normal priority),
+    10x the simulated wire time. None without such a sweep."""
     local = points[(points["cluster"] == "local") & (points["framework"] == framework)
-                   & (points["op"] == op) & (points["world"] == world)]
+                   & (points["op"] == op) & (points["world"] == world)
+                   & (_realtime(points) == realtime)]
     if local.empty:
         return None
     local = local[local["run_id"] == local["run_id"].max()].sort_values("bytes")
@@ -89,10 +110,12 @@ def loopback_time(points: pd.DataFrame, framework: str, op: str, world: int,
 
 
 def measured_topology(store: ResultsStore, run_id: str, cluster: str,
-                      software: tuple[float, float] = (0.0, 0.0)) -> str | None:
-    """A switch topology with the run's measured links: latency RTT/2 plus the software's
-    alpha per message, and the link's bandwidth slowed by a per-byte software cost beta where
-    that cost is serial (1/bw' = 1/bw + beta); None if the run measured no links."""
+                      software: tuple[float, float] = (0.0, 0.0), trips: int = 1
+                      ) -> str | None:
+    """A switch topology with the run's measured links: latency `trips` one-way crossings
+    (RTT/2 each) plus the software's alpha per message, and the link's bandwidth slowed by a
+    per-byte software cost beta where that cost is serial (1/bw' = 1/bw + beta); None if the
+    run measured no links."""
     manifest = store.manifest(run_id) or {}
     alpha, beta = software
     for network in manifest.get("networks", []):
@@ -101,7 +124,7 @@ def measured_topology(store: ResultsStore, run_id: str, cluster: str,
             hosts = int(cluster.split("hosts=")[1].split(",")[0])
             bw = median(link["throughput_bits_s"] for link in links) / 8
             bw = 1.0 / (1.0 / bw + beta)
-            lat = median(link["rtt_median_s"] for link in links) / 2 + alpha
+            lat = median(link["rtt_median_s"] for link in links) / 2 * trips + alpha
             return f"switch:n={hosts},bw={bw * 8:.0f}bit,lat={lat * 1e6:.1f}us"
     return None
 
@@ -130,16 +153,19 @@ def validate_comm(store: ResultsStore) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     if points.empty:
         return pd.DataFrame(rows)
+    points["realtime"] = _realtime(points)
     for p in points[points["cluster"].str.startswith("netns")].to_dict("records"):
-        topology = measured_topology(store, p["run_id"], p["cluster"])
         collective = OP_TO_COLLECTIVE.get(p["op"])
+        world, nbytes, framework = int(p["world"]), float(p["bytes"]), p["framework"]
+        topology = measured_topology(store, p["run_id"], p["cluster"],
+                                     trips=LATENCY_TRIPS.get((framework, str(collective)), 1))
         if topology is None or collective is None:
             continue
-        world, nbytes, framework = int(p["world"]), float(p["bytes"]), p["framework"]
         network = simulate_collective(topology, world, collective, nbytes)["time_s"]
         # the wire latency that loopback did not have
         latency = simulate_collective(topology, world, collective, 1.0)["time_s"]
-        floor = loopback_time(points, framework, p["op"], world, nbytes)
+        floor = loopback_time(points, framework, p["op"], world, nbytes,
+                              realtime=p["realtime"])
         predicted, bound = _combine(network, floor, latency, framework)
         row = {"kind": "collective", "run_id": p["run_id"], "cluster": p["cluster"],
                "what": f"{framework}/{p['op']}", "bytes": p["bytes"], "replicas": p["world"],
@@ -150,7 +176,8 @@ def validate_comm(store: ResultsStore) -> pd.DataFrame:
                # rounds have none): how far the measurement itself moved
                "spread_rel": p.get("spread_rel", math.nan)}
         fast = p.get("fast_s", math.nan)
-        fast_floor = loopback_time(points, framework, p["op"], world, nbytes, "fast_s")
+        fast_floor = loopback_time(points, framework, p["op"], world, nbytes, "fast_s",
+                                   p["realtime"])
         if isinstance(fast, float) and fast > 0 and fast_floor is not None:
             fast_predicted, _ = _combine(network, fast_floor, latency, framework)
             row.update({"measured_fast_s": fast, "predicted_fast_s": fast_predicted,
@@ -214,7 +241,8 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
         # through plain gRPC reads and writes instead
         collective = not model.startswith("parameter_server")
         serial_beta = beta if r["framework"] in SERIAL_SOFTWARE and collective else 0.0
-        topology = measured_topology(store, r["run_id"], r["cluster"], (alpha, serial_beta))
+        topology = measured_topology(store, r["run_id"], r["cluster"], (alpha, serial_beta),
+                                     LATENCY_TRIPS.get((r["framework"], model), 1))
         if topology is None:
             continue
         try:

@@ -115,8 +115,48 @@ def test_small_messages_are_bounded_by_the_loopback_time_of_the_same_collective(
     small, big = rows.loc[4096], rows.loc[12_500_000]
     assert small["bound"] == "loopback" and big["bound"] == "network"
     floor = loopback_time(sweep, "torch", "all_reduce", 2, 4096)
-    assert floor < small["predicted_s"] < floor + 0.2e-3  # 2 steps x 50 us of wire latency
+    # 2 ring steps, each gloo's ready-to-receive notice and then the data: 2 x 2 x 50 us
+    assert small["predicted_s"] == pytest.approx(floor + 0.2e-3, rel=1e-3)
     assert big["predicted_s"] == pytest.approx(1.0, rel=1e-2)
+
+
+def _sweeps(store: ResultsStore, op: str, local: dict[bool, float], emulated: bool) -> None:
+    """Loopback sweeps of `op` at each priority (time per priority), then one emulated
+    4 KiB point (2 hosts, 100 us RTT) at priority `emulated`."""
+    cluster = "netns:hosts=2,rate=100mbit"
+    for realtime, time_s in local.items():
+        run_id = store.start_run({"kind": "comm"})
+        store.write_table(run_id, "comm", "torch-local-2", pd.DataFrame([{
+            "framework": "torch", "cluster": "local", "op": op, "bytes": b, "world": 2,
+            "time_s": time_s, "realtime": realtime} for b in (1024, 2**20)]))
+    run_id = store.start_run({"kind": "comm", "networks": [{"cluster": cluster, "links": [
+        {"throughput_bits_s": 100e6, "rtt_median_s": 100e-6}] * 2}]})
+    store.write_table(run_id, "comm", "torch-netns-2", pd.DataFrame([{
+        "framework": "torch", "cluster": cluster, "op": op, "bytes": 4096, "world": 2,
+        "time_s": 1e-3, "realtime": emulated}]))
+
+
+@pytest.mark.parametrize("realtime, floor", [(True, 0.5e-3), (False, 3e-3)])
+def test_the_floor_comes_from_a_loopback_sweep_at_the_same_priority(tmp_path, realtime, floor):
+    """A real-time sweep is predicted from the real-time loopback sweep, a normal one from
+    the normal one, whichever of the two is newer."""
+    store = ResultsStore(tmp_path)
+    _sweeps(store, "broadcast", {False: 3e-3, True: 0.5e-3}, emulated=realtime)
+    (row,) = validate(store).to_dict("records")
+    assert row["loopback_s"] == pytest.approx(floor)
+
+
+@pytest.mark.parametrize("op, latency", [("all_reduce", 2 * 2 * 50e-6),
+                                         ("all_gather", 1 * 2 * 50e-6),
+                                         ("broadcast", 1 * 50e-6)])
+def test_gloo_ring_steps_pay_a_round_trip_and_its_broadcast_a_one_way_trip(tmp_path, op,
+                                                                          latency):
+    """Gloo's rendezvous: a ring step's send waits for the receiver's notice, posted at the
+    same moment (one RTT a step); a broadcast's receivers were posted long before (one way)."""
+    store = ResultsStore(tmp_path)
+    _sweeps(store, op, {True: 0.5e-3}, emulated=True)
+    (row,) = validate(store).to_dict("records")
+    assert row["predicted_s"] == pytest.approx(0.5e-3 + latency, rel=1e-3)
 
 
 def test_tf_collectives_add_their_loopback_time_to_the_wire_and_only_the_latest_counts(
@@ -166,9 +206,9 @@ def test_the_uncontended_statistic_is_predicted_from_its_own_floor_and_scored_ap
         "world": 2, "time_s": 4e-3, "fast_s": 2e-3, "spread_rel": 0.25}]))
     table = validate(store)
     (row,) = table.to_dict("records")
-    assert row["predicted_s"] == pytest.approx(4.1e-3, rel=0.02)  # floor + 2 x 50 us
-    assert row["predicted_fast_s"] == pytest.approx(1.1e-3, rel=0.05)
-    assert row["error_fast"] == pytest.approx(1.1e-3 / 2e-3 - 1, abs=0.03)
+    assert row["predicted_s"] == pytest.approx(4.2e-3, rel=0.02)  # floor + 2 steps x RTT
+    assert row["predicted_fast_s"] == pytest.approx(1.2e-3, rel=0.05)
+    assert row["error_fast"] == pytest.approx(1.2e-3 / 2e-3 - 1, abs=0.03)
     summary = summarize(table)
     assert summary["collective_fast"] == pytest.approx(abs(row["error_fast"]))
     text = format_table(table)
