@@ -108,6 +108,7 @@ def test_every_multi_process_strategy_of_both_frameworks_runs_across_hosts(tmp_p
     (network,) = json.loads(manifest.read_text())["networks"]
     links = network["links"]
     assert links and all(abs(link["throughput_bits_s"] / 400e6 - 1) <= 0.1 for link in links)
+    assert network["burst_bytes"] == 50_000  # tbf's bucket: 1 ms at 400 Mbit/s
     assert not netns.leftovers()
 
 

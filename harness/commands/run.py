@@ -191,7 +191,8 @@ def on_cluster(spec: specs.ClusterSpec, store: ResultsStore,
                  f"rtt {link['rtt_median_s'] * 1e6:.0f} us")
         manifest = store.manifest(run_id) or {}
         manifest.setdefault("networks", []).append(
-            {"cluster": spec.text, "tag": cluster.run_tag, "links": links})
+            {"cluster": spec.text, "tag": cluster.run_tag, "links": links,
+             "burst_bytes": netns.tbf_burst(rate)})
         manifest.pop("run_id", None)
         store.write_manifest(run_id, manifest)
         yield cluster
