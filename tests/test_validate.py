@@ -239,3 +239,21 @@ def test_nightly_emulated_stage_validates_the_simulator_into_its_run(tmp_path):
     assert set(validation["stored_in_run"]) == {run_id}
     assert set(validation["kind"]) == {"collective", "step"}
     assert not netns.leftovers()
+
+
+def test_the_floor_is_the_median_of_the_latest_loopback_sweeps(tmp_path):
+    """One loopback sweep is one sample of a machine that moves from minute to minute: the
+    floor is the median of the latest three; an older fourth no longer counts."""
+    from harness.validate import FLOOR_SWEEPS, loopback_time
+    from results.store import load_table
+
+    store = ResultsStore(tmp_path)
+    for second, time_s in enumerate((50e-3, 1e-3, 2e-3, 10e-3)):  # oldest first
+        run_id = store.start_run({"kind": "comm"}, run_id=f"20300101T00000{second}Z-aaaaaa")
+        store.write_table(run_id, "comm", "torch-local-2", pd.DataFrame([{
+            "framework": "torch", "cluster": "local", "op": "all_reduce", "bytes": b,
+            "world": 2, "time_s": time_s} for b in (1024, 2**20)]))
+    assert FLOOR_SWEEPS == 3
+    sweeps = load_table(tmp_path, "comm")
+    assert loopback_time(sweeps, "torch", "all_reduce", 2, 4096) == pytest.approx(2e-3)
+
