@@ -104,7 +104,7 @@ def _may_run_realtime() -> bool:
 @pytest.mark.heavy
 def test_no_realtime_keeps_torch_ranks_at_normal_priority(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "harness.cli", "comm", "--no-realtime",
-                           "--sizes", "1KiB:1KiB", "--rounds", "1", "--results", str(tmp_path),
+                           "--sizes", "1KiB:4KiB", "--rounds", "1", "--results", str(tmp_path),
                            "--json"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
