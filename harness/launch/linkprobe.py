@@ -12,6 +12,8 @@ import socket
 import sys
 import time
 
+from harness.launch.priority import realtime_priority
+
 CHUNK = 64 * 1024
 PINGS = 50
 # The probe's transfer is repeated this many times and the fastest counts: on a shared 2-core
@@ -78,8 +80,6 @@ if __name__ == "__main__":
     # at the priority the comm sweeps' ranks run at, so that the RTT is the one they see:
     # at normal priority three probes of the same 4 links gave medians of 70-94 us, at
     # SCHED_RR 70-74 us
-    from harness.launch.priority import realtime_priority
-
     realtime_priority()
     if sys.argv[1] == "serve":
         serve(sys.argv[2], int(sys.argv[3]))
