@@ -33,6 +33,8 @@ def test_cluster_specs():
     assert specs.parse_cluster("slurm:partition=debug,nodes=3").hosts == 3
     r = specs.parse_cluster("netns:hosts=4,rate=800mbit,racks=2,uplink=200mbit")
     assert (r.racks, r.uplink_bits) == (2, 200e6)
+    u = specs.parse_cluster("netns:hosts=3,rate=unshaped")
+    assert (u.unshaped, u.rate_bits, c.unshaped) == (True, specs.UNSHAPED_RATE_BITS, False)
 
 
 @pytest.mark.parametrize("bad, says", [

@@ -227,6 +227,9 @@ def private_loopback() -> Iterator[Cluster]:
 
 
 PROBE_SECONDS = 1.0
+# a trial's bytes at most: an unshaped link (harness.specs.UNSHAPED, 40 Gbit/s configured)
+# would otherwise move 5 GB per trial; this machine's veth pairs carry 1 GiB in about 0.5 s
+PROBE_MAX_BYTES = 2**30
 PROBE_PORT = 29400
 
 
@@ -236,7 +239,7 @@ def measure_link(cluster: Cluster, src: int, dst: int) -> dict[str, float]:
     import sys
 
     server_host, client_host = cluster.hosts[dst], cluster.hosts[src]
-    nbytes = max(1 << 20, int(cluster.rate_bits / 8 * PROBE_SECONDS))
+    nbytes = min(PROBE_MAX_BYTES, max(1 << 20, int(cluster.rate_bits / 8 * PROBE_SECONDS)))
     server = subprocess.Popen(list(server_host.wrap([
         sys.executable, "-m", "harness.launch.linkprobe", "serve", server_host.address,
         str(PROBE_PORT)])), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
