@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from harness.errors import InputError
+from harness.specs import parse_cluster
 from results.store import ResultsStore, load, load_table
 
 # `stratbench comm` operation -> the collective gloo actually runs (PS push/pull have no direct
@@ -105,6 +108,20 @@ def _sweep_time(sweep: pd.DataFrame, nbytes: float, statistic: str) -> float | N
     return float(np.exp(np.interp(np.log(nbytes), np.log(sizes), np.log(times))))
 
 
+def _latest_sweeps_time(sweeps: pd.DataFrame, nbytes: float, statistic: str) -> float | None:
+    """The median over the latest FLOOR_SWEEPS sweeps in `sweeps` of their time at `nbytes`."""
+    latest = sorted(sweeps["run_id"].unique())[-FLOOR_SWEEPS:]
+    times = [_sweep_time(sweeps[sweeps["run_id"] == run], nbytes, statistic) for run in latest]
+    found = [t for t in times if t is not None]
+    return float(np.median(found)) if found else None
+
+
+def _same_collective(points: pd.DataFrame, framework: str, op: str, world: int,
+                     realtime: bool) -> pd.Series:
+    return ((points["framework"] == framework) & (points["op"] == op)
+            & (points["world"] == world) & (_realtime(points) == realtime))
+
+
 def loopback_time(points: pd.DataFrame, framework: str, op: str, world: int,
                   nbytes: float, statistic: str = "time_s",
                   realtime: bool = False) -> float | None:
@@ -114,53 +131,138 @@ def loopback_time(points: pd.DataFrame, framework: str, op: str, world: int,
     Measured: gloo's 4 KiB all-reduce on 3 ranks takes about 3 ms on loopback and on
     unshaped emulated hosts alike (2 cores, 3 processes, normal priority), 10x the simulated
     wire time. None without such a sweep."""
-    local = points[(points["cluster"] == "local") & (points["framework"] == framework)
-                   & (points["op"] == op) & (points["world"] == world)
-                   & (_realtime(points) == realtime)]
-    latest = sorted(local["run_id"].unique())[-FLOOR_SWEEPS:]
-    times = [_sweep_time(local[local["run_id"] == run], nbytes, statistic) for run in latest]
-    found = [t for t in times if t is not None]
-    return float(np.median(found)) if found else None
+    local = points[(points["cluster"] == "local")
+                   & _same_collective(points, framework, op, world, realtime)]
+    return _latest_sweeps_time(local, nbytes, statistic)
+
+
+def _unshaped(clusters: pd.Series) -> pd.Series:
+    """Which cluster specs are unshaped emulated hosts (`netns:hosts=N,rate=unshaped`)."""
+    def unshaped(text: str) -> bool:
+        try:
+            spec = parse_cluster(text)
+        except InputError:
+            return False
+        return spec.kind == "netns" and spec.unshaped
+
+    return clusters.map({text: unshaped(text) for text in clusters.unique()})
+
+
+def unshaped_time(points: pd.DataFrame, framework: str, op: str, world: int,
+                  nbytes: float, statistic: str = "time_s",
+                  realtime: bool = False) -> float | None:
+    """The same collective across `world` unshaped emulated hosts (one rank each), the median
+    over the latest FLOOR_SWEEPS such sweeps at the same priority: the library, the cores
+    and the emulated path (veth, bridge, qdisc, the wire's round trips) with no bandwidth
+    limit. Measured on this 2-core machine, it repeats where loopback does not: the floor
+    of small gloo messages on 2 and 4 hosts moved by up to 1.6x between loopback sweeps, and
+    loopback missed the emulated path's own cost (small collectives +4.7% on average with a
+    loopback floor, +1.2% with this one). None without such a sweep."""
+    hosts = points[_unshaped(points["cluster"])
+                   & _same_collective(points, framework, op, world, realtime)]
+    return _latest_sweeps_time(hosts, nbytes, statistic)
+
+
+def floor_time(points: pd.DataFrame, framework: str, op: str, world: int, nbytes: float,
+               statistic: str = "time_s", realtime: bool = False
+               ) -> tuple[float | None, str]:
+    """(the floor, where it came from): unshaped emulated hosts where they were swept
+    at the same rank count, else loopback."""
+    for source, time_of in (("unshaped", unshaped_time), ("loopback", loopback_time)):
+        floor = time_of(points, framework, op, world, nbytes, statistic, realtime)
+        if floor is not None:
+            return floor, source
+    return None, "none"
+
+
+@dataclass(frozen=True)
+class MeasuredLinks:
+    """What the link probe measured before a run on emulated hosts (medians over links)."""
+
+    hosts: int
+    bandwidth_bytes_s: float
+    rtt_s: float
+    burst_bytes: float  # the links' tc tbf bucket; 0 where the run did not record it
+
+    @property
+    def bucket_s(self) -> float:
+        """How long the bucket's bytes take at the link's rate."""
+        return self.burst_bytes / self.bandwidth_bytes_s
+
+
+def measured_links(store: ResultsStore, run_id: str, cluster: str) -> MeasuredLinks | None:
+    """The run's probed links on `cluster`; None if it measured none."""
+    manifest = store.manifest(run_id) or {}
+    for network in manifest.get("networks", []):
+        if network.get("cluster") == cluster and network.get("links"):
+            links = network["links"]
+            return MeasuredLinks(
+                hosts=int(cluster.split("hosts=")[1].split(",")[0]),
+                bandwidth_bytes_s=median(link["throughput_bits_s"] for link in links) / 8,
+                rtt_s=median(link["rtt_median_s"] for link in links),
+                burst_bytes=float(network.get("burst_bytes", 0.0)))
+    return None
+
+
+def switch_topology(links: MeasuredLinks, software: tuple[float, float] = (0.0, 0.0),
+                    trips: int = 1) -> str:
+    """A switch topology with the measured links: latency `trips` one-way crossings (RTT/2
+    each) plus the software's alpha per message, and the link's bandwidth slowed by a
+    per-byte software cost beta where that cost is serial (1/bw' = 1/bw + beta)."""
+    alpha, beta = software
+    bw = 1.0 / (1.0 / links.bandwidth_bytes_s + beta)
+    lat = links.rtt_s / 2 * trips + alpha
+    return f"switch:n={links.hosts},bw={bw * 8:.0f}bit,lat={lat * 1e6:.1f}us"
 
 
 def measured_topology(store: ResultsStore, run_id: str, cluster: str,
                       software: tuple[float, float] = (0.0, 0.0), trips: int = 1
                       ) -> str | None:
-    """A switch topology with the run's measured links: latency `trips` one-way crossings
-    (RTT/2 each) plus the software's alpha per message, and the link's bandwidth slowed by a
-    per-byte software cost beta where that cost is serial (1/bw' = 1/bw + beta); None if the
-    run measured no links."""
-    manifest = store.manifest(run_id) or {}
-    alpha, beta = software
-    for network in manifest.get("networks", []):
-        if network.get("cluster") == cluster and network.get("links"):
-            links = network["links"]
-            hosts = int(cluster.split("hosts=")[1].split(",")[0])
-            bw = median(link["throughput_bits_s"] for link in links) / 8
-            bw = 1.0 / (1.0 / bw + beta)
-            lat = median(link["rtt_median_s"] for link in links) / 2 * trips + alpha
-            return f"switch:n={hosts},bw={bw * 8:.0f}bit,lat={lat * 1e6:.1f}us"
-    return None
+    """switch_topology() of the run's measured links; None if the run measured none."""
+    links = measured_links(store, run_id, cluster)
+    return None if links is None else switch_topology(links, software, trips)
 
 
-def _combine(network: float, floor: float | None, latency: float, framework: str
+@dataclass(frozen=True)
+class NetworkTimes:
+    """The simulator's times for one collective on a run's measured links."""
+
+    total: float  # bytes and latency
+    wire: float  # the bytes alone (the same links at zero latency)
+    latency: float  # the latency alone (a 1-byte message)
+    bucket_s: float  # the links' tbf bucket, in seconds of their rate
+
+
+def _combine(net: NetworkTimes, floor: float | None, source: str, framework: str
              ) -> tuple[float, str]:
-    """The predicted time and which bound set it: added for SERIAL_SOFTWARE libraries; else
-    the larger of the two, the loopback time with the links' latency terms added (it bounds
-    small messages)."""
+    """The predicted time and which bound set it.
+
+    A loopback floor lacks the links' latency: the simulated network (bytes and latency)
+    is added to it for SERIAL_SOFTWARE libraries, else the larger of the two counts, the
+    floor with the latency added. An unshaped floor was measured across the same emulated
+    path and holds that latency (gloo's rendezvous round trips included): the network then
+    adds only its bytes' time (`wire`). Gloo's cost hides under the wire's (the larger of
+    the two). A SERIAL_SOFTWARE library's own time leaves the link idle, and the link's tbf
+    bucket fills meanwhile, so up to a bucket of the wire's time then passes at line speed:
+    floor + max(0, wire - min(bucket, floor)); a real NIC has no bucket (the plain sum)."""
     if floor is None:
-        return network, "network"
+        return net.total, "network"
+    if source == "unshaped":
+        if framework in SERIAL_SOFTWARE:
+            return floor + max(0.0, net.wire - min(net.bucket_s, floor)), "network + unshaped"
+        return max(net.wire, floor), source if floor > net.wire else "network"
     if framework in SERIAL_SOFTWARE:
-        return network + floor, "network + loopback"
-    floor += latency
-    return max(network, floor), "loopback" if floor > network else "network"
+        return net.total + floor, f"network + {source}"
+    floor += net.latency
+    return max(net.total, floor), source if floor > net.total else "network"
 
 
 def validate_comm(store: ResultsStore) -> pd.DataFrame:
-    """Each collective point on emulated hosts: the simulated network time on the measured
-    links, combined with the loopback time of the same collective (the library and the
-    cores), for both statistics a sweep records: the median (`error`) and the uncontended
-    time (`error_fast`, harness.measure.stats.summarize_rounds says why)."""
+    """Each collective point on shaped emulated hosts: the simulated network time on the
+    measured links, combined with the floor of the same collective (the library, the cores
+    and, from unshaped hosts, the emulated path; floor_time() says which), for both
+    statistics a sweep records: the median (`error`) and the uncontended time
+    (`error_fast`, harness.measure.stats.summarize_rounds says why)."""
     from harness.sim import simulate_collective
 
     points = _comm_table(store, "comm")
@@ -168,32 +270,39 @@ def validate_comm(store: ResultsStore) -> pd.DataFrame:
     if points.empty:
         return pd.DataFrame(rows)
     points["realtime"] = _realtime(points)
-    for p in points[points["cluster"].str.startswith("netns")].to_dict("records"):
+    # unshaped sweeps are the floor under the others' predictions, not predictions
+    shaped = points["cluster"].str.startswith("netns") & ~_unshaped(points["cluster"])
+    for p in points[shaped].to_dict("records"):
         collective = OP_TO_COLLECTIVE.get(p["op"])
         world, nbytes, framework = int(p["world"]), float(p["bytes"]), p["framework"]
-        topology = measured_topology(store, p["run_id"], p["cluster"],
-                                     trips=LATENCY_TRIPS.get((framework, str(collective)), 1))
-        if topology is None or collective is None:
+        links = measured_links(store, p["run_id"], p["cluster"])
+        if links is None or collective is None:
             continue
-        network = simulate_collective(topology, world, collective, nbytes)["time_s"]
-        # the wire latency that loopback did not have
-        latency = simulate_collective(topology, world, collective, 1.0)["time_s"]
-        floor = loopback_time(points, framework, p["op"], world, nbytes,
-                              realtime=p["realtime"])
-        predicted, bound = _combine(network, floor, latency, framework)
+        topology = switch_topology(links, trips=LATENCY_TRIPS.get((framework, collective), 1))
+        net = NetworkTimes(
+            total=simulate_collective(topology, world, collective, nbytes)["time_s"],
+            wire=simulate_collective(switch_topology(links, trips=0), world, collective,
+                                     nbytes)["time_s"],
+            # the wire latency that loopback did not have
+            latency=simulate_collective(topology, world, collective, 1.0)["time_s"],
+            bucket_s=links.bucket_s)
+        floor, source = floor_time(points, framework, p["op"], world, nbytes,
+                                   realtime=p["realtime"])
+        predicted, bound = _combine(net, floor, source, framework)
         row = {"kind": "collective", "run_id": p["run_id"], "cluster": p["cluster"],
                "what": f"{framework}/{p['op']}", "bytes": p["bytes"], "replicas": p["world"],
                "topology": topology, "measured_s": p["time_s"], "predicted_s": predicted,
-               "network_s": network, "loopback_s": math.nan if floor is None else floor,
-               "bound": bound, "error": predicted / p["time_s"] - 1,
+               "network_s": net.total, "wire_s": net.wire,
+               "floor_s": math.nan if floor is None else floor,
+               "floor_source": source, "bound": bound, "error": predicted / p["time_s"] - 1,
                # the range of the point's rounds over their median (sweeps from before
                # rounds have none): how far the measurement itself moved
                "spread_rel": p.get("spread_rel", math.nan)}
         fast = p.get("fast_s", math.nan)
-        fast_floor = loopback_time(points, framework, p["op"], world, nbytes, "fast_s",
-                                   p["realtime"])
+        fast_floor, fast_source = floor_time(points, framework, p["op"], world, nbytes,
+                                             "fast_s", p["realtime"])
         if isinstance(fast, float) and fast > 0 and fast_floor is not None:
-            fast_predicted, _ = _combine(network, fast_floor, latency, framework)
+            fast_predicted, _ = _combine(net, fast_floor, fast_source, framework)
             row.update({"measured_fast_s": fast, "predicted_fast_s": fast_predicted,
                         "error_fast": fast_predicted / fast - 1})
         rows.append(row)

@@ -46,14 +46,23 @@ def test_error_is_prediction_over_measurement(tmp_path, measured, error):
 @pytest.mark.netns
 @pytest.mark.skipif(netns.unavailable_reason() is not None, reason="needs root, ip and tc")
 def test_simulator_predicts_large_all_reduce_on_emulated_hosts(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "harness.cli", "comm", "--cluster",
-                          "netns:hosts=2,rate=200mbit", "--sizes", "1MiB:4MiB", "--results",
-                          str(tmp_path)], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
+    """A sweep on unshaped hosts (the floor: links far faster than any shaped rate), then
+    on the same hosts shaped to 200 Mbit/s, predicted from the floor and the probed links."""
+    for cluster in ("netns:hosts=2,rate=unshaped", "netns:hosts=2,rate=200mbit"):
+        run = subprocess.run([sys.executable, "-m", "harness.cli", "comm", "--cluster",
+                              cluster, "--sizes", "1MiB:4MiB", "--results", str(tmp_path)],
+                             capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr
+    store = ResultsStore(tmp_path)
+    (unshaped,) = [n for r in store.run_ids() for n in store.manifest(r)["networks"]
+                   if "unshaped" in n["cluster"]]
+    assert min(link["throughput_bits_s"] for link in unshaped["links"]) > 2e9
     proc = subprocess.run([sys.executable, "-m", "harness.cli", "validate", "--results",
                            str(tmp_path), "--json"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)["rows"]
+    assert {r["cluster"] for r in rows} == {"netns:hosts=2,rate=200mbit"}
+    assert {r["floor_source"] for r in rows} == {"unshaped"}
     big = [r for r in rows if r["what"] == "torch/all_reduce" and r["bytes"] == 4 * 2**20]
     assert big and abs(big[0]["error"]) < 0.15, big
 
@@ -143,7 +152,7 @@ def test_the_floor_comes_from_a_loopback_sweep_at_the_same_priority(tmp_path, re
     store = ResultsStore(tmp_path)
     _sweeps(store, "broadcast", {False: 3e-3, True: 0.5e-3}, emulated=realtime)
     (row,) = validate(store).to_dict("records")
-    assert row["loopback_s"] == pytest.approx(floor)
+    assert (row["floor_s"], row["floor_source"]) == (pytest.approx(floor), "loopback")
 
 
 @pytest.mark.parametrize("op, latency", [("all_reduce", 2 * 2 * 50e-6),
@@ -238,6 +247,8 @@ def test_nightly_emulated_stage_validates_the_simulator_into_its_run(tmp_path):
     validation = latest_validation(tmp_path)
     assert set(validation["stored_in_run"]) == {run_id}
     assert set(validation["kind"]) == {"collective", "step"}
+    collectives = validation[validation["kind"] == "collective"]
+    assert set(collectives["floor_source"]) == {"unshaped"}  # the stage's own floor sweep
     assert not netns.leftovers()
 
 
@@ -257,3 +268,62 @@ def test_the_floor_is_the_median_of_the_latest_loopback_sweeps(tmp_path):
     sweeps = load_table(tmp_path, "comm")
     assert loopback_time(sweeps, "torch", "all_reduce", 2, 4096) == pytest.approx(2e-3)
 
+
+
+def _unshaped_floor_store(tmp_path, framework: str, burst_bytes: float = 0
+                          ) -> ResultsStore:
+    """A loopback sweep (3 ms), an unshaped emulated sweep (0.4 ms) and points on the same
+    2 hosts shaped to 100 Mbit/s (100 us RTT, a tbf bucket of `burst_bytes`): 4 KiB and
+    12.5 MB."""
+    store = ResultsStore(tmp_path)
+    flat = [(1024, None), (2**20, None)]
+    for cluster, time_s, sizes in (("local", 3e-3, flat),
+                                   ("netns:hosts=2,rate=unshaped", 0.4e-3, flat),
+                                   ("netns:hosts=2,rate=100mbit", None,
+                                    [(4096, 0.5e-3), (12_500_000, 1.0)])):
+        rate = 19e9 if "unshaped" in cluster else 100e6
+        run_id = store.start_run({"kind": "comm", "networks": [{"cluster": cluster, "links": [
+            {"throughput_bits_s": rate, "rtt_median_s": 100e-6}] * 2,
+            "burst_bytes": burst_bytes}]})
+        store.write_table(run_id, "comm", "sweep", pd.DataFrame([{
+            "framework": framework, "cluster": cluster, "op": "all_reduce", "bytes": b,
+            "world": 2, "time_s": t or time_s} for b, t in sizes]))
+    return store
+
+
+def test_an_unshaped_sweep_on_the_same_hosts_is_the_floor_and_holds_the_wires_latency(
+        tmp_path):
+    """Unshaped emulated hosts (`rate=unshaped`) cost what the shaped ones do but the
+    bandwidth: their sweep is the floor, preferred to loopback, and already holds the links'
+    round trips, so gloo's prediction is the larger of the floor and the bytes' time on the
+    link, with no latency added; the unshaped points themselves are calibration, not
+    predictions."""
+    table = validate(_unshaped_floor_store(tmp_path, "torch")).set_index("bytes")
+    assert list(table.index) == [4096, 12_500_000]
+    small, big = table.loc[4096], table.loc[12_500_000]
+    assert (small["floor_source"], small["bound"]) == ("unshaped", "unshaped")
+    assert small["predicted_s"] == pytest.approx(0.4e-3)
+    assert big["bound"] == "network"
+    assert big["predicted_s"] == pytest.approx(1.0, rel=1e-4)  # S / bw, no 2 x RTT
+    assert big["network_s"] > big["predicted_s"] + 150e-6  # the simulator's own latency
+
+
+def test_tf_adds_the_unshaped_floor_to_the_bytes_time(tmp_path):
+    table = validate(_unshaped_floor_store(tmp_path, "tf")).set_index("bytes")
+    big = table.loc[12_500_000]
+    assert big["bound"] == "network + unshaped"
+    floor = 0.4e-3 * 12_500_000 / 2**20  # beyond the sweep: its last point's bandwidth
+    assert big["predicted_s"] == pytest.approx(1.0 + floor, rel=1e-4)
+
+
+def test_tf_time_off_the_link_fills_the_links_bucket(tmp_path):
+    """While TF's own work keeps the link idle, tc's token bucket fills: up to a bucket of
+    the wire's time (16 KiB at 100 Mbit/s: 1.31 ms) then passes at line speed, and no more
+    than the floor's worth."""
+    table = validate(_unshaped_floor_store(tmp_path, "tf", burst_bytes=16384)
+                     ).set_index("bytes")
+    bucket_s = 16384 / 12.5e6
+    floor = 0.4e-3 * 12_500_000 / 2**20
+    assert table.loc[12_500_000, "predicted_s"] == pytest.approx(1.0 + floor - bucket_s,
+                                                                 rel=1e-4)
+    assert table.loc[4096, "predicted_s"] == pytest.approx(0.4e-3)  # 0.33 ms of wire hidden

@@ -1,13 +1,16 @@
 """`stratbench bench`: the nightly job. Runs every stage that exists and says which do not.
 
 Stages: the quick suite of real runs (every framework and strategy, one row per case), the
-collective sweep with its alpha/beta fit, a few cases and a sweep on two emulated hosts with
-the simulator validated against them (root only; skipped with the reason otherwise),
-simulations of the same workloads on larger preset clusters with that calibration, then the
-recommender and the HTML report (its path is the last line on stdout).
+collective sweep with its alpha/beta fit, a sweep on two unshaped emulated hosts (the floor),
+then a sweep and a few cases on the same hosts shaped, with the simulator validated against
+them (root only; skipped with the reason otherwise), simulations of the same workloads on
+larger preset clusters with that calibration, then the recommender and the HTML report (its
+path is the last line on stdout).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,8 +21,11 @@ from harness.commands.report import exit_on_regressions, fail_on_regression_opti
 from harness.commands.run import SUITES, on_cluster, run_cases, start_run
 from harness.paths import results_dir
 from harness.plan import plan, resolve_workloads
-from harness.specs import parse_cluster
+from harness.specs import UNSHAPED, ClusterSpec, parse_cluster
 from results.store import ResultsStore
+
+if TYPE_CHECKING:
+    from harness.launch.netns import Cluster
 
 PENDING_STAGES: tuple[tuple[str, str], ...] = ()
 SIM_TARGETS = ("preset:eth25_v100,hosts=4", "preset:dgx_h100_ib,hosts=16")
@@ -27,6 +33,21 @@ SIM_TARGETS = ("preset:eth25_v100,hosts=4", "preset:dgx_h100_ib,hosts=16")
 # a few minutes that give the nightly report a fresh simulator-against-measurement error.
 EMULATED = "netns:hosts=2,rate=200mbit"
 EMULATED_CASES = ("torch", ("single_device", "ddp", "parameter_server"), "mlp:M")
+# the same hosts unshaped first: their sweep is the floor the shaped one is predicted from
+# (harness/validate.py, unshaped_time)
+EMULATED_FLOOR = f"netns:hosts=2,rate={UNSHAPED}"
+EMULATED_SIZES = (1024, 4 * 2**20)
+
+
+def _emulated_sweep(store: ResultsStore, run_id: str, spec: ClusterSpec, framework: str,
+                    hosts: Cluster | None) -> None:
+    comm = run_comm(framework, spec.text, sweep_sizes(*EMULATED_SIZES), spec.hosts, 600.0,
+                    hosts)
+    if comm.status == "ok":
+        rate = "unshaped" if spec.unshaped else "shaped"
+        store_comm(store, run_id, comm, f"{framework}-netns-{spec.hosts}-{rate}")
+    else:
+        info(f"stage emulated: comm on {spec.text} {comm.status}: {comm.reason}")
 
 
 def emulated_stage(store: ResultsStore, run_id: str, steps: int) -> None:
@@ -38,19 +59,18 @@ def emulated_stage(store: ResultsStore, run_id: str, steps: int) -> None:
     if why:
         info(f"stage emulated: skipped ({why})")
         return
-    spec = parse_cluster(EMULATED)
+    spec, floor = parse_cluster(EMULATED), parse_cluster(EMULATED_FLOOR)
     framework, names, workload = EMULATED_CASES
     cases = plan(catalog.strategies(framework, names), resolve_workloads([workload]),
                  spec.text, steps, 3, 1, 600.0, hosts=spec.hosts)
-    info(f"stage emulated: {spec.text}: {framework} collectives and {len(cases)} cases")
+    info(f"stage emulated: {framework} collectives on {floor.text}, then collectives and "
+         f"{len(cases)} cases on {spec.text}")
+    with on_cluster(floor, store, run_id) as hosts:
+        unshaped = hosts if isinstance(hosts, netns.Cluster) else None
+        _emulated_sweep(store, run_id, floor, framework, unshaped)
     with on_cluster(spec, store, run_id) as hosts:
         emulated = hosts if isinstance(hosts, netns.Cluster) else None
-        comm = run_comm(framework, spec.text, sweep_sizes(1024, 4 * 2**20), spec.hosts,
-                        600.0, emulated)
-        if comm.status == "ok":
-            store_comm(store, run_id, comm, f"{framework}-netns-{spec.hosts}")
-        else:
-            info(f"stage emulated: comm {comm.status}: {comm.reason}")
+        _emulated_sweep(store, run_id, spec, framework, emulated)
         run_cases(cases, store, run_id, set(), quiet=False, cluster=emulated)
     table = validate(store)
     if table.empty:
