@@ -432,4 +432,8 @@ def format_table(table: pd.DataFrame) -> str:
     if "spread_rel" in table and table["spread_rel"].notna().any():
         lines.append(f"median spread of the measured collectives' rounds: "
                      f"{table['spread_rel'].median():.1%}")
+    if "floor_source" in table:
+        for source, group in table.dropna(subset=["floor_source"]).groupby("floor_source"):
+            lines.append(f"collectives with a floor from {source}: {len(group)} points, "
+                         f"median |error| {group['error'].abs().median():.1%}")
     return "\n".join(lines)

@@ -298,7 +298,11 @@ def test_an_unshaped_sweep_on_the_same_hosts_is_the_floor_and_holds_the_wires_la
     round trips, so gloo's prediction is the larger of the floor and the bytes' time on the
     link, with no latency added; the unshaped points themselves are calibration, not
     predictions."""
-    table = validate(_unshaped_floor_store(tmp_path, "torch")).set_index("bytes")
+    from harness.validate import format_table
+
+    rows = validate(_unshaped_floor_store(tmp_path, "torch"))
+    assert "collectives with a floor from unshaped: 2 points" in format_table(rows)
+    table = rows.set_index("bytes")
     assert list(table.index) == [4096, 12_500_000]
     small, big = table.loc[4096], table.loc[12_500_000]
     assert (small["floor_source"], small["bound"]) == ("unshaped", "unshaped")
