@@ -8,6 +8,7 @@ compute time of the one-replica case of the same run. Each prediction's relative
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -136,16 +137,18 @@ def loopback_time(points: pd.DataFrame, framework: str, op: str, world: int,
     return _latest_sweeps_time(local, nbytes, statistic)
 
 
+@functools.lru_cache(maxsize=256)
+def _is_unshaped(cluster: str) -> bool:
+    try:
+        spec = parse_cluster(cluster)
+    except InputError:
+        return False
+    return spec.kind == "netns" and spec.unshaped
+
+
 def _unshaped(clusters: pd.Series) -> pd.Series:
     """Which cluster specs are unshaped emulated hosts (`netns:hosts=N,rate=unshaped`)."""
-    def unshaped(text: str) -> bool:
-        try:
-            spec = parse_cluster(text)
-        except InputError:
-            return False
-        return spec.kind == "netns" and spec.unshaped
-
-    return clusters.map({text: unshaped(text) for text in clusters.unique()})
+    return clusters.map(_is_unshaped).astype(bool)
 
 
 def unshaped_time(points: pd.DataFrame, framework: str, op: str, world: int,
