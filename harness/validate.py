@@ -157,10 +157,9 @@ def unshaped_time(points: pd.DataFrame, framework: str, op: str, world: int,
     """The same collective across `world` unshaped emulated hosts (one rank each), the median
     over the latest FLOOR_SWEEPS such sweeps at the same priority: the library, the cores
     and the emulated path (veth, bridge, qdisc, the wire's round trips) with no bandwidth
-    limit. Measured on this 2-core machine, it repeats where loopback does not: the floor
-    of small gloo messages on 2 and 4 hosts moved by up to 1.6x between loopback sweeps, and
-    loopback missed the emulated path's own cost (small collectives +4.7% on average with a
-    loopback floor, +1.2% with this one). None without such a sweep."""
+    limit. A loopback floor lacks the path and the round trips: with it, small collectives
+    on shaped hosts came out too slow in the median (torch +4.5%, TF +6.6%; with this floor
+    -0.7%, +1.7%; docs/SIMULATOR.md). None without such a sweep."""
     hosts = points[_unshaped(points["cluster"])
                    & _same_collective(points, framework, op, world, realtime)]
     return _latest_sweeps_time(hosts, nbytes, statistic)
