@@ -342,6 +342,15 @@ def ps_layout(row: dict[str, Any]) -> tuple[list[float], bool] | None:
     return shard_bytes, bool(shared)
 
 
+def run_cores(store: ResultsStore, run_id: str) -> int:
+    """The cores the run's emulated hosts shared (its manifest), else this machine's: a
+    validation re-run elsewhere predicts the run as it was, not as this machine would be."""
+    cores = ((store.manifest(run_id) or {}).get("cpu") or {}).get("usable_cores")
+    if cores:
+        return int(cores)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
+
+
 def validate_steps(store: ResultsStore) -> pd.DataFrame:
     """End-to-end step times of multi-replica cases on emulated hosts."""
     from harness.sim import WorkloadProfile, simulate
@@ -351,7 +360,6 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
     frame = load(store.root)
     ok = frame[(frame["status"] == "ok") & frame["cluster"].str.startswith("netns")]
     rows: list[dict[str, Any]] = []
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
     fits = _comm_table(store, "calibration")
     for r in ok[ok["replicas"] > 1].to_dict("records"):
         key = (r["framework"], r["strategy"])
@@ -383,8 +391,9 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
             weights, colocated = found
             ps = {"ps_shard_weights": weights, "ps_colocated": colocated}
             processes += len(weights) + (r["framework"] == "tf")  # TF's chief
-        # the emulated hosts share this machine's cores: compute slows when they are oversold
-        compute = float(base["step_time_median_s"].iloc[0]) * max(1.0, processes / cores)
+        # the emulated hosts share the machine's cores: compute slows when they are oversold
+        compute = (float(base["step_time_median_s"].iloc[0])
+                   * max(1.0, processes / run_cores(store, r["run_id"])))
         profile = WorkloadProfile(**{**spec.as_profile(),
                                      "batch_per_replica": r["global_batch"] // r["replicas"],
                                      "step_compute_s": compute})
