@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -331,3 +333,23 @@ def test_tf_time_off_the_link_fills_the_links_bucket(tmp_path):
     assert table.loc[12_500_000, "predicted_s"] == pytest.approx(1.0 + floor - bucket_s,
                                                                  rel=1e-4)
     assert table.loc[4096, "predicted_s"] == pytest.approx(0.4e-3)  # 0.33 ms of wire hidden
+
+
+VALIDATION_DATA = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-24"
+
+
+def test_the_documented_validation_reproduces_from_its_checked_in_data(monkeypatch):
+    """docs/SIMULATOR.md's table is `stratbench validate` over the measurements checked in
+    beside it (2-6 emulated hosts at 100 and 800 Mbit/s, unshaped floors, mlp:M steps): a
+    change to the model moves these figures, and then the docs must move with them. The
+    runs are predicted with the cores they had (2), not the validating machine's."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    table = validate(ResultsStore(VALIDATION_DATA))
+    kinds = table["kind"].value_counts()
+    assert (kinds["collective"], kinds["step"]) == (504, 24)
+    summary = summarize(table)
+    assert round(summary["collective"], 3) == 0.067  # target <= 10%
+    assert round(summary["step"], 3) == 0.083  # target <= 15%
+    collectives = table[table["kind"] == "collective"]
+    assert set(collectives["floor_source"]) == {"unshaped"}
+    assert {int(h) for h in collectives["replicas"]} == {2, 4, 6}
