@@ -199,7 +199,7 @@ def measured_links(store: ResultsStore, run_id: str, cluster: str) -> MeasuredLi
         if network.get("cluster") == cluster and network.get("links"):
             links = network["links"]
             return MeasuredLinks(
-                hosts=int(cluster.split("hosts=")[1].split(",")[0]),
+                hosts=parse_cluster(cluster).hosts,
                 bandwidth_bytes_s=median(link["throughput_bits_s"] for link in links) / 8,
                 rtt_s=median(link["rtt_median_s"] for link in links),
                 burst_bytes=float(network.get("burst_bytes", 0.0)))
