@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from dataclasses import dataclass
 from statistics import median
 from typing import Any
@@ -19,8 +18,17 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import InputError
+from harness.predict import (
+    LATENCY_TRIPS,
+    SERIAL_SOFTWARE,
+    MeasuredLinks,
+    machine_cores,
+    predict_step,
+    realtime_rows,
+    switch_topology,
+)
 from harness.specs import parse_cluster
-from results.store import ResultsStore, load, load_table
+from results.store import ResultsStore, load, load_table, load_table_safe
 
 # `stratbench comm` operation -> the collective gloo actually runs (PS push/pull have no direct
 # twin: the simulator's PS is a push + pull to dedicated servers). Gloo implements
@@ -30,26 +38,10 @@ from results.store import ResultsStore, load, load_table
 OP_TO_COLLECTIVE = {"all_reduce": "allreduce_ring", "reduce_scatter": "allreduce_ring",
                     "all_gather": "all_gather_ring", "broadcast": "broadcast_binomial"}
 VALIDATION_TABLE = "validation"
-# Libraries whose own cost adds to the wire's rather than hiding under it. Measured on
-# emulated hosts at 100 Mbit/s (2 and 4 hosts, 256 KiB-4 MiB): TF's gRPC ring all-reduce and
-# all-gather took their wire time plus their loopback time (errors -10..-47% with the larger
-# of the two, -8..+3% with the sum); gloo took the larger of the two (the sum over-predicted
-# 16-64 KiB points by 30-60%). Checked afterwards on 800 Mbit/s and 6 hosts.
-SERIAL_SOFTWARE = frozenset({"tf"})
-# One-way crossings a message costs, where a library makes it more than one. Gloo's TCP
-# transport is a rendezvous protocol: a send waits for the receiver's "ready to receive"
-# notice (gloo/transport/tcp/pair.cc), and in a ring step every rank posts its send and its
-# receive at once, so each step pays the notice, then the data. Measured on 4 emulated hosts
-# at 800 Mbit/s (probed RTT 72-92 us), real-time priority: small all-reduce and all-gather
-# took 85-95 us per ring step more than on loopback, one RTT; the broadcast tree, whose
-# receivers are posted long before the data comes, 45 us per hop, one way.
-LATENCY_TRIPS = {("torch", "allreduce_ring"): 2, ("torch", "all_gather_ring"): 2}
 
 
 def latest_validation(root: Any) -> pd.DataFrame:
     """The newest `stratbench validate` table: earlier ones predicted with older models."""
-    from harness.recommend import load_table_safe
-
     table = load_table_safe(root, VALIDATION_TABLE)
     if table.empty or "stored_in_run" not in table:
         return table
@@ -62,31 +54,6 @@ def _comm_table(store: ResultsStore, name: str) -> pd.DataFrame:
     if not table.empty and "framework" not in table:
         table["framework"] = "torch"
     return table
-
-
-def software_costs(fits: pd.DataFrame, framework: str) -> tuple[float, float]:
-    """The communication library's own cost per message (alpha, s) and per byte (beta, s/B):
-    the latest two-rank loopback all-reduce fit (`stratbench comm` on the local cluster) in
-    ``fits`` (the calibration table); (0, 0) if none."""
-    if fits.empty:
-        return 0.0, 0.0
-    local = fits[(fits["op"] == "all_reduce") & (fits["link_class"] == "loopback")
-                 & (fits["framework"] == framework) & (fits["world"] == 2)]
-    # training runs at normal priority: prefer sweeps that did too
-    normal = local[~_realtime(local)]
-    local = normal if not normal.empty else local
-    if local.empty:
-        return 0.0, 0.0
-    latest = local.sort_values("run_id").iloc[-1]
-    beta = float(latest["beta_s_per_byte"])
-    return float(latest["alpha_s"]), beta if math.isfinite(beta) else 0.0
-
-
-def _realtime(table: pd.DataFrame) -> pd.Series:
-    """Which rows were measured at real-time priority (tables from before it: none)."""
-    if "realtime" not in table:
-        return pd.Series(False, index=table.index)
-    return table["realtime"].fillna(False).astype(bool)
 
 
 # Loopback sweeps a floor is the median of (the latest ones): one sweep is one sample of a
@@ -120,7 +87,7 @@ def _latest_sweeps_time(sweeps: pd.DataFrame, nbytes: float, statistic: str) -> 
 def _same_collective(points: pd.DataFrame, framework: str, op: str, world: int,
                      realtime: bool) -> pd.Series:
     return ((points["framework"] == framework) & (points["op"] == op)
-            & (points["world"] == world) & (_realtime(points) == realtime))
+            & (points["world"] == world) & (realtime_rows(points) == realtime))
 
 
 def loopback_time(points: pd.DataFrame, framework: str, op: str, world: int,
@@ -177,21 +144,6 @@ def floor_time(points: pd.DataFrame, framework: str, op: str, world: int, nbytes
     return None, "none"
 
 
-@dataclass(frozen=True)
-class MeasuredLinks:
-    """What the link probe measured before a run on emulated hosts (medians over links)."""
-
-    hosts: int
-    bandwidth_bytes_s: float
-    rtt_s: float
-    burst_bytes: float  # the links' tc tbf bucket; 0 where the run did not record it
-
-    @property
-    def bucket_s(self) -> float:
-        """How long the bucket's bytes take at the link's rate."""
-        return self.burst_bytes / self.bandwidth_bytes_s
-
-
 def measured_links(store: ResultsStore, run_id: str, cluster: str) -> MeasuredLinks | None:
     """The run's probed links on `cluster`; None if it measured none."""
     manifest = store.manifest(run_id) or {}
@@ -204,17 +156,6 @@ def measured_links(store: ResultsStore, run_id: str, cluster: str) -> MeasuredLi
                 rtt_s=median(link["rtt_median_s"] for link in links),
                 burst_bytes=float(network.get("burst_bytes", 0.0)))
     return None
-
-
-def switch_topology(links: MeasuredLinks, software: tuple[float, float] = (0.0, 0.0),
-                    trips: int = 1) -> str:
-    """A switch topology with the measured links: latency `trips` one-way crossings (RTT/2
-    each) plus the software's alpha per message, and the link's bandwidth slowed by a
-    per-byte software cost beta where that cost is serial (1/bw' = 1/bw + beta)."""
-    alpha, beta = software
-    bw = 1.0 / (1.0 / links.bandwidth_bytes_s + beta)
-    lat = links.rtt_s / 2 * trips + alpha
-    return f"switch:n={links.hosts},bw={bw * 8:.0f}bit,lat={lat * 1e6:.1f}us"
 
 
 def measured_topology(store: ResultsStore, run_id: str, cluster: str,
@@ -271,7 +212,7 @@ def validate_comm(store: ResultsStore) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     if points.empty:
         return pd.DataFrame(rows)
-    points["realtime"] = _realtime(points)
+    points["realtime"] = realtime_rows(points)
     # unshaped sweeps are the floor under the others' predictions, not predictions
     shaped = points["cluster"].str.startswith("netns") & ~_unshaped(points["cluster"])
     for p in points[shaped].to_dict("records"):
@@ -311,12 +252,6 @@ def validate_comm(store: ResultsStore) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# What the runners time, in the simulator's terms, where it differs from what the strategy
-# is in general: TF's ParameterServerStrategy is asynchronous, but our coordinator joins
-# every step (so that steps are comparable), so each measured step is one synchronous round.
-MEASURED_AS = {("tf", "parameter_server"): "parameter_server"}
-
-
 def ps_layout(row: dict[str, Any]) -> tuple[list[float], bool] | None:
     """(bytes per parameter-server shard, servers colocated with workers) of a PS row, from
     what the run recorded; None where the placement is one the simulator does not model
@@ -346,65 +281,44 @@ def run_cores(store: ResultsStore, run_id: str) -> int:
     """The cores the run's emulated hosts shared (its manifest), else this machine's: a
     validation re-run elsewhere predicts the run as it was, not as this machine would be."""
     cores = ((store.manifest(run_id) or {}).get("cpu") or {}).get("usable_cores")
-    if cores:
-        return int(cores)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
+    return int(cores) if cores else machine_cores()
 
 
 def validate_steps(store: ResultsStore) -> pd.DataFrame:
     """End-to-end step times of multi-replica cases on emulated hosts."""
-    from harness.sim import WorkloadProfile, simulate
-    from harness.sim.strategies import REAL_TO_SIM
-    from workloads import WorkloadError, parse_workload
+    from harness.profiles import workload_facts
 
     frame = load(store.root)
     ok = frame[(frame["status"] == "ok") & frame["cluster"].str.startswith("netns")]
     rows: list[dict[str, Any]] = []
     fits = _comm_table(store, "calibration")
     for r in ok[ok["replicas"] > 1].to_dict("records"):
-        key = (r["framework"], r["strategy"])
-        model = MEASURED_AS.get(key, REAL_TO_SIM.get(key))
         base = ok[(ok["run_id"] == r["run_id"]) & (ok["framework"] == r["framework"]) &
                   (ok["workload"] == r["workload"]) & (ok["size"] == r["size"]) &
                   (ok["replicas"] == 1)]
-        if model is None or base.empty:
-            continue
-        alpha, beta = software_costs(fits, r["framework"])
-        # measured for the library's collectives: TF's parameter servers move variables
-        # through plain gRPC reads and writes instead
-        collective = not model.startswith("parameter_server")
-        serial_beta = beta if r["framework"] in SERIAL_SOFTWARE and collective else 0.0
-        topology = measured_topology(store, r["run_id"], r["cluster"], (alpha, serial_beta),
-                                     LATENCY_TRIPS.get((r["framework"], model), 1))
-        if topology is None:
+        links = measured_links(store, r["run_id"], r["cluster"])
+        if base.empty or links is None:
             continue
         try:
-            spec = parse_workload(f"{r['workload']}:{r['size']}")
-        except WorkloadError:
+            facts = workload_facts(f"{r['workload']}:{r['size']}")
+        except InputError:
             continue
-        ps: dict[str, Any] = {}
-        processes = int(r["replicas"])
-        if model.startswith("parameter_server"):
-            found = ps_layout({str(k): v for k, v in r.items()})
-            if found is None:
+        ps = None
+        if "parameter_server" in r["strategy"]:
+            ps = ps_layout({str(k): v for k, v in r.items()})
+            if ps is None:
                 continue
-            weights, colocated = found
-            ps = {"ps_shard_weights": weights, "ps_colocated": colocated}
-            processes += len(weights) + (r["framework"] == "tf")  # TF's chief
-        # the emulated hosts share the machine's cores: compute slows when they are oversold
-        compute = (float(base["step_time_median_s"].iloc[0])
-                   * max(1.0, processes / run_cores(store, r["run_id"])))
-        profile = WorkloadProfile(**{**spec.as_profile(),
-                                     "batch_per_replica": r["global_batch"] // r["replicas"],
-                                     "step_compute_s": compute})
-        (sim,) = simulate(topology, int(r["replicas"]), model, profile, None, **ps)
-        if sim["status"] != "ok":
+        profile = facts.profile(batch=r["global_batch"] // r["replicas"])
+        sim = predict_step(r["framework"], r["strategy"], profile, links, int(r["replicas"]),
+                           float(base["step_time_median_s"].iloc[0]), fits=fits,
+                           cores=run_cores(store, r["run_id"]), ps=ps)
+        if sim is None or sim["status"] != "ok":
             continue
         measured = float(r["step_time_median_s"])
         rows.append({"kind": "step", "run_id": r["run_id"], "cluster": r["cluster"],
                      "what": f"{r['framework']}/{r['strategy']}/{r['workload']}:{r['size']}",
-                     "bytes": spec.grad_bytes, "replicas": r["replicas"], "topology": topology,
-                     "model": model, "measured_s": measured,
+                     "bytes": facts.grad_bytes, "replicas": r["replicas"],
+                     "topology": sim["topology"], "model": sim["model"], "measured_s": measured,
                      "predicted_s": sim["step_time_median_s"],
                      "error": sim["step_time_median_s"] / measured - 1})
     return pd.DataFrame(rows)

@@ -88,6 +88,9 @@ COLUMNS: tuple[Column, ...] = (
        "(NaN without GPUs)."),
     _c("bytes_sent_per_step", "float64", "bytes", "Bytes each replica sends per step "
        "(measured where the transport allows, else from the algorithm)."),
+    _c("grad_bytes", "float64", "bytes", "Bytes of one dense fp32 gradient of the model as "
+       "the runner built it (= 4 x parameters): how the recommender and the simulator size a "
+       "user's own model after one run."),
     _c("keras_impl", "string", "", "keras3 or tf_keras for TF rows; empty otherwise."),
     _c("env_fingerprint", "string", "", "Short hash of the machine part of the run manifest, "
        "so rows from different machines are never compared as history."),
@@ -135,6 +138,7 @@ class ResultRow:
     peak_rss_bytes: float = NAN
     gpu_peak_bytes: float = NAN
     bytes_sent_per_step: float = NAN
+    grad_bytes: float = NAN
     keras_impl: str = ""
     env_fingerprint: str = ""
     extra: dict[str, Any] = field(default_factory=dict)

@@ -249,3 +249,25 @@ def load_table(root: str | os.PathLike[str], table: str) -> pd.DataFrame:
 def load_steps(root: str | os.PathLike[str]) -> pd.DataFrame:
     """Per-step tables across runs; `name` is the case id's file stem."""
     return load_table(root, STEPS)
+
+
+def load_table_safe(root: Any, name: str) -> pd.DataFrame:
+    """``load_table``, tolerating tables that already carry both run_id and name columns."""
+    try:
+        return load_table(root, name)
+    except ValueError:
+        frames = []
+        runs = Path(root) / "runs"
+        for run in sorted(runs.iterdir()) if runs.is_dir() else []:
+            for path in sorted((run / safe_name(name)).glob("*.parquet")):
+                if path.name.startswith("."):
+                    continue
+                try:
+                    frame = pq.read_table(path).to_pandas()
+                except Exception:
+                    continue
+                for column, value in (("run_id", run.name), ("name", path.stem)):
+                    if column not in frame:
+                        frame[column] = value
+                frames.append(frame)
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -116,22 +116,27 @@ def test_rank_puts_what_does_not_fit_below_what_fits():
     assert ranked[0]["cost_usd"] == pytest.approx(1250 / 3600 * 8 * 2.0)
 
 
-def test_preset_targets_use_stored_simulations_with_price_and_validation_error():
+def test_preset_targets_sweep_device_counts_reusing_stored_simulations():
     validation = pd.DataFrame({"kind": ["step", "step", "step", "collective"],
                                "error": [0.1, -0.3, 0.2, 0.9]})
     frame = recommend(measured_frame(), workloads=["mlp:M"],
                       targets=["preset:eth25_v100,hosts=4"], samples=1e7,
                       simulated=sim_rows(), validation=validation, price=99.0)
-    assert list(frame["strategy"]) == ["allreduce_ring", "fsdp", "parameter_server"]
     assert set(frame["source"]) == {"simulated"}
-    assert frame["validation_error"].tolist() == pytest.approx([0.2] * 3)
-    assert frame["target"].iloc[0] == "preset:eth25_v100,hosts=4 (32 devices)"
+    assert frame["target"].iloc[0] == "preset:eth25_v100,hosts=4"
+    assert set(frame["price_per_device_hour"]) == {3.06}  # the preset's price, not the user's
+    spread = frame[frame["strategy"] != "single_device"]  # one device: no network simulated
+    assert spread["validation_error"].tolist() == pytest.approx([0.2] * len(spread))
+    sweep = pd.DataFrame(frame.attrs["sweep"])
+    assert sorted(set(sweep["replicas"])) == [1, 2, 4, 8, 16, 32]  # within a host, then hosts
+    stored = sweep[(sweep["replicas"] == 32) & (sweep["strategy"] == "allreduce_ring")].iloc[0]
+    assert stored["train_time_s"] == pytest.approx(1e7 / (64 * 32 / 0.010))  # the stored row
+    assert stored["cost_usd"] == pytest.approx(stored["train_time_s"] * 32 / 3600 * 3.06)
     top = frame.iloc[0]
-    assert top["price_per_device_hour"] == 3.0  # the preset's price, not the user's
-    assert top["train_time_s"] == pytest.approx(1e7 / (64 * 32 / 0.010))
-    assert top["cost_usd"] == pytest.approx(top["train_time_s"] * 32 / 3600 * 3.0)
     assert top["device_memory_bytes"] == 16e9  # V100 16GB
-    assert top["reason"] == "gradient exchange is 90% of the step at 25 Gbit/s"
+    verdict = frame.attrs["verdicts"][0]
+    assert verdict["status"] == "ok" and verdict["pick"]["strategy"] == top["strategy"]
+    assert verdict["headline"].startswith(("use sim/", "do not distribute"))
     assert validation_errors(validation) == {"step": pytest.approx(0.2),
                                              "collective": pytest.approx(0.9)}
 
@@ -162,8 +167,8 @@ def test_user_price_applies_to_measured_targets():
 
 def test_preset_hosts_expand_and_missing_simulations_run():
     targets = parse_targets(["preset:dgx_h100_ib,hosts=1|2", "local"])
-    assert [(t.kind, t.workers) for t in targets] == [("preset", 8), ("preset", 16),
-                                                      ("measured", 0)]
+    assert [(t.kind, t.devices) for t in targets] == [("topology", 8), ("topology", 16),
+                                                      ("measured", 1)]
     frame = recommend(pd.DataFrame(), workloads=["recsys:S"],
                       targets=["preset:dgx_h100_ib,hosts=1"])
     assert len(frame) >= 4 and set(frame["source"]) == {"simulated"}

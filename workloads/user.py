@@ -41,6 +41,9 @@ class UserWorkload:
     batch_size: int = 32
     flops_per_sample: float | None = None  # training FLOPs per sample, if the user knows
     sparsity: float = 1.0  # fraction of gradient entries a step touches, if known
+    # Parameters, if the user declares them: with flops_per_sample, enough to simulate and
+    # recommend before any run (after one run, the run's own count is used).
+    params: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -60,6 +63,10 @@ class UserWorkload:
         if self.flops_per_sample is not None and not self.flops_per_sample > 0:
             raise WorkloadError(f"user workload {self.name!r}: flops_per_sample must be > 0, "
                                 f"not {self.flops_per_sample!r}")
+        if self.params is not None and (isinstance(self.params, bool)
+                                        or not isinstance(self.params, int) or self.params < 1):
+            raise WorkloadError(f"user workload {self.name!r}: params must be an int >= 1, "
+                                f"not {self.params!r}")
         if not 0 < self.sparsity <= 1:
             raise WorkloadError(f"user workload {self.name!r}: sparsity must be in (0, 1], "
                                 f"not {self.sparsity!r}")

@@ -43,6 +43,11 @@ class WorkloadProfile:
     bucket_bytes: int = DEFAULT_BUCKET
     name: str = "custom"
     size: str = ""
+    # Fraction of the gradient held by dense tensors; the rest are embedding tables whose
+    # gradients a framework may send as touched rows (TF's IndexedSlices: values and an
+    # int64 index per row of ``embedding_row_bytes``).
+    dense_fraction: float = 1.0
+    embedding_row_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         if self.params < 1:
@@ -51,6 +56,8 @@ class WorkloadProfile:
             raise SpecError(f"profile batch={self.batch_per_replica} must be >= 1")
         if not 0 < self.gradient_sparsity <= 1:
             raise SpecError(f"profile sparsity={self.gradient_sparsity} must be in (0, 1]")
+        if not 0 <= self.dense_fraction <= 1:
+            raise SpecError(f"profile dense_fraction={self.dense_fraction} must be in [0, 1]")
         if self.bucket_bytes < 1:
             raise SpecError(f"profile bucket={self.bucket_bytes} must be >= 1 byte")
 
@@ -63,6 +70,18 @@ class WorkloadProfile:
     def touched_bytes(self) -> float:
         """Bytes a sparse-aware exchange (a parameter server) moves per direction."""
         return self.gradient_bytes * self.gradient_sparsity
+
+    @property
+    def dense_bytes(self) -> float:
+        return self.gradient_bytes * self.dense_fraction
+
+    @property
+    def sparse_rows_bytes(self) -> float:
+        """One replica's touched embedding rows as IndexedSlices: values plus an int64 index
+        per row (0 for a dense model)."""
+        values = max(0.0, self.touched_bytes - self.dense_bytes)
+        index = 8 * values / self.embedding_row_bytes if self.embedding_row_bytes else 0.0
+        return values + index
 
 
 PROFILE_KEYS = ("params", "batch", "bytes", "flops_per_sample", "step_compute", "sparsity",

@@ -6,6 +6,12 @@ A step is forward (1/3 of compute), backward (2/3), the exchange, and the optimi
   (``bucket_bytes``, 25 MiB as DDP) at an even pace through backward; each bucket is
   all-reduced as soon as every worker has it, one collective at a time (one NCCL stream), so
   communication overlaps the rest of backward;
+* TensorFlow's custom loop under MirroredStrategy / MultiWorkerMirroredStrategy
+  (``allreduce_after_backward``): the whole backward first (``strategy.run`` returns every
+  gradient before ``apply_gradients`` reduces them), then one ring all-reduce of the dense
+  gradients (one pack: ``CommunicationOptions.bytes_per_pack`` defaults to 0) and a ring
+  all-gather of the embedding gradients' touched rows, which TF hands over as
+  ``IndexedSlices`` (values and int64 indices) and gathers rather than all-reduces;
 * FSDP: units of ``bucket_bytes`` of parameters; each unit is all-gathered before its forward
   and again before its backward (prefetched one unit ahead), its gradient reduce-scattered
   after; the optimizer works on a 1/W shard;
@@ -27,13 +33,19 @@ from dataclasses import dataclass, field
 import simpy
 
 from harness.sim.calibration import Calibration, compute_seconds
+from harness.sim.collectives import ring_all_gather, ring_allreduce
 from harness.sim.engine import CollectiveResult, run_collective
 from harness.sim.network import CountingEnvironment
 from harness.sim.profile import WorkloadProfile
 from harness.sim.ps import central_storage, ps_sync
 from harness.sim.schedule import Schedule
 from harness.sim.spec import SpecError
-from harness.sim.strategies import ALLREDUCE, allreduce_schedule, fsdp_schedules
+from harness.sim.strategies import (
+    AFTER_BACKWARD,
+    ALLREDUCE,
+    allreduce_schedule,
+    fsdp_schedules,
+)
 from harness.sim.topology import Hierarchy, Topology, n_devices, with_servers
 
 Process = Generator[simpy.Event, object, None]
@@ -136,6 +148,8 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
     if strategy in ALLREDUCE:
         finish = _allreduce_step(env, strategy, topology, workers, profile, compute, classes,
                                  colls)
+    elif strategy == AFTER_BACKWARD:
+        finish = _after_backward_step(env, workers, profile, compute, classes, colls)
     elif strategy == "fsdp":
         optimizer = after = profile.optimizer_s / workers  # each rank updates its shard
         finish = _fsdp_step(env, workers, profile, compute, classes, colls)
@@ -232,6 +246,24 @@ def _allreduce_step(env: simpy.Environment, strategy: str, topology: Topology, w
 
     env.process(communicate())
     return lambda: max(state["comm_end"], compute * max(f for _, f in classes))
+
+
+def _after_backward_step(env: simpy.Environment, workers: int, profile: WorkloadProfile,
+                         compute: float, classes: list[tuple[int, float]], colls: _Collectives
+                         ) -> Callable[[], float]:
+    state = {"end": 0.0}
+    dense, rows = profile.dense_bytes, profile.sparse_rows_bytes
+
+    def run() -> Process:
+        yield env.timeout(compute * max(f for _, f in classes))
+        if workers > 1 and dense > 0:
+            yield env.timeout(colls.time(ring_allreduce(workers), dense))
+        if workers > 1 and rows > 0:  # every replica's rows to every replica
+            yield env.timeout(colls.time(ring_all_gather(workers), rows * workers))
+        state["end"] = env.now
+
+    env.process(run())
+    return lambda: state["end"]
 
 
 def _fsdp_step(env: simpy.Environment, workers: int, profile: WorkloadProfile, compute: float,

@@ -29,15 +29,18 @@ from harness.sim.topology import Hierarchy, Topology, TopologyError, Torus, n_de
 
 ALLREDUCE = ("allreduce_ring", "allreduce_tree", "allreduce_halving_doubling",
              "allreduce_hierarchical", "allreduce_binary_tree")
-SIM_STRATEGIES = (*ALLREDUCE, "fsdp", "parameter_server", "parameter_server_async",
+# TensorFlow's custom training loop under (MultiWorker)MirroredStrategy: every gradient
+# first, then one all-reduce of the dense ones and an all-gather of the sparse ones' rows.
+AFTER_BACKWARD = "allreduce_after_backward"
+SIM_STRATEGIES = (*ALLREDUCE, AFTER_BACKWARD, "fsdp", "parameter_server", "parameter_server_async",
                   "central_storage")
 #: The strategies `--strategy all` simulates (the unpipelined binary tree is a reference only).
 DEFAULT_STRATEGIES = tuple(s for s in SIM_STRATEGIES if s != "allreduce_binary_tree")
 
 #: (framework, real name) -> simulated strategy. Mirrors harness/catalog.py.
 REAL_TO_SIM: dict[tuple[str, str], str] = {
-    ("tf", "mirrored"): "allreduce_ring",
-    ("tf", "multi_worker_mirrored"): "allreduce_ring",
+    ("tf", "mirrored"): AFTER_BACKWARD,
+    ("tf", "multi_worker_mirrored"): AFTER_BACKWARD,
     ("tf", "central_storage"): "central_storage",
     ("tf", "parameter_server"): "parameter_server_async",
     ("tf", "tpu"): "allreduce_hierarchical",

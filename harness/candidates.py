@@ -1,0 +1,352 @@
+"""Every configuration a target offers, with its step time and where that number came from.
+
+Three sources, one record (a plain dict, "point"), so the decision rule never asks where a
+number came from; the row says it (``source``, ``validation_error``):
+- measured: the latest ok rows of this cluster in the results store;
+- predicted: an emulated cluster never run, each real strategy predicted by
+  ``harness.predict`` from this machine's calibration (the rules `validate` scores);
+- simulated: a topology, each simulated strategy at each device count of the sweep.
+Pure functions over DataFrames: no framework, no run.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+import pandas as pd
+
+from harness.errors import InputError
+from harness.profiles import (
+    WorkloadFacts,
+    measured_compute,
+    no_compute_message,
+    row_names,
+    scaled_compute,
+)
+from harness.targets import Target, device_counts
+
+NAN = float("nan")
+# The price of a device like this machine when the user names none: one replica here is a
+# process on 2 x86 cores with a few GB of memory, the shape of AWS's m6i.large (2 vCPU,
+# 8 GiB), $0.096 per hour on demand in us-east-1 (https://aws.amazon.com/ec2/pricing/
+# on-demand/, list price as of 2026; re-check before relying on it). Shown as assumed.
+HERE_PRICE_PER_HOUR = 0.096
+HERE_PRICE_BASIS = "assumed: a 2-vCPU cloud instance like this machine (AWS m6i.large on demand)"
+# Device memory where a preset's device name does not say it (public datasheets).
+DEVICE_MEMORY_BYTES = {"Google TPU v4": 32 * 2**30}  # 32 GiB HBM2 per chip
+
+
+@dataclass
+class Context:
+    """What every target's candidates are computed from (the results store, read once)."""
+
+    measured: pd.DataFrame
+    simulated: pd.DataFrame = field(default_factory=pd.DataFrame)
+    errors: dict[str, float] = field(default_factory=dict)
+    ram_bytes: float | None = None
+    fits: pd.DataFrame = field(default_factory=pd.DataFrame)  # `comm` calibration table
+    networks: list[dict[str, Any]] = field(default_factory=list)  # probes of emulated runs
+    price: float | None = None  # the user's price per device-hour
+    device: str | None = None  # a preset whose device the target's devices are
+
+
+def exchange_kind(framework: str, strategy: str) -> str:
+    """none | allreduce | central | parameter_server | sharded (as harness.catalog names)."""
+    if strategy in ("single_device", "one_device"):
+        return "none"
+    if framework == "sim":
+        if strategy.startswith("allreduce"):
+            return "allreduce"
+        if strategy.startswith("parameter_server"):
+            return "parameter_server"
+        return {"fsdp": "sharded", "central_storage": "central"}.get(strategy, "allreduce")
+    from harness.catalog import STRATEGIES
+
+    for s in STRATEGIES:
+        if s.framework == framework and s.name == strategy:
+            return s.exchange
+    return "allreduce"
+
+
+def device_memory(target: Target, ctx: Context, replicas: int) -> float:
+    """Memory of one device: the named device's (its datasheet name says e.g. '80GB'), or
+    this machine's RAM shared by the replicas that run on it."""
+    name = ctx.device or target.preset_name
+    if name is not None:
+        from harness.sim.preset import load_preset
+
+        device = load_preset(name).device_name
+        m = re.search(r"(\d+)\s*GB", device)
+        return float(m.group(1)) * 1e9 if m else float(DEVICE_MEMORY_BYTES.get(device, NAN))
+    if ctx.ram_bytes is None or not ctx.ram_bytes > 0:
+        return NAN
+    on_this_machine = replicas if target.kind in ("measured", "emulated") else 1
+    return float(ctx.ram_bytes) / max(1, on_this_machine)
+
+
+def _point(facts: WorkloadFacts, **fields: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"status": "ok", "status_reason": "", "comm_fraction": NAN,
+            "bytes_per_worker": NAN, "params": facts.params, "sparsity": facts.sparsity,
+            "activation_bytes_per_sample": facts.activation_bytes_per_sample,
+            "validation_error": NAN, "price_per_device_hour": NAN, "price_basis": "",
+            "compute_note": ""}
+    point = base | fields
+    point["exchange"] = exchange_kind(point["framework"], point["strategy"])
+    return point
+
+
+def _latest(frame: pd.DataFrame) -> pd.DataFrame:
+    keys = ["framework", "strategy", "workload", "size", "cluster", "replicas"]
+    return frame.sort_values("run_id").groupby(keys, dropna=False, sort=False).tail(1)
+
+
+def measured_points(ctx: Context, facts: WorkloadFacts, target: Target) -> list[dict[str, Any]]:
+    """The latest measured rows of ``facts.name`` on the target's own cluster."""
+    m = ctx.measured
+    if m.empty:
+        return []
+    rows = m[(row_names(m) == facts.name) & (m["cluster"] == target.spec)]
+    if rows.empty:
+        return []
+    rows = _latest(rows)
+    out = []
+    for r in rows.to_dict("records"):
+        base = rows[(rows["framework"] == r["framework"]) & (rows["replicas"] == 1)
+                    & (rows["status"] == "ok")]
+        t1 = float(base["step_time_median_s"].iloc[0]) if not base.empty else NAN
+        tn = float(r["step_time_median_s"])
+        n = int(r["replicas"])
+        sent = r.get("bytes_sent_per_step")
+        out.append(_point(
+            facts, framework=r["framework"], strategy=r["strategy"], replicas=n,
+            status=r["status"], status_reason=r.get("reason") or "", step_time_s=tn,
+            batch=int(r["global_batch"]) // max(1, n),
+            throughput_samples_s=float(r["throughput_samples_s"]),
+            scaling_efficiency=float(r["scaling_efficiency"]),
+            comm_fraction=max(0.0, 1 - t1 / tn) if n > 1 and tn > 0 else NAN,
+            bytes_per_worker=float(sent) if sent is not None else NAN, source="measured",
+            device_memory_bytes=device_memory(target, ctx, n),
+            weights_match=_weights_match(r)))
+    return out
+
+
+def _weights_match(row: dict[Any, Any]) -> bool | None:
+    extra = row.get("extra")
+    if isinstance(extra, dict) and "weights_match" in extra:
+        return bool(extra["weights_match"])
+    return None
+
+
+def probed_links(ctx: Context, target: Target) -> Any:
+    """The target's links as this machine's link probes saw them (harness.predict's
+    MeasuredLinks): probes of the same cluster, else of clusters at the same rate, else the
+    spec's rate times the fraction of it every probe reached (the shaper's own overhead),
+    and the probes' round-trip time (the emulated path's, whatever the rate)."""
+    from harness.predict import MeasuredLinks
+    from harness.specs import UNSHAPED_RATE_BITS, parse_cluster
+
+    spec = parse_cluster(target.spec)
+    rate = spec.rate_bits or NAN
+
+    def links_of(pred: Any) -> list[dict[str, Any]]:
+        return [link for net in ctx.networks if pred(net) for link in net.get("links", [])]
+
+    def same_rate(net: dict[str, Any]) -> bool:
+        try:
+            other = parse_cluster(net.get("cluster", ""))
+        except InputError:
+            return False
+        return other.unshaped == spec.unshaped and (spec.unshaped or other.rate_bits == rate)
+
+    exact = links_of(lambda net: net.get("cluster") == target.spec)
+    similar = exact or links_of(same_rate)
+    every = links_of(lambda net: True)
+    rtt = median(link["rtt_median_s"] for link in every) if every else 0.0
+    burst = median(float(net.get("burst_bytes", 0.0)) for net in ctx.networks) \
+        if ctx.networks else 0.0
+    if similar:
+        bandwidth = median(link["throughput_bits_s"] for link in similar) / 8
+        source = "probe of this cluster" if exact else "probe of a cluster at this rate"
+    else:
+        shaped = [link for link in every if link.get("configured_bits_s")
+                  and link["configured_bits_s"] < UNSHAPED_RATE_BITS]
+        reach = median(link["throughput_bits_s"] / link["configured_bits_s"]
+                       for link in shaped) if shaped and not spec.unshaped else 1.0
+        bandwidth = rate * reach / 8
+        source = (f"spec rate x {reach:.2f} (what probes here reached)" if shaped
+                  else "spec rate")
+    return MeasuredLinks(spec.hosts, bandwidth, rtt, burst, source=source)
+
+
+def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
+                     ) -> list[dict[str, Any]]:
+    """An emulated cluster that was never run: each real strategy at 2, 4, ... hosts,
+    predicted from this machine's calibration; the one-device baseline measured here."""
+    from harness.plan import PS_SHARDS
+    from harness.predict import (
+        EMULATED_STRATEGIES,
+        machine_cores,
+        predict_step,
+        runner_ps_layout,
+        simulated_as,
+    )
+
+    links = probed_links(ctx, target)
+    price, basis = _price(ctx, target, measured_here=True)
+    out: list[dict[str, Any]] = []
+    for framework in ("torch", "tf"):
+        compute = measured_compute(ctx.measured, facts.name, framework)
+        if compute is None:
+            continue
+        batch = compute.batch
+        t1 = compute.seconds
+        baseline = "single_device" if framework == "torch" else "one_device"
+        out.append(_point(
+            facts, framework=framework, strategy=baseline, replicas=1, step_time_s=t1,
+            batch=batch, throughput_samples_s=batch / t1, scaling_efficiency=1.0,
+            source="measured", device_memory_bytes=device_memory(target, ctx, 1),
+            price_per_device_hour=price, price_basis=basis, compute_note=compute.note))
+        profile = facts.profile(batch=batch)
+        for fw, strategy in EMULATED_STRATEGIES:
+            if fw != framework:
+                continue
+            model = simulated_as(fw, strategy) or ""
+            for n in [c for c in device_counts(target) if c > 1]:
+                hosts_links = type(links)(n, links.bandwidth_bytes_s, links.rtt_s,
+                                          links.burst_bytes, links.source)
+                ps = (runner_ps_layout(fw, n, n, PS_SHARDS)
+                      if model.startswith("parameter_server") else None)
+                row = predict_step(fw, strategy, profile, hosts_links, n, t1, fits=ctx.fits,
+                                   cores=machine_cores(), ps=ps)
+                if row is None:
+                    continue
+                out.append(_sim_point(ctx, facts, target, row, framework=fw, strategy=strategy,
+                                      model=model, batch=batch, single_s=t1, price=price,
+                                      basis=basis, source="predicted",
+                                      compute_note=compute.note + ", cores shared as run"))
+    if not out:
+        raise InputError(no_compute_message(facts.name))
+    return out
+
+
+def _sim_point(ctx: Context, facts: WorkloadFacts, target: Target, row: dict[str, Any], *,
+               framework: str, strategy: str, model: str, batch: int, single_s: float,
+               price: float, basis: str, source: str, compute_note: str) -> dict[str, Any]:
+    n = int(row["replicas"])
+    overall = ctx.errors.get("step", ctx.errors.get("collective", NAN))
+    step = float(row.get("step_time_median_s", NAN))
+    exposed = float(row.get("exposed_comm_s", NAN))
+    ok = row["status"] == "ok"
+    tput = float(row["throughput_samples_s"]) if ok else NAN
+    return _point(
+        facts, framework=framework, strategy=strategy, replicas=n, status=row["status"],
+        status_reason=row.get("reason") or "", step_time_s=step, batch=batch,
+        throughput_samples_s=tput,
+        scaling_efficiency=tput * single_s / (n * batch) if ok else NAN,
+        comm_fraction=exposed / step if ok and step > 0 else NAN,
+        bytes_per_worker=float(row.get("bytes_per_worker", NAN)), source=source,
+        validation_error=ctx.errors.get(f"step:{model}", overall),
+        device_memory_bytes=device_memory(target, ctx, n), price_per_device_hour=price,
+        price_basis=basis, compute_note=compute_note, model=model)
+
+
+def _price(ctx: Context, target: Target, measured_here: bool) -> tuple[float, str]:
+    """(USD per device-hour, where it came from): a preset target's own list price, else
+    the user's --price, else the named device's preset price, else, for devices like this
+    machine, the assumed price of such a machine."""
+    from harness.sim.preset import load_preset
+
+    own = load_preset(target.preset_name).price if target.preset_name else None
+    if own is not None:
+        return own.usd_per_device_hour, f"preset {target.preset_name}: {own.basis}"
+    if ctx.price is not None:
+        return ctx.price, "--price"
+    named = load_preset(ctx.device).price if ctx.device else None
+    if named is not None:
+        return named.usd_per_device_hour, f"preset {ctx.device}: {named.basis}"
+    if measured_here:
+        return HERE_PRICE_PER_HOUR, HERE_PRICE_BASIS
+    return NAN, ""
+
+
+def topology_points(ctx: Context, facts: WorkloadFacts, target: Target
+                    ) -> list[dict[str, Any]]:
+    """A topology at each device count of the sweep: stored simulations where they match,
+    else simulated now; compute from the named device's speed and the workload's FLOPs, else
+    measured here (a device like this machine)."""
+    from harness.sim import simulate
+    from harness.sim.calibration import Calibration, compute_seconds, from_preset
+
+    calibration = None
+    compute_note = ""
+    device = ctx.device or target.preset_name
+    compute_s: float | None = None
+    if device is not None and facts.flops_per_sample:
+        preset_cal = from_preset(device)
+        calibration = Calibration(device_flops=preset_cal.device_flops,
+                                  compute_source=f"preset {device}", name=device,
+                                  price_per_device_hour=preset_cal.price_per_device_hour)
+        compute_note = f"compute from FLOPs on the {device} device"
+    elif facts.step_time_s is not None:
+        compute_s, compute_note = facts.step_time_s, "compute stated by the profile"
+    else:
+        measured = measured_compute(ctx.measured, facts.name)
+        if measured is None:
+            raise InputError(no_compute_message(facts.name))
+        compute_s = scaled_compute(measured, facts.batch)
+        compute_note = measured.note
+    price, basis = _price(ctx, target, measured_here=device is None)
+    profile = facts.profile(step_compute_s=compute_s)
+    single_s = compute_seconds(profile, calibration)[0]
+    out = [_point(facts, framework="sim", strategy="single_device", replicas=1,
+                  step_time_s=single_s, batch=facts.batch,
+                  throughput_samples_s=facts.batch / single_s, scaling_efficiency=1.0,
+                  source="simulated", device_memory_bytes=device_memory(target, ctx, 1),
+                  price_per_device_hour=price, price_basis=basis, compute_note=compute_note)]
+    for n in [c for c in device_counts(target) if c > 1]:
+        rows = _stored(ctx, facts, target, n) or simulate(
+            target.spec, n, "all", profile, calibration, workload=facts.name)
+        for row in rows:
+            out.append(_sim_point(ctx, facts, target, row, framework="sim",
+                                  strategy=row["strategy"], model=row["strategy"],
+                                  batch=facts.batch, single_s=single_s, price=price,
+                                  basis=basis, source="simulated", compute_note=compute_note))
+    return out
+
+
+def _stored(ctx: Context, facts: WorkloadFacts, target: Target, n: int
+            ) -> list[dict[str, Any]]:
+    """Stored `simulate` rows of this exact target, count and workload (the nightly job's),
+    so the report and the terminal agree; [] when there are none."""
+    s = ctx.simulated
+    if s is None or s.empty or not {"cluster", "replicas", "workload"} <= set(s):
+        return []
+    match = s[(s["cluster"] == target.spec) & (s["replicas"] == n)
+              & (s["workload"] == facts.name)]
+    if match.empty or ctx.device is not None:
+        return []
+    if "run_id" in match:
+        match = match.sort_values("run_id").groupby("strategy").tail(1)
+    return [{str(k): v for k, v in r.items()} for r in match.to_dict("records")]
+
+
+def bandwidth_bits(ctx: Context, target: Target) -> float:
+    """The target's slowest link, bits/s (NaN where unknown): probed for emulated hosts."""
+    if target.kind == "emulated":
+        return float(probed_links(ctx, target).bandwidth_bytes_s * 8)
+    if target.kind == "topology":
+        from harness.sim.calibration import from_topology
+        from harness.sim.spec import parse_topology
+
+        links = from_topology(parse_topology(target.spec)).links.values()
+        return min(link.bandwidth for link in links) * 8 if links else NAN
+    return NAN
+
+
+def finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)

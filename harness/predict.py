@@ -1,0 +1,168 @@
+"""A framework's training step on emulated hosts, predicted from calibration alone.
+
+One function for the two questions that need it: `stratbench validate` predicts each
+measured emulated run and stores the error; `stratbench recommend` predicts an emulated
+cluster that was never run (same rules, this machine's calibration), so that a ranking of
+real strategies exists before any run and its error is the validated one. Keeping the rules
+here, not in either caller, is what keeps validate and recommend from importing each other.
+
+The rules, measured on this machine (docs/SIMULATOR.md):
+- the links as the link probe measured them (bandwidth, RTT/2 per one-way crossing);
+- the library's own cost per message (alpha) and, for libraries whose work leaves the link
+  idle (TF's collectives), per byte (beta): the two-rank loopback all-reduce fit;
+- gloo's rendezvous costs a round trip per ring step (LATENCY_TRIPS);
+- compute is the one-replica step of the same framework, slowed where the emulated hosts'
+  processes oversell the machine's cores;
+- parameter servers as the runner lays them out (shards, hosts shared with workers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+# Libraries whose own cost adds to the wire's rather than hiding under it. Measured on
+# emulated hosts at 100 Mbit/s (2 and 4 hosts, 256 KiB-4 MiB): TF's gRPC ring all-reduce and
+# all-gather took their wire time plus their loopback time (errors -10..-47% with the larger
+# of the two, -8..+3% with the sum); gloo took the larger of the two (the sum over-predicted
+# 16-64 KiB points by 30-60%). Checked afterwards on 800 Mbit/s and 6 hosts.
+SERIAL_SOFTWARE = frozenset({"tf"})
+# One-way crossings a message costs, where a library makes it more than one. Gloo's TCP
+# transport is a rendezvous protocol: a send waits for the receiver's "ready to receive"
+# notice (gloo/transport/tcp/pair.cc), and in a ring step every rank posts its send and its
+# receive at once, so each step pays the notice, then the data. Measured on 4 emulated hosts
+# at 800 Mbit/s (probed RTT 72-92 us), real-time priority: small all-reduce and all-gather
+# took 85-95 us per ring step more than on loopback, one RTT; the broadcast tree, whose
+# receivers are posted long before the data comes, 45 us per hop, one way.
+LATENCY_TRIPS = {("torch", "allreduce_ring"): 2, ("torch", "all_gather_ring"): 2}
+# What the runners time, in the simulator's terms, where it differs from what the strategy
+# is in general: TF's ParameterServerStrategy is asynchronous, but our coordinator joins
+# every step (so that steps are comparable), so each measured step is one synchronous round.
+MEASURED_AS = {("tf", "parameter_server"): "parameter_server"}
+# The strategies an emulated cluster runs, one replica per host (harness/plan.py).
+EMULATED_STRATEGIES = (("torch", "ddp"), ("torch", "fsdp"), ("torch", "parameter_server"),
+                       ("tf", "multi_worker_mirrored"), ("tf", "parameter_server"))
+
+
+def simulated_as(framework: str, strategy: str) -> str | None:
+    """The simulator's strategy for a real one as our runners run it; None for baselines."""
+    from harness.sim.strategies import REAL_TO_SIM
+
+    key = (framework, strategy)
+    return MEASURED_AS.get(key, REAL_TO_SIM.get(key))
+
+
+def realtime_rows(table: pd.DataFrame) -> pd.Series:
+    """Which rows were measured at real-time priority (tables from before it: none)."""
+    if "realtime" not in table:
+        return pd.Series(False, index=table.index)
+    return table["realtime"].fillna(False).astype(bool)
+
+
+def software_costs(fits: pd.DataFrame, framework: str) -> tuple[float, float]:
+    """The communication library's own cost per message (alpha, s) and per byte (beta, s/B):
+    the latest two-rank loopback all-reduce fit (`stratbench comm` on the local cluster) in
+    ``fits`` (the calibration table); (0, 0) if none."""
+    if fits.empty or "framework" not in fits:
+        return 0.0, 0.0
+    local = fits[(fits["op"] == "all_reduce") & (fits["link_class"] == "loopback")
+                 & (fits["framework"] == framework) & (fits["world"] == 2)]
+    # training runs at normal priority: prefer sweeps that did too
+    normal = local[~realtime_rows(local)]
+    local = normal if not normal.empty else local
+    if local.empty:
+        return 0.0, 0.0
+    latest = local.sort_values("run_id").iloc[-1]
+    beta = float(latest["beta_s_per_byte"])
+    return float(latest["alpha_s"]), beta if math.isfinite(beta) else 0.0
+
+
+@dataclass(frozen=True)
+class MeasuredLinks:
+    """Emulated hosts' links: as the link probe measured them before a run (medians over
+    links), or, for a cluster never run, as its spec states them (`source` says which)."""
+
+    hosts: int
+    bandwidth_bytes_s: float
+    rtt_s: float
+    burst_bytes: float  # the links' tc tbf bucket; 0 where the run did not record it
+    source: str = "probe"
+
+    @property
+    def bucket_s(self) -> float:
+        """How long the bucket's bytes take at the link's rate."""
+        return self.burst_bytes / self.bandwidth_bytes_s
+
+
+def switch_topology(links: MeasuredLinks, software: tuple[float, float] = (0.0, 0.0),
+                    trips: int = 1) -> str:
+    """A switch topology with the measured links: latency `trips` one-way crossings (RTT/2
+    each) plus the software's alpha per message, and the link's bandwidth slowed by a
+    per-byte software cost beta where that cost is serial (1/bw' = 1/bw + beta)."""
+    alpha, beta = software
+    bw = 1.0 / (1.0 / links.bandwidth_bytes_s + beta)
+    lat = links.rtt_s / 2 * trips + alpha
+    return f"switch:n={links.hosts},bw={bw * 8:.0f}bit,lat={lat * 1e6:.1f}us"
+
+
+def machine_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
+
+
+def runner_ps_layout(framework: str, replicas: int, hosts: int, shards: int
+                     ) -> tuple[list[float], bool] | None:
+    """(relative bytes per server, servers colocated with workers) as harness/runners lay a
+    parameter server out on emulated hosts: task j (servers first, then workers, then TF's
+    chief) on host j mod N, shards balanced by bytes. None where that placement is one the
+    simulator does not model (more than one server or worker on a host's link)."""
+    tasks = [("ps", k) for k in range(shards)] + [("worker", i) for i in range(replicas)]
+    host_of = {task: j % hosts for j, task in enumerate(tasks)}
+    workers = [h for (job, _), h in host_of.items() if job == "worker"]
+    servers = [h for (job, _), h in host_of.items() if job == "ps"]
+    if len(set(workers)) != len(workers) or len(set(servers)) != len(servers):
+        return None
+    shared = set(workers) & set(servers)
+    if shared and len(shared) != len(servers):
+        return None
+    return [1.0] * shards, bool(shared)
+
+
+def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLinks,
+                 replicas: int, one_replica_s: float, *, fits: pd.DataFrame,
+                 cores: int | None = None,
+                 ps: tuple[list[float], bool] | None = None) -> dict[str, Any] | None:
+    """The simulator's row for `framework/strategy` with `replicas` workers on `links`
+    (one per host), or None where the simulator has no model for it. ``profile``: a
+    harness.sim WorkloadProfile (its compute time is replaced by ``one_replica_s`` slowed
+    by oversold cores); ``ps``: the shard weights and placement of a parameter server."""
+    from harness.sim import simulate
+
+    model = simulated_as(framework, strategy)
+    if model is None:
+        return None
+    alpha, beta = software_costs(fits, framework)
+    # measured for the library's collectives: TF's parameter servers move variables
+    # through plain gRPC reads and writes instead
+    collective = not model.startswith("parameter_server")
+    serial_beta = beta if framework in SERIAL_SOFTWARE and collective else 0.0
+    topology = switch_topology(links, (alpha, serial_beta),
+                               LATENCY_TRIPS.get((framework, model), 1))
+    processes = replicas
+    options: dict[str, Any] = {}
+    if model.startswith("parameter_server"):
+        if ps is None:
+            return None
+        weights, colocated = ps
+        options = {"ps_shard_weights": weights, "ps_colocated": colocated}
+        processes += len(weights) + (framework == "tf")  # TF's chief
+    # the emulated hosts share the machine's cores: compute slows when they are oversold
+    compute = one_replica_s * max(1.0, processes / (cores or machine_cores()))
+    (row,) = simulate(topology, replicas, model, dataclasses.replace(
+        profile, step_compute_s=compute), None, **options)
+    row.update(topology=topology, model=model, framework=framework, strategy=strategy)
+    return row

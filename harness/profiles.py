@@ -1,0 +1,181 @@
+"""What the simulator and the recommender need to know of a workload, wherever it is known.
+
+A workload is sized by its definition (a built-in family, a known model from the catalog, a
+``profile:`` string, a user's declared profile) or, for a user's own model, by its first run
+(the row's ``grad_bytes``); its compute time per step is measured here (the latest one-replica
+run) or computed from FLOPs on a device whose speed is known. Neither needs a framework:
+a user's file is imported for its declared numbers, never built.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from harness.errors import InputError
+from harness.sim.profile import WorkloadProfile
+
+NAN = float("nan")
+BYTES_PER_PARAM = 4
+
+
+@dataclass(frozen=True)
+class WorkloadFacts:
+    """A workload as numbers; ``name`` is what result rows call it (mlp:M, a user's label)."""
+
+    name: str
+    params: float
+    batch: int  # per replica
+    sparsity: float = 1.0
+    flops_per_sample: float | None = None
+    activation_bytes_per_sample: float | None = None
+    step_time_s: float | None = None  # a profile's stated compute time per step
+    sized_by: str = "definition"  # definition | measured run <run_id>
+    dense_fraction: float = 1.0  # of the gradient; the rest is embedding tables
+    embedding_row_bytes: float = 0.0
+
+    @property
+    def grad_bytes(self) -> float:
+        return self.params * BYTES_PER_PARAM
+
+    def profile(self, step_compute_s: float | None = None, batch: int | None = None
+                ) -> WorkloadProfile:
+        """The simulator's WorkloadProfile (compute time given, or from FLOPs)."""
+        return WorkloadProfile(
+            params=max(1, int(self.params)), batch_per_replica=batch or self.batch,
+            flops_per_sample=self.flops_per_sample,
+            step_compute_s=step_compute_s if step_compute_s is not None else self.step_time_s,
+            gradient_sparsity=self.sparsity, name=self.name.partition(":")[0],
+            size=self.name.partition(":")[2], dense_fraction=self.dense_fraction,
+            embedding_row_bytes=self.embedding_row_bytes)
+
+
+def row_names(frame: pd.DataFrame) -> pd.Series:
+    """'family:size' for built-in rows, the label alone for user rows."""
+    if frame.empty:
+        return pd.Series(dtype=str)
+    sizes = frame["size"].fillna("").astype(str)
+    names = frame["workload"].astype(str)
+    return names.where(sizes == "", names + ":" + sizes)
+
+
+def workload_facts(text: str, measured: pd.DataFrame | None = None) -> WorkloadFacts:
+    """The facts of the workload ``text`` names; InputError (one line) if it names none or
+    if a user's model has neither a declared size nor a measured run."""
+    from workloads import WorkloadError
+    from workloads.resolve import resolve_workload
+    from workloads.user import UserWorkload
+
+    measured = measured if measured is not None else pd.DataFrame()
+    try:
+        workload = resolve_workload(text)
+    except WorkloadError as exc:
+        rows = _rows_named(measured, text)
+        if rows.empty:
+            raise InputError(str(exc)) from None
+        return _from_rows(text, rows, flops=None, sparsity=1.0)
+    if isinstance(workload, UserWorkload):
+        rows = _rows_named(measured, workload.name)
+        if not rows.empty and rows["grad_bytes"].notna().any():
+            return _from_rows(workload.name, rows, workload.flops_per_sample,
+                              workload.sparsity, batch=workload.batch_size)
+        if workload.params is None:
+            raise InputError(
+                f"user workload {workload.name!r} has no size yet: run it once "
+                f"(`stratbench run --workload {text} --strategy "
+                f"{'single_device' if workload.framework == 'torch' else 'one_device'}`) or "
+                f"declare params= (and flops_per_sample=) in its UserWorkload")
+        return WorkloadFacts(workload.name, float(workload.params), workload.batch_size,
+                             workload.sparsity, workload.flops_per_sample,
+                             sized_by="declared by the workload")
+    spec = workload.spec() if hasattr(workload, "spec") else workload
+    dense, row = _embedding_split(spec)
+    return WorkloadFacts(spec.name, float(spec.params), spec.batch_size,
+                         spec.expected_sparsity(), spec.flops_per_sample,
+                         getattr(spec, "activation_bytes_per_sample", None),
+                         step_time_s=spec.step_time_s, dense_fraction=dense,
+                         embedding_row_bytes=row)
+
+
+def _embedding_split(spec: Any) -> tuple[float, float]:
+    """(fraction of the gradient in dense tensors, bytes of one embedding row) of a built-in
+    recommender; (1, 0) for everything else."""
+    from workloads.configs import RecsysConfig
+
+    config = getattr(spec, "config", None)
+    if not isinstance(config, RecsysConfig):
+        return 1.0, 0.0
+    embedding = sum(config.table_rows) * config.dim
+    return max(0.0, 1 - embedding / spec.params), float(config.dim * BYTES_PER_PARAM)
+
+
+def _rows_named(measured: pd.DataFrame, name: str) -> pd.DataFrame:
+    if measured.empty or "grad_bytes" not in measured:
+        return pd.DataFrame()
+    ok = measured[measured["status"] == "ok"]
+    return ok[row_names(ok) == name]
+
+
+def _from_rows(name: str, rows: pd.DataFrame, flops: float | None, sparsity: float,
+               batch: int | None = None) -> WorkloadFacts:
+    sized = rows.dropna(subset=["grad_bytes"]).sort_values("run_id")
+    if sized.empty:
+        raise InputError(f"no run of {name!r} recorded its size (grad_bytes): run it again "
+                         f"with this version of stratbench")
+    last = sized.iloc[-1]
+    per_replica = batch or int(last["global_batch"]) // max(1, int(last["replicas"]))
+    return WorkloadFacts(name, float(last["grad_bytes"]) / BYTES_PER_PARAM, per_replica,
+                         sparsity, flops, sized_by=f"measured run {last['run_id']}")
+
+
+@dataclass(frozen=True)
+class MeasuredCompute:
+    """One replica's step on this machine: the compute a target without a known device
+    speed is assumed to have."""
+
+    seconds: float
+    batch: int
+    framework: str
+    run_id: str
+
+    @property
+    def note(self) -> str:
+        return f"compute measured here ({self.framework}, run {self.run_id})"
+
+
+def measured_compute(measured: pd.DataFrame, name: str, framework: str | None = None
+                     ) -> MeasuredCompute | None:
+    """The latest ok one-replica run of ``name`` on this machine (local), of ``framework``
+    if given (else torch's, else any); None if there is none."""
+    if measured is None or measured.empty:
+        return None
+    rows = measured[(measured["status"] == "ok") & (measured["replicas"] == 1)
+                    & (measured["cluster"] == "local")]
+    rows = rows[row_names(rows) == name]
+    if framework is not None:
+        rows = rows[rows["framework"] == framework]
+    elif (rows["framework"] == "torch").any():
+        rows = rows[rows["framework"] == "torch"]
+    rows = rows[rows["step_time_median_s"].notna()]
+    if rows.empty:
+        return None
+    last = rows.sort_values("run_id").iloc[-1]
+    return MeasuredCompute(float(last["step_time_median_s"]), int(last["global_batch"]),
+                           str(last["framework"]), str(last["run_id"]))
+
+
+def no_compute_message(name: str) -> str:
+    """What to do when nothing says how long a step of ``name`` computes."""
+    return (f"cannot tell the compute time of {name}: no measured one-device run in the "
+            f"results directory; run `stratbench run --workload {name} --strategy "
+            f"single_device --framework torch` first, or name a device whose speed is known "
+            f"(--device PRESET) for a workload with known FLOPs")
+
+
+def scaled_compute(compute: MeasuredCompute, batch: int) -> float:
+    """The measured step scaled to another per-replica batch (compute is linear in batch
+    at the sizes we run; a fixed per-step cost would make this optimistic for small ones)."""
+    return compute.seconds * batch / compute.batch if compute.batch else math.nan

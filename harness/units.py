@@ -1,0 +1,31 @@
+"""Numbers as people read them: durations, bytes, rates, money (terminal, report, reasons)."""
+
+from __future__ import annotations
+
+import math
+
+
+def format_duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "-"
+    for scale, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
+def format_bytes(n: float) -> str:
+    return f"{n / 1e9:.3g} GB" if n >= 1e8 else f"{n / 1e6:.3g} MB"
+
+
+def format_rate(bits: float) -> str:
+    if not math.isfinite(bits):
+        return ""
+    for scale, unit in ((1e9, "Gbit/s"), (1e6, "Mbit/s"), (1e3, "kbit/s")):
+        if bits >= scale:
+            return f"{bits / scale:g} {unit}"
+    return f"{bits:g} bit/s"
+
+
+def format_usd(value: float) -> str:
+    return f"${value:,.2f}" if math.isfinite(value) else "-"
