@@ -113,6 +113,9 @@ def resolve_workloads(names: list[str]) -> list[WorkloadChoice]:
         if isinstance(workload, ProfileWorkload):
             raise InputError(f"workload {name!r} is a profile (numbers only): it can be "
                              "simulated (stratbench simulate --profile) but not run")
+        if not isinstance(workload, UserWorkload) and not workload.frameworks:
+            raise InputError(f"workload {name!r} is a known model (numbers only, see "
+                             "stratbench workloads): nothing here can train it")
         if isinstance(workload, UserWorkload):
             target, _, attr = name.rpartition(":")
             ref = f"{Path(target).resolve()}:{attr}" if is_file_reference(target) else name

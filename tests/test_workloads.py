@@ -91,6 +91,33 @@ def test_param_formulas_by_hand():
         16 * 4 + 16 + (12 * 5 + 5) + (5 + 1)
 
 
+def test_activation_memory_by_hand():
+    """What backward reads, counted on paper (the rule in costs.activation_elements)."""
+    # mlp:S keeps its 1024 inputs, two 128-wide ReLU outputs and the 10-way softmax, in fp32
+    assert get_spec("mlp", "S").activation_bytes_per_sample == 4 * (1024 + 128 + 128 + 10)
+    # image 8x8x1; block at 8x8: input, relu(norm1), conv1 out, relu(norm2): 64 * (8+8+8+8);
+    # head: norm input and ReLU output 2 * 64 * 8, averaged vector 8, softmax 2
+    assert costs.activation_elements(CNNConfig((8, 8, 1), (8,), (1,), 2)) == \
+        64 + 64 * 32 + 2 * 64 * 8 + 8 + 2
+    # a 2x2 pool before stage 1 keeps its 8x8x8 input; stage 1 runs at 4x4, 8 -> 16 channels
+    assert costs.activation_elements(CNNConfig((8, 8, 1), (8, 16), (1, 1), 2)) == \
+        64 + 64 * 32 + 64 * 8 + 16 * 2 * (8 + 16) + 2 * 16 * 16 + 16 + 2
+    # T=4, d=8, 1 block, 2 heads: per token 16 d + heads * T, then ln_f in/out 2 d, vocab 10
+    assert costs.activation_elements(TransformerConfig(10, 4, 8, 1, 2)) == \
+        4 * ((16 * 8 + 2 * 4) + 2 * 8 + 10)
+    # dense 3, bottom ReLU 4, concat (2 + 1) * 4, top ReLU 5, logit 1
+    assert costs.activation_elements(RecsysConfig((7, 9), 4, 2, 3, (5,))) == 3 + 4 + 12 + 5 + 1
+    assert costs.activation_bytes(MLPConfig(4, (3,), 2)) == 4 * (4 + 3 + 2)
+
+
+def test_specs_carry_activation_memory_but_profiles_keep_their_keys():
+    spec = get_spec("cnn", "S")
+    assert spec.summary()["activation_bytes_per_sample"] == spec.activation_bytes_per_sample > 0
+    assert set(spec.as_profile()) == {"params", "batch_per_replica", "bytes_per_element",
+                                      "flops_per_sample", "step_compute_s",
+                                      "gradient_sparsity", "name", "size"}
+
+
 def test_sizes_do_what_they_are_for():
     """S is tiny; dense L is ~100 MB of fp32 gradient (network-bound at 1 Gbit/s)."""
     for family in FAMILIES:

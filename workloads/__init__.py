@@ -1,4 +1,5 @@
-"""Model families (mlp, cnn, transformer, recsys) in sizes S/M/L, their data and user workloads.
+"""Model families (mlp, cnn, transformer, recsys) in sizes S/M/L, their data, user workloads
+and known models (resnet50, gpt3_175b, ...: numbers only, for simulation).
 
 This package's top level is framework-free (numpy only): specs, costs, data and parsers import
 fast and run without TensorFlow or torch. The framework code lives in `workloads.tf_models`
@@ -16,6 +17,7 @@ from workloads.configs import (
 )
 from workloads.data import SOURCES, Batch, batch, batch_shard, shard
 from workloads.frameworks import framework_missing, framework_module
+from workloads.known import KnownModel, get_known, known_names
 from workloads.profile import ProfileWorkload, parse_profile
 from workloads.resolve import Workload, resolve_workload
 from workloads.spec import (
@@ -43,6 +45,7 @@ __all__ = [
     "SOURCES",
     "Batch",
     "CNNConfig",
+    "KnownModel",
     "MLPConfig",
     "ModelConfig",
     "ProfileWorkload",
@@ -59,8 +62,10 @@ __all__ = [
     "entry_point_names",
     "framework_missing",
     "framework_module",
+    "get_known",
     "get_spec",
     "init_weights",
+    "known_names",
     "list_workloads",
     "load_entry_point",
     "load_user_workload",

@@ -73,6 +73,7 @@ def get_spec(family: str, size: str) -> WorkloadSpec:
         family=family, size=size, task=_TASKS[family], batch_size=batch_size,
         params=costs.param_count(config), flops_per_sample=float(costs.training_flops(config)),
         sparsity=costs.expected_touched_fraction(config, batch_size), config=config,
+        activation_bytes_per_sample=float(costs.activation_bytes(config)),
     )
 
 

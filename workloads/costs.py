@@ -1,4 +1,4 @@
-"""Analytical costs of a model: parameters, training FLOPs, touched gradient fraction.
+"""Analytical costs of a model: parameters, training FLOPs, activation memory, touched fraction.
 
 Closed forms from the hyper-parameters only, so the simulator and the planner can use them
 without building a model. Tests check `param_count` against the weight list of
@@ -22,6 +22,7 @@ import numpy as np
 from workloads.configs import CNNConfig, MLPConfig, ModelConfig, RecsysConfig, TransformerConfig
 
 TRAIN_FLOPS_FACTOR = 3
+ACTIVATION_BYTES = 4  # activations are kept as fp32, like the gradients
 
 
 def _dense_params(widths: tuple[int, ...]) -> int:
@@ -79,6 +80,56 @@ def forward_flops(config: ModelConfig) -> int:
 def training_flops(config: ModelConfig) -> int:
     """Forward + backward FLOPs per sample: 3 x forward."""
     return TRAIN_FLOPS_FACTOR * forward_flops(config)
+
+
+def activation_elements(config: ModelConfig) -> int:
+    """Values one sample's forward pass keeps for the backward pass (no recomputation).
+
+    The rule: a tensor is kept when some backward reads it: the input of every layer with
+    weights (matmul, conv), the input of every norm (Group/LayerNorm) and pooling window
+    (torch's average and max pools save it), the output of every ReLU and of the loss's
+    softmax, the input of GELU, the attention probabilities (heads x T x T per sequence, as a
+    non-fused kernel keeps them; a fused flash kernel keeps O(T)); a tensor read by several
+    counts once. Adds, means over axes, reshapes, sum-pooled embedding lookups and integer ids
+    keep nothing counted; norm statistics (two values per row) and targets are left out.
+    Per family:
+
+    - mlp: input + every hidden ReLU output + the softmax over classes.
+    - cnn: the image (stem input); per block, its input (norm1's), relu(norm1), conv1's
+      output (norm2's input), relu(norm2); before stages s > 0, the pool's input; head:
+      norm input, ReLU output, the averaged vector (dense input), softmax.
+    - transformer: per token and block, ln1 input, ln1 output (qkv input), q, k, v, the
+      attention output (projection input), ln2 input, ln2 output (fc1 input), fc1 output
+      (GELU input), GELU output (fc2 input): (8 + 2 * mlp_ratio) * d, plus heads * T
+      probabilities; then ln_f input and output (2 d) and the softmax over the vocabulary.
+      The same count as Korthikanti et al. 2022 (arXiv:2205.05198) Eq. 1 without dropout.
+    - recsys: dense input, bottom ReLU output, the concatenation (top input), each top ReLU
+      output, the logit (read by the binary cross-entropy).
+    """
+    if isinstance(config, MLPConfig):
+        return sum(config.widths)
+    if isinstance(config, CNNConfig):
+        h, w = config.resolution(0)
+        total = h * w * config.image[2]
+        for s, b, c_in, c_out in config.block_channels():
+            if s > 0 and b == 0:  # the 2x2 pool keeps the previous stage's output
+                total += h * w * c_in
+            h, w = config.resolution(s)
+            total += h * w * 2 * (c_in + c_out)
+        return total + 2 * h * w * config.widths[-1] + config.widths[-1] + config.classes
+    if isinstance(config, TransformerConfig):
+        t, d = config.context, config.d_model
+        per_token = config.layers * ((8 + 2 * config.mlp_ratio) * d + config.heads * t)
+        return t * (per_token + 2 * d + config.vocab)
+    if isinstance(config, RecsysConfig):
+        concat = (len(config.table_rows) + 1) * config.dim
+        return config.dense_features + config.dim + concat + sum(config.top) + 1
+    raise TypeError(f"not a model config: {config!r}")
+
+
+def activation_bytes(config: ModelConfig) -> int:
+    """Bytes of fp32 activations one sample keeps for backward (`activation_elements`)."""
+    return ACTIVATION_BYTES * activation_elements(config)
 
 
 @functools.lru_cache(maxsize=32)

@@ -3,12 +3,16 @@
     mlp:S                           built-in family and size -> WorkloadSpec
     profile:params=25e6,...         numbers only -> ProfileWorkload
     pkg.module:make / dir/f.py:make user callable -> UserWorkload
+    resnet50                        known model (workloads.known), numbers only -> WorkloadSpec
     myworkload                      entry point in group stratbench.workloads -> UserWorkload
+
+A known model's name wins over an entry point of the same name.
 """
 
 from __future__ import annotations
 
 from workloads.catalog import parse_workload
+from workloads.known import get_known, known_key, known_names
 from workloads.profile import PREFIX, ProfileWorkload, parse_profile
 from workloads.spec import FAMILIES, SIZES, WorkloadError, WorkloadSpec
 from workloads.user import (
@@ -39,9 +43,12 @@ def resolve_workload(text: str) -> Workload:
         if _looks_builtin(target, attr):
             return parse_workload(text)
         return load_user_workload(text)
+    if known_key(text) in known_names():
+        return get_known(text).spec()
     if text in entry_point_names():
         return load_entry_point(text)
     installed = ", ".join(entry_point_names()) or "none installed"
-    raise WorkloadError(f"unknown workload {text!r} (use FAMILY:SIZE like mlp:S, "
+    raise WorkloadError(f"unknown workload {text!r} (use FAMILY:SIZE like mlp:S, a known "
+                        f"model: {', '.join(known_names())}, "
                         f"profile:params=...,flops_per_sample=..., module:callable, "
                         f"file.py:callable, or an entry point: {installed})")

@@ -42,6 +42,7 @@ class WorkloadSpec:
     `family`/`size` name a built-in (config set); user and profile workloads use
     family 'user' / 'profile', an empty size and their own `label`. `sparsity` is the
     expected fraction of gradient entries touched per step at `batch_size` (1.0 = dense).
+    Known models (workloads.known) use family 'known', no size and no frameworks.
     """
 
     family: str
@@ -55,6 +56,8 @@ class WorkloadSpec:
     frameworks: tuple[str, ...] = FRAMEWORKS
     label: str = ""
     step_time_s: float | None = None  # profile workloads may give compute time directly
+    # Bytes one sample keeps for backward (no recomputation); None = unknown.
+    activation_bytes_per_sample: float | None = None
 
     @property
     def name(self) -> str:
@@ -101,4 +104,5 @@ class WorkloadSpec:
                 "batch_size": self.batch_size, "params": self.params,
                 "flops_per_sample": self.flops_per_sample, "grad_bytes": self.grad_bytes,
                 "sparsity": self.sparsity, "frameworks": list(self.frameworks),
-                "step_time_s": self.step_time_s}
+                "step_time_s": self.step_time_s,
+                "activation_bytes_per_sample": self.activation_bytes_per_sample}

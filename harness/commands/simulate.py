@@ -21,14 +21,19 @@ def _profile(workload: str | None, profile: str | None) -> Any:
         return parse_profile(profile if not profile.startswith("profile:")
                              else profile[len("profile:"):])
     if workload:
-        from workloads import WorkloadError, parse_workload
+        from workloads import WorkloadError, get_known, known_names, parse_workload
+        from workloads.known import known_key
 
+        if ":" not in workload and known_key(workload) not in known_names():
+            raise InputError(f"unknown workload {workload!r} (use FAMILY:SIZE like mlp:S or "
+                             f"a known model: {', '.join(known_names())})")
         try:
-            spec = parse_workload(workload)
+            spec = (get_known(workload).spec() if ":" not in workload
+                    else parse_workload(workload))
         except WorkloadError as exc:
             raise InputError(str(exc)) from exc
         return WorkloadProfile(**spec.as_profile())
-    raise InputError("give --workload FAMILY:SIZE or --profile K=V,... "
+    raise InputError("give --workload FAMILY:SIZE|MODEL or --profile K=V,... "
                      "(e.g. --profile params=25M,batch=32,step_compute=100ms)")
 
 
@@ -83,7 +88,9 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
               help="e.g. two_level:hosts=4,gpus=8,intra=450GB/s,inter=400Gbit or "
                    "preset:dgx_h100_ib,hosts=16")
 @click.option("--workers", type=click.IntRange(min=1), required=True)
-@click.option("--workload", default=None, metavar="FAMILY:SIZE")
+@click.option("--workload", default=None, metavar="FAMILY:SIZE|MODEL",
+              help="A built-in (mlp:S) or a known model (resnet50, gpt3_175b; see "
+                   "stratbench workloads).")
 @click.option("--profile", default=None, metavar="K=V,...",
               help="params=25M,batch=32,step_compute=100ms[,sparsity=0.01,...]")
 @click.option("--strategy", "strategies", multiple=True, metavar="NAME",

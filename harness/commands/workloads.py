@@ -1,4 +1,4 @@
-"""`stratbench workloads`: the built-in workloads with their sizes and costs."""
+"""`stratbench workloads`: the built-in workloads and the known models, with sizes and costs."""
 
 from __future__ import annotations
 
@@ -15,25 +15,48 @@ def describe(spec: WorkloadSpec) -> dict[str, Any]:
         "name": spec.name, "family": spec.family, "size": spec.size, "task": spec.task,
         "params": spec.params, "flops_per_sample": spec.flops_per_sample,
         "grad_bytes": spec.grad_bytes, "batch_per_replica": spec.batch_size,
-        "sparsity": spec.sparsity,
+        "sparsity": spec.sparsity, "kind": "builtin",
+        "activation_bytes_per_sample": spec.activation_bytes_per_sample,
     }
+
+
+def describe_known(name: str) -> dict[str, Any]:
+    """A known model's row: the built-in keys plus what a sample is and the sources."""
+    from workloads.known import get_known
+
+    model = get_known(name)
+    return describe(model.spec()) | {"kind": "known", "sample": model.sample,
+                                     "source": list(model.source), "notes": model.notes}
+
+
+def _table(title: str, rows: list[dict[str, Any]]) -> None:
+    click.echo(f"{title:<15}{'params':>17}{'GFLOP/sample':>14}{'grad MB':>12}{'batch':>7}"
+               f"{'act MB/sample':>15}{'touched':>10}")
+    for r in rows:
+        flops, act = r["flops_per_sample"], r["activation_bytes_per_sample"]
+        click.echo(f"{r['name']:<15}{r['params']:>17,}"
+                   f"{(flops / 1e9 if flops else float('nan')):>14.3f}"
+                   f"{r['grad_bytes'] / 1e6:>12.1f}{r['batch_per_replica']:>7}"
+                   f"{(act / 1e6 if act else float('nan')):>15.3f}{r['sparsity']:>10.2%}")
 
 
 @click.command("workloads")
 @json_option
 def command(as_json: bool) -> None:
-    """List the workloads: parameters, training FLOPs per sample, gradient bytes, sparsity."""
+    """List the workloads: parameters, training FLOPs per sample, gradient bytes, batch,
+    activation memory per sample (fp32, no recomputation) and the fraction of gradient
+    entries a step touches; then the known models (numbers only, for simulation; sources
+    in docs/MODELS.md and in --json)."""
     from workloads.catalog import list_workloads
+    from workloads.known import known_names
 
     rows = [describe(s) for s in list_workloads()]
+    known = [describe_known(name) for name in known_names()]
     if as_json:
-        print_json(rows)
+        print_json(rows + known)
         return
-    click.echo(f"{'workload':<15}{'params':>13}{'GFLOP/sample':>14}{'grad MB':>10}"
-               f"{'batch':>7}{'touched':>9}")
-    for r in rows:
-        flops = r["flops_per_sample"]
-        click.echo(f"{r['name']:<15}{r['params']:>13,}"
-                   f"{(flops / 1e9 if flops else float('nan')):>14.3f}"
-                   f"{r['grad_bytes'] / 1e6:>10.1f}{r['batch_per_replica']:>7}"
-                   f"{r['sparsity']:>9.2%}")
+    _table("workload", rows)
+    click.echo()
+    _table("known model", known)
+    click.echo("known models are numbers only (nothing here trains them); what a sample is "
+               "and the sources: --json, docs/MODELS.md")
