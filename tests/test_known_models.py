@@ -144,16 +144,6 @@ def test_known_models_cannot_be_planned_to_run():
         resolve_workloads(["vgg16"])
 
 
-def test_simulate_takes_a_known_model():
-    from harness.commands.simulate import _profile
-
-    assert _profile("bert-large", None) == WorkloadProfile(**get_known("bert_large")
-                                                           .spec().as_profile())
-    assert _profile("mlp:S", None).name == "mlp"
-    with pytest.raises(InputError, match=r"unknown workload 'bert' .*known model: resnet50"):
-        _profile("bert", None)
-
-
 def test_resolving_a_known_model_imports_no_framework():
     code = ("import workloads; from workloads.resolve import resolve_workload; "
             "resolve_workload('resnet50'); import sys; "
