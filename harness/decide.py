@@ -138,7 +138,14 @@ def best_per_strategy(points: Sequence[Point], goal: Goal) -> list[Point]:
 
 def _label(p: Point) -> str:
     n = int(p["replicas"])
-    return f"{p['framework']}/{p['strategy']} on {n} device{'s' if n != 1 else ''}"
+    name = f"{p['framework']}/{p['strategy']}"
+    if p["framework"] == "sim":
+        from harness.sim.strategies import REAL_TO_SIM
+
+        real = [f"{fw} {real}" for (fw, real), sim in REAL_TO_SIM.items()
+                if sim == p["strategy"]]
+        name += f" (as {', '.join(real)})" if real else ""
+    return f"{name} on {n} device{'s' if n != 1 else ''}"
 
 
 def _summary(p: Point | None) -> dict[str, Any] | None:

@@ -171,8 +171,9 @@ def no_compute_message(name: str) -> str:
     """What to do when nothing says how long a step of ``name`` computes."""
     return (f"cannot tell the compute time of {name}: no measured one-device run in the "
             f"results directory; run `stratbench run --workload {name} --strategy "
-            f"single_device --framework torch` first, or name a device whose speed is known "
-            f"(--device PRESET) for a workload with known FLOPs")
+            f"single_device --framework torch` first, or, for a workload with known FLOPs, "
+            f"a device whose speed is known (a preset topology, `simulate --calibration "
+            f"PRESET`, `recommend --device PRESET`)")
 
 
 def scaled_compute(compute: MeasuredCompute, batch: int) -> float:

@@ -282,8 +282,9 @@ def _refuse_unmet(verdicts: list[dict[str, Any]], goal: decide.Goal, explicit: b
     if explicit:
         for v in verdicts:
             if v["status"] == "none" and v["why"].startswith("does not fit"):
+                need = v["why"].removeprefix("does not fit: ")
                 raise InputError(f"{v['workload']} does not fit {v['target']} in any "
-                                 f"data-parallel layout: {v['why']}; model parallelism "
+                                 f"data-parallel layout ({need}); model parallelism "
                                  f"(pipeline/tensor) is not built yet")
 
 
@@ -332,34 +333,57 @@ def _fmt(value: Any, kind: str) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def format_verdicts(verdicts: Sequence[dict[str, Any]]) -> list[str]:
+    """The answers first: one block per workload and target."""
+    lines = []
+    for v in verdicts:
+        lines.append(f"{v['workload']} on {v['target']}"
+                     + (f" ({v['constraint']})" if v.get("constraint") else ""))
+        lines.append(f"  -> {v['headline']}")
+        for key in ("why", "sure"):
+            if v.get(key):
+                lines.append(f"     {key}: {v[key]}")
+    return lines
+
+
 def format_table(frame: pd.DataFrame) -> str:
-    """The table for a terminal, one block per workload and target."""
+    """The verdicts, then the table for a terminal, one block per workload and target:
+    each strategy at its chosen device count."""
     lines = [f"no results for {m} (run it, or pick another --target)"
              for m in frame.attrs.get("missing", [])]
     if frame.empty:
         return "\n".join(lines) or "no recommendations: no matching results or targets"
     lines += [""] if lines else []
+    verdicts = frame.attrs.get("verdicts", [])
+    if verdicts:
+        lines += [*format_verdicts(verdicts), ""]
     for (workload, target), group in frame.groupby(["workload", "target"], sort=False):
-        lines.append(f"{workload} on {target}")
-        lines.append(f"  {'#':>2} {'strategy':<26}{'n':>5}{'step ms':>10}{'samples/s':>11}"
+        lines.append(f"{workload} on {target}: each strategy at its best device count")
+        lines.append(f"  {'#':>2} {'strategy':<30}{'n':>5}{'step ms':>10}{'samples/s':>11}"
                      f"{'eff':>6}{'mem/dev':>10}{'fits':>5}{'train':>10}{'cost':>12}"
-                     f"  {'source':<10} reason")
+                     f"  {'source':<14} reason")
         for r in group.to_dict("records"):
             err = r.get("validation_error", NAN)
             source = r["source"] + (f" ±{err:.0%}" if isinstance(err, float)
                                     and math.isfinite(err) else "")
             strategy = f"{r['framework']}/{r['strategy']}"
             lines.append(
-                f"  {r['rank']:>2} {strategy[:25]:<26}{r['replicas']:>5}"
+                f"  {r['rank']:>2} {strategy[:29]:<30}{r['replicas']:>5}"
                 f"{_fmt(r['step_time_s'], 'ms'):>10}{_fmt(r['throughput_samples_s'], ''):>11}"
                 f"{_fmt(r['scaling_efficiency'], 'pct'):>6}"
                 f"{_fmt(r['memory_per_device_bytes'], 'gb'):>10}"
                 f"{_fits(r):>5}{_fmt(r['train_time_s'], 'time'):>10}"
-                f"{_fmt(r['cost_usd'], 'usd'):>12}  {source:<10} {r['reason']}")
+                f"{_fmt(r['cost_usd'], 'usd'):>12}  {source:<14} {r['reason']}")
+        notes = sorted({str(n) for n in group.get("compute_note", pd.Series(dtype=str))
+                        if isinstance(n, str) and n}
+                       | {f"price: {b}" for b in group.get("price_basis", pd.Series(dtype=str))
+                          if isinstance(b, str) and b})
+        lines += [f"  ({n})" for n in notes]
         lines.append("")
-    lines.append("source: measured (a real run) or simulated (± the simulator's median |error| "
-                 "against measured runs); train time and cost are extrapolated from the step "
-                 "time; fits '?': device memory unknown")
+    lines.append("source: measured (a real run), predicted (an emulated cluster never run, "
+                 "from this machine's calibration) or simulated; ± the simulator's median "
+                 "|error| against measured runs; train time and cost are extrapolated from "
+                 "the step time; fits '?': device memory unknown")
     return "\n".join(lines).rstrip()
 
 

@@ -203,7 +203,9 @@ def test_from_store_and_cli_json(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert data[0]["strategy"] == "single_device" and data[0]["source"] == "measured"
+    assert data["ranking"][0]["strategy"] == "single_device"
+    assert data["ranking"][0]["source"] == "measured"
+    assert data["verdicts"][0]["headline"].startswith("do not distribute")
     bad = subprocess.run([sys.executable, "-m", "harness.cli", "recommend", "--results",
                           str(tmp_path), "--target", "bogus"],
                          capture_output=True, text=True, timeout=120)

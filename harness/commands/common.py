@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -27,8 +28,20 @@ def positive_int(name: str) -> click.IntRange:
     return click.IntRange(min=1)
 
 
+def jsonable(data: Any) -> Any:
+    """``data`` with NaN and infinities as null: JSON has no such numbers."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        return {str(k): jsonable(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [jsonable(v) for v in data]
+    return data
+
+
 def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, sort_keys=True, default=str)
+    json.dump(jsonable(data), sys.stdout, indent=2, sort_keys=True, default=str,
+              allow_nan=False)
     sys.stdout.write("\n")
 
 

@@ -9,12 +9,27 @@ from harness.paths import results_dir
 
 
 @click.command("recommend")
-@click.option("--workload", "workloads", multiple=True, metavar="FAMILY:SIZE",
-              help="Workload(s) to recommend for (default: every measured one).")
+@click.option("--workload", "workloads", multiple=True, metavar="WORKLOAD",
+              help="Workload(s) to recommend for: FAMILY:SIZE, a known model (resnet50), "
+                   "profile:..., or your own file.py:callable after one run (default: every "
+                   "measured one).")
 @click.option("--target", "targets", multiple=True, metavar="SPEC",
-              help="local, netns:..., or preset:NAME[,hosts=1|4|32] (repeatable; default: "
-                   "the measured clusters plus preset:eth25_v100,hosts=4 and "
-                   "preset:dgx_h100_ib,hosts=1|16).")
+              help="Any cluster: local, netns:..., slurm:..., or a topology as `simulate` "
+                   "takes it (two_level:hosts=6,gpus=4,intra=300GB/s,inter=25Gbit, "
+                   "preset:NAME[,hosts=1|4|32], ...). Repeatable; default: the measured "
+                   "clusters plus preset:eth25_v100,hosts=4 and preset:dgx_h100_ib,hosts=1|16.")
+@click.option("--budget", type=float, default=None, metavar="USD",
+              help="Spend at most this much: the fastest configuration that costs less.")
+@click.option("--deadline", type=float, default=None, metavar="HOURS",
+              help="Finish within this many hours: the cheapest configuration that does.")
+@click.option("--min-efficiency", type=click.FloatRange(0.0, 1.0), default=0.5,
+              show_default=True,
+              help="Without --budget/--deadline: the fastest configuration whose scaling "
+                   "efficiency is at least this (else one device).")
+@click.option("--device", default=None, metavar="PRESET",
+              help="The target's devices are those of this preset (e.g. dgx_h100_ib): their "
+                   "speed (with the workload's FLOPs), memory and price. Default for a "
+                   "described topology: devices like this machine (compute measured here).")
 @click.option("--samples", type=float, default=None, metavar="N",
               help="Samples to train (dataset size x epochs) for the time and cost columns "
                    "[default: 1e7].")
@@ -23,9 +38,11 @@ from harness.paths import results_dir
                    "their own).")
 @results_option
 @json_option
-def command(workloads: tuple[str, ...], targets: tuple[str, ...], samples: float | None,
-            price: float | None, results: str | None, as_json: bool) -> None:
-    """Rank strategies by throughput, memory fit and cost, and say why."""
+def command(workloads: tuple[str, ...], targets: tuple[str, ...], budget: float | None,
+            deadline: float | None, min_efficiency: float, device: str | None,
+            samples: float | None, price: float | None, results: str | None,
+            as_json: bool) -> None:
+    """Which strategy, on how many devices, within your budget, and why."""
     from harness.recommend import (
         DEFAULT_SAMPLES,
         format_table,
@@ -35,8 +52,13 @@ def command(workloads: tuple[str, ...], targets: tuple[str, ...], samples: float
 
     frame = recommend_from_store(results_dir(results), workloads=workloads, targets=targets,
                                  samples=DEFAULT_SAMPLES if samples is None else samples,
-                                 price=price)
+                                 price=price, budget=budget,
+                                 deadline_s=None if deadline is None else deadline * 3600,
+                                 min_efficiency=min_efficiency, device=device)
     if as_json:
-        print_json(to_records(frame))
+        print_json({"verdicts": frame.attrs.get("verdicts", []),
+                    "ranking": to_records(frame),
+                    "sweep": frame.attrs.get("sweep", []),
+                    "missing": frame.attrs.get("missing", [])})
     else:
         click.echo(format_table(frame))

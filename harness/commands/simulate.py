@@ -8,33 +8,60 @@ from typing import Any
 
 import click
 
-from harness.commands.common import info, json_option, print_json
+from harness.commands.common import info, json_option, print_json, results_option
 from harness.errors import InputError
+from harness.paths import results_dir
 
 
-def _profile(workload: str | None, profile: str | None) -> Any:
-    from harness.sim import WorkloadProfile, parse_profile
+def _profile(workload: str | None, profile: str | None, results: Path, topology: str,
+             calibration: Any) -> Any:
+    """The simulator's profile: from --profile, or from the workload (any that `recommend`
+    takes: a built-in, a known model, a user's file after one run), with the compute time
+    measured here when nothing else can tell it (a topology without a device speed)."""
+    from harness.sim import parse_profile
+    from harness.sim.calibration import compute_seconds
+    from harness.sim.spec import SpecError
 
     if workload and profile:
         raise InputError("give --workload or --profile, not both")
     if profile:
         return parse_profile(profile if not profile.startswith("profile:")
                              else profile[len("profile:"):])
-    if workload:
-        from workloads import WorkloadError, get_known, known_names, parse_workload
-        from workloads.known import known_key
+    if not workload:
+        raise InputError("give --workload FAMILY:SIZE|MODEL or --profile K=V,... "
+                         "(e.g. --profile params=25M,batch=32,step_compute=100ms)")
+    from harness.profiles import (
+        measured_compute,
+        no_compute_message,
+        scaled_compute,
+        workload_facts,
+    )
+    from harness.sim.calibration import from_preset, merge
 
-        if ":" not in workload and known_key(workload) not in known_names():
-            raise InputError(f"unknown workload {workload!r} (use FAMILY:SIZE like mlp:S or "
-                             f"a known model: {', '.join(known_names())})")
-        try:
-            spec = (get_known(workload).spec() if ":" not in workload
-                    else parse_workload(workload))
-        except WorkloadError as exc:
-            raise InputError(str(exc)) from exc
-        return WorkloadProfile(**spec.as_profile())
-    raise InputError("give --workload FAMILY:SIZE|MODEL or --profile K=V,... "
-                     "(e.g. --profile params=25M,batch=32,step_compute=100ms)")
+    measured = _measured(results)
+    facts = workload_facts(workload, measured)
+    prof = facts.profile()
+    kind, _, rest = topology.strip().partition(":")
+    base = from_preset(rest.partition(",")[0].strip()) if kind == "preset" else None
+    known = merge(base, calibration) if base and calibration else (calibration or base)
+    try:
+        compute_seconds(prof, known)
+        return prof
+    except SpecError:
+        pass
+    here = measured_compute(measured, facts.name)
+    if here is None:
+        raise InputError(no_compute_message(facts.name))
+    info(f"compute: {here.note}")
+    return facts.profile(step_compute_s=scaled_compute(here, facts.batch))
+
+
+def _measured(results: Path) -> Any:
+    import pandas as pd
+
+    from results.store import load
+
+    return load(results) if (results / "runs").is_dir() else pd.DataFrame()
 
 
 def load_calibration(option: str | None, topology: str) -> Any:
@@ -58,11 +85,22 @@ def load_calibration(option: str | None, topology: str) -> Any:
     if fits.empty or "all_reduce" not in set(fits["op"]):
         raise InputError(f"no all-reduce calibration under {path} (run `stratbench comm`)")
     fits = fits[fits["op"] == "all_reduce"].sort_values(["run_id", "world"])
-    best = fits.iloc[-1]
+    network = fits[fits["link_class"] != "loopback"] if "link_class" in fits else fits
+    classes = link_classes(parse_topology(topology))
+    if network.empty:
+        # A loopback fit measured the library and this machine, not a network: its alpha
+        # is a per-message software cost added to each link's latency; the bandwidths stay
+        # the ones the topology states.
+        best = fits.iloc[-1]
+        links = {c.name: LinkCalibration(c.latency + float(best["alpha_s"]), 1.0 / c.bandwidth,
+                                         "spec", note=f"+ loopback alpha of comm run "
+                                                      f"{best['run_id']}")
+                 for c in classes}
+        return Calibration(links, compute_source="profile", name=f"measured:{path}")
+    best = network.iloc[-1]
     link = LinkCalibration(float(best["alpha_s"]), float(best["beta_s_per_byte"]), "measured",
                            note=f"comm run {best['run_id']}, residual "
                                 f"{float(best['residual_rel']):.0%}")
-    classes = link_classes(parse_topology(topology))
     return Calibration({c.name: link for c in classes}, compute_source="profile",
                        name=f"measured:{path}")
 
@@ -98,17 +136,18 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
                    "one (ddp, tf:parameter_server); default all.")
 @click.option("--calibration", default=None, metavar="DIR|PRESET",
               help="A preset, or a results directory with `stratbench comm` fits.")
+@results_option
 @click.option("--stragglers", type=click.IntRange(min=0), default=0)
 @click.option("--straggler-factor", type=click.FloatRange(min=1.0), default=1.0)
 @json_option
 def command(topology: str, workers: int, workload: str | None, profile: str | None,
-            strategies: tuple[str, ...], calibration: str | None, stragglers: int,
-            straggler_factor: float, as_json: bool) -> None:
+            strategies: tuple[str, ...], calibration: str | None, results: str | None,
+            stragglers: int, straggler_factor: float, as_json: bool) -> None:
     """Simulate a training step of each strategy on a topology; rows are source=simulated."""
     from harness.sim import simulate
 
-    prof = _profile(workload, profile)
     calib = load_calibration(calibration, topology)
+    prof = _profile(workload, profile, results_dir(results), topology, calib)
     rows = simulate(topology, workers, list(strategies) or "all", prof, calib,
                     workload=workload, stragglers=stragglers,
                     straggler_factor=straggler_factor)
