@@ -235,7 +235,9 @@ def _why_not_distribute(single: Point, points: Sequence[Point], goal: Goal) -> s
     best = min(spread, key=lambda p: p["train_time_s"])
     speedup = single["train_time_s"] / best["train_time_s"]
     eff = best.get("scaling_efficiency", NAN)
-    text = (f"the fastest distributed option, {_label(best)}, is only {speedup:.2g}x faster"
+    pace = (f"is only {speedup:.2g}x faster" if speedup >= 1
+            else f"is {1 / speedup:.2g}x slower than one device")
+    text = (f"the fastest distributed option, {_label(best)}, {pace}"
             + (f" (scaling efficiency {eff:.0%}, below {goal.min_efficiency:.0%})"
                if _finite(eff) else ""))
     if _finite(best.get("cost_usd")) and _finite(single.get("cost_usd")) \

@@ -6,6 +6,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -21,7 +22,7 @@ from harness.recommend import (
     validation_errors,
 )
 from results.schema import ResultRow
-from results.store import ResultsStore
+from results.store import ResultsStore, load
 
 NETNS = "netns:hosts=2,rate=400mbit"
 
@@ -211,3 +212,85 @@ def test_from_store_and_cli_json(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.strip().count("\n") == 0 and "unknown target" in bad.stderr
+
+
+CHECKED_IN = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-24-recommend"
+
+
+@pytest.mark.parametrize("target", ["netns:hosts=4,rate=250mbit", "preset:dgx_h100_ib,hosts=2"])
+def test_a_workload_too_small_to_distribute_gets_one_device_and_why(target):
+    frame = recommend_from_store(CHECKED_IN, workloads=["mlp:S"], targets=[target])
+    (verdict,) = frame.attrs["verdicts"]
+    assert verdict["status"] == "ok" and verdict["pick"]["replicas"] == 1
+    assert verdict["headline"].startswith("do not distribute")
+    assert "the fastest distributed option" in verdict["why"]
+    assert "below 50%" in verdict["why"]  # the efficiency floor it missed
+
+
+def test_described_cluster_with_a_budget_answers_device_count_time_cost_reason_error():
+    target = "two_level:hosts=6,gpus=4,intra=300GB/s,inter=25Gbit"
+    validation = pd.DataFrame({"kind": ["step"] * 2, "model": ["allreduce_ring"] * 2,
+                               "error": [0.05, -0.07]})
+    frame = recommend(load(CHECKED_IN), workloads=["mlp:M"], targets=[target], budget=50.0,
+                      validation=validation)
+    (verdict,) = frame.attrs["verdicts"]
+    assert verdict["status"] == "ok" and verdict["constraint"] == "budget $50.00"
+    pick = verdict["pick"]
+    assert pick["replicas"] in (1, 2, 4, 8, 16, 24) and pick["cost_usd"] <= 50
+    assert math.isfinite(pick["train_time_s"]) and pick["reason"]
+    ring = frame[frame["strategy"] == "allreduce_ring"].iloc[0]
+    assert ring["validation_error"] == pytest.approx(0.06)
+    sweep = pd.DataFrame(frame.attrs["sweep"])
+    assert sorted(set(sweep["replicas"])) == [1, 2, 4, 8, 16, 24]  # whole hosts past one
+    assert sweep["pareto"].any() and sweep["picked"].sum() == len(frame)
+    text = format_table(frame)
+    assert text.startswith(f"mlp:M on {target} (budget $50.00)\n  -> use ")
+
+
+def test_budget_and_deadline_pick_and_refuse():
+    target = "two_level:hosts=6,gpus=4,intra=300GB/s,inter=25Gbit"
+    measured = load(CHECKED_IN)
+    cheap = recommend(measured, workloads=["mlp:M"], targets=[target], deadline_s=3600 * 24)
+    (verdict,) = cheap.attrs["verdicts"]  # a whole day: the cheapest that makes it
+    sweep = pd.DataFrame(cheap.attrs["sweep"])
+    in_time = sweep[(sweep["train_time_s"] <= 86400) & (sweep["status"] == "ok")]
+    assert verdict["pick"]["cost_usd"] == pytest.approx(in_time["cost_usd"].min())
+    with pytest.raises(InputError, match=r"nothing meets the budget \$0.00.*over the budget"):
+        recommend(measured, workloads=["mlp:M"], targets=[target], budget=1e-4)
+    with pytest.raises(InputError, match="does not fit"):
+        recommend(measured, workloads=["gpt3_175b"], targets=[target], device="eth25_v100")
+    with pytest.raises(InputError, match="unknown workload 'nosuchmodel'"):
+        recommend(measured, workloads=["nosuchmodel"], targets=[target])
+    with pytest.raises(InputError, match="--device"):
+        recommend(measured, workloads=["mlp:M"], targets=[target], device="nope")
+
+
+def test_known_model_is_recommended_with_no_results_at_all():
+    frame = recommend(pd.DataFrame(), workloads=["resnet50"],
+                      targets=["preset:dgx_h100_ib,hosts=1|2"])
+    verdicts = frame.attrs["verdicts"]
+    assert [v["status"] for v in verdicts] == ["ok", "ok"]
+    assert all(v["pick"]["source"] == "simulated" for v in verdicts)
+
+
+def test_catalog_models_need_no_framework(tmp_path):
+    """`pip install stratbench` (no extras): simulate and recommend a known model with both
+    frameworks made unimportable."""
+    script = (
+        "import sys\n"
+        "class Absent:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('torch', 'tensorflow', 'keras'):\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, Absent())\n"
+        "from harness.cli import main\n"
+        "sys.argv = ['stratbench'] + sys.argv[1:]\n"
+        "main()\n")
+    for args in (["simulate", "--topology", "preset:dgx_h100_ib,hosts=2", "--workers", "16",
+                  "--workload", "resnet50"],
+                 ["recommend", "--workload", "resnet50", "--target",
+                  "preset:eth25_v100,hosts=4", "--results", str(tmp_path)]):
+        proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert "allreduce_ring" in proc.stdout
