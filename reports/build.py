@@ -1,6 +1,10 @@
 """The HTML report: one self-contained file (inline CSS and SVG, no scripts, no fetches),
 a pure function of the stored results. Rendered with jinja2, autoescape on: every string that
 comes from results is escaped; charts are built by ``reports.plots`` which escapes its text.
+
+It leads with the verdict (``reports.verdict``): per workload the pick, why, how sure and the
+runner-up, then the device-count curves; every table follows, collapsed, so the page a reader
+scrolls is the answer and the evidence is one click away.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from reports import history as hist
+from reports import verdict as vd
 from reports.plots import Series, chart
 
 CROSSOVER_WORKERS = (2, 4, 8, 16, 32, 64)
@@ -35,8 +40,10 @@ def _env() -> Environment:
     env.filters["ms"] = lambda v: _num(v * 1e3 if _finite(v) else v)
     env.filters["pct"] = lambda v: f"{v:+.0%}" if _finite(v) else "-"
     env.filters["pct0"] = lambda v: f"{v:.0%}" if _finite(v) else "-"
+    env.filters["margin"] = lambda v: (f"{v:+.1%}" if abs(v) < 0.1 else f"{v:+.0%}"
+                                       ) if _finite(v) else "-"
     env.filters["duration"] = _duration
-    env.filters["usd"] = lambda v: f"${v:,.2f}" if _finite(v) else "-"
+    env.filters["usd"] = lambda v: vd.usd(v) if _finite(v) else "-"
     env.filters["bytes"] = _bytes
     return env
 
@@ -78,18 +85,27 @@ def _name(w: Any, s: Any) -> str:
     return workload_name(str(w), s)
 
 
-def recommendations(root: Path) -> tuple[list[dict[str, Any]], str, list[str]]:
+def recommendations(root: Path) -> dict[str, Any]:
+    """The recommender's table grouped per (workload, target), its verdicts (the report's
+    first screen) and device-count curves; an input error becomes the section's note."""
     from harness.errors import InputError
-    from harness.recommend import recommend_from_store
+    from harness.recommend import DEFAULT_SAMPLES, recommend_from_store
 
     try:
         frame = recommend_from_store(root)
     except InputError as exc:
-        return [], str(exc), []
-    groups = []
-    for (workload, target), group in frame.groupby(["workload", "target"], sort=False):
-        groups.append({"workload": workload, "target": target, "rows": _records(group)})
-    return groups, "", list(frame.attrs.get("missing", []))
+        return {"groups": [], "rec_error": str(exc), "rec_missing": [], "rec_rows": 0,
+                "verdicts": [], "leads": [], "curves": []}
+    return recommendation_context(frame, DEFAULT_SAMPLES)
+
+
+def recommendation_context(frame: pd.DataFrame, samples: float) -> dict[str, Any]:
+    groups = [{"workload": w, "target": t, "rows": _records(g)}
+              for (w, t), g in frame.groupby(["workload", "target"], sort=False)]
+    verdicts = vd.verdicts(frame, samples)
+    return {"groups": groups, "rec_error": "", "rec_missing": list(frame.attrs.get("missing", [])),
+            "rec_rows": len(frame), "verdicts": verdicts, "leads": vd.leads(verdicts),
+            "curves": vd.curve_plots(frame)}
 
 
 def manifest_items(root: Path) -> tuple[str, list[tuple[str, str]]]:
@@ -117,8 +133,13 @@ def scaling_plots(latest: pd.DataFrame) -> list[Markup]:
             if int(g["replicas"].min()) > 1 and not base.empty:  # lines start at the baseline
                 g = pd.concat([base.head(1), g])
             g = g.sort_values("replicas")
-            series.append(Series(f"{fw}/{strat} {cluster}", list(g["replicas"].astype(float)),
-                                 list(g["throughput_samples_s"].astype(float))))
+            label = f"{fw}/{strat} {cluster}"
+            series.append(Series(label, list(g["replicas"].astype(float)),
+                                 list(g["throughput_samples_s"].astype(float)),
+                                 tips=[f"{label}, {vd.devices(int(n))}: {t:,.0f} samples/s"
+                                       for n, t in zip(g["replicas"],
+                                                       g["throughput_samples_s"],
+                                                       strict=True)]))
         plots.append(chart(series, title=f"{workload.rstrip(':')}: throughput against replicas",
                            xlabel="replicas", ylabel="samples/s", integer_x=True))
     return plots
@@ -224,13 +245,17 @@ def history_plots(h: pd.DataFrame) -> list[Markup]:
     for workload, group in h.groupby(names, sort=True):
         series = []
         for case_id, g in group.groupby("case_id"):
+            tips = [f"{case_id}, run {index[r['run_id']]} ({r['run_id']}): "
+                    f"{r['step_time_median_s'] * 1e3:.4g} ms (95% CI "
+                    f"{r['step_time_ci95_low_s'] * 1e3:.4g}-{r['step_time_ci95_high_s'] * 1e3:.4g}"
+                    f"), {r['verdict']}" for r in g.to_dict("records")]
             series.append(Series(
                 str(case_id).split("/", 1)[-1] if "/" in str(case_id) else str(case_id),
                 [float(index[r]) for r in g["run_id"]],
                 list(g["step_time_median_s"].astype(float)),
                 lows=list(g["step_time_ci95_low_s"].astype(float)),
                 highs=list(g["step_time_ci95_high_s"].astype(float)),
-                flags=list(g["verdict"] == "regression")))
+                flags=list(g["verdict"] == "regression"), tips=tips))
         plots.append(chart(series, title=f"{workload.rstrip(':')}: median step time per run "
                                          f"(red ring: regression)",
                            xlabel="run (oldest first)", ylabel="step s", integer_x=True))
@@ -239,9 +264,9 @@ def history_plots(h: pd.DataFrame) -> list[Markup]:
 
 def build_report(root: str | os.PathLike[str]) -> str:
     """The report's HTML for the results under ``root`` (reads only)."""
-    from harness.recommend import DEFAULT_SAMPLES, load_table_safe, validation_errors
+    from harness.recommend import DEFAULT_SAMPLES, validation_errors
     from harness.validate import latest_validation
-    from results.store import load
+    from results.store import load, load_table_safe
 
     root = Path(root)
     measured = load(root)
@@ -251,7 +276,7 @@ def build_report(root: str | os.PathLike[str]) -> str:
               if not measured.empty else measured)
     comm = load_table_safe(root, "comm")
     validation = latest_validation(root)
-    groups, rec_error, rec_missing = recommendations(root)
+    rec = recommendations(root)
     run_id, manifest = manifest_items(root)
     h = hist.history(measured)
     cross_plots, cross_notes = crossover(measured)
@@ -259,14 +284,14 @@ def build_report(root: str | os.PathLike[str]) -> str:
     ok = latest[latest["status"] == "ok"] if not latest.empty else latest
     context = {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "root": str(root), "groups": groups, "rec_error": rec_error,
-        "rec_missing": rec_missing, "samples": DEFAULT_SAMPLES,
+        "root": str(root), **rec, "samples": DEFAULT_SAMPLES,
+        "brief": vd.brief, "source_text": vd.source_text,
         "manifest_run": run_id, "manifest": manifest,
         "measured": _records(ok.sort_values(["workload", "size", "cluster", "framework",
                                               "strategy", "replicas"]) if not ok.empty
                              else ok),
         "scaling_plots": scaling_plots(latest) if not latest.empty else [],
-        "comm_plots": busbw_plot(comm),
+        "comm_plots": busbw_plot(comm), "comm_points": len(comm),
         "validation": _records(validation),
         "validation_errors": validation_errors(validation),
         "validation_plots": validation_plot(validation),

@@ -1,5 +1,7 @@
 """Small inline-SVG charts (no plotting library, no external fetch): lines and scatter, with
-linear or log axes. Every text that reaches the SVG is escaped here; the result is Markup."""
+linear or log axes. Every text that reaches the SVG is escaped here; the result is Markup.
+Every data point carries an SVG <title>: the browser shows its values on hover, without a
+script."""
 
 from __future__ import annotations
 
@@ -24,13 +26,19 @@ class Series:
     lows: Sequence[float] = field(default_factory=tuple)  # optional error bars
     highs: Sequence[float] = field(default_factory=tuple)
     flags: Sequence[bool] = field(default_factory=tuple)  # points drawn as a red ring
+    marks: Sequence[bool] = field(default_factory=tuple)  # points drawn as a black ring
+    tips: Sequence[str] = field(default_factory=tuple)  # hover text per point (else values)
 
 
 def _finite(v: float, log: bool) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v) and (v > 0 or not log)
 
 
-def _ticks(lo: float, hi: float, log: bool, integer: bool = False) -> list[float]:
+def _ticks(lo: float, hi: float, log: bool, integer: bool = False, base2: bool = False
+           ) -> list[float]:
+    if log and base2:  # device counts: 1, 2, 4, 8, ... (every other power when many)
+        a, b = math.floor(math.log2(lo)), math.ceil(math.log2(hi))
+        return [2.0 ** e for e in range(a, b + 1, max(1, (b - a + 7) // 8))]
     if log:
         a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
         step: int = max(1, (b - a) // 6)
@@ -48,6 +56,12 @@ def _ticks(lo: float, hi: float, log: bool, integer: bool = False) -> list[float
             if start + i * tick <= hi + tick * 1e-9]
 
 
+def _pad(lo: float, hi: float, share: float = 0.04) -> tuple[float, float]:
+    """A log axis widened by ``share`` of its span on each side."""
+    f = (hi / lo) ** share
+    return lo / f, hi * f
+
+
 def _fmt(v: float) -> str:
     if v == 0:
         return "0"
@@ -58,8 +72,9 @@ def _fmt(v: float) -> str:
 
 def chart(series: Sequence[Series], *, title: str, xlabel: str, ylabel: str,
           logx: bool = False, logy: bool = False, lines: bool = True,
-          diagonal: bool = False, integer_x: bool = False) -> Markup:
-    """One chart as an <svg> element. Empty data gives a short 'no data' note instead."""
+          diagonal: bool = False, integer_x: bool = False, log2x: bool = False) -> Markup:
+    """One chart as an <svg> element. Empty data gives a short 'no data' note instead.
+    ``log2x``: ticks at powers of 2 on a log x axis (device counts)."""
     pts = [(x, y) for s in series for x, y in zip(s.xs, s.ys, strict=False)
            if _finite(x, logx) and _finite(y, logy)]
     pts += [(x, v) for s in series
@@ -78,6 +93,10 @@ def chart(series: Sequence[Series], *, title: str, xlabel: str, ylabel: str,
         xlo, xhi = (xlo / 2, xhi * 2) if logx else (xlo - 1, xhi + 1)
     if ylo == yhi:
         ylo, yhi = (ylo / 2, yhi * 2) if logy else (ylo - 1, yhi + 1)
+    if logx:  # a little room, so points at the ends do not sit on the frame
+        xlo, xhi = _pad(xlo, xhi)
+    if logy:
+        ylo, yhi = _pad(ylo, yhi)
     pw, ph = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
     def tx(v: float) -> float:
@@ -93,10 +112,9 @@ def chart(series: Sequence[Series], *, title: str, xlabel: str, ylabel: str,
     out = [f'<svg class="chart" role="img" xmlns="http://www.w3.org/2000/svg" '
            f'viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}">',
            f"<title>{escape(title)}</title>",
-           f'<text x="{WIDTH / 2 - RIGHT / 2}" y="18" text-anchor="middle" '
-           f'class="ctitle">{escape(title)}</text>',
+           f'<text x="8" y="18" class="ctitle">{escape(title)}</text>',
            f'<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" class="frame"/>']
-    for t in _ticks(xlo, xhi, logx, integer_x):
+    for t in _ticks(xlo, xhi, logx, integer_x, log2x and logx):
         if xlo <= t <= xhi * (1 + 1e-9):
             x = tx(t)
             out.append(f'<line x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{TOP + ph}" '
@@ -128,12 +146,18 @@ def chart(series: Sequence[Series], *, title: str, xlabel: str, ylabel: str,
                     and _finite(s.highs[j], logy):
                 out.append(f'<line x1="{tx(x):.1f}" y1="{ty(s.lows[j]):.1f}" x2="{tx(x):.1f}" '
                            f'y2="{ty(s.highs[j]):.1f}" stroke="{color}"/>')
-            out.append(f'<circle cx="{tx(x):.1f}" cy="{ty(y):.1f}" r="3.5" fill="{color}">'
-                       f"<title>{escape(s.label)}: {escape(_fmt(x))}, {escape(_fmt(y))}"
-                       f"</title></circle>")
+            tip = (s.tips[j] if j < len(s.tips) and s.tips[j]
+                   else f"{s.label}: {xlabel} {_fmt(x)}, {ylabel} {_fmt(y)}")
+            out.append(f'<circle cx="{tx(x):.1f}" cy="{ty(y):.1f}" r="3.5" fill="{color}" '
+                       f'class="pt"><title>{escape(tip)}</title></circle>')
+            if j < len(s.marks) and s.marks[j]:
+                out.append(f'<circle cx="{tx(x):.1f}" cy="{ty(y):.1f}" r="8" fill="none" '
+                           f'stroke="#000" stroke-width="2" class="pick">'
+                           f"<title>{escape(tip)}</title></circle>")
             if j < len(s.flags) and s.flags[j]:
                 out.append(f'<circle cx="{tx(x):.1f}" cy="{ty(y):.1f}" r="8" fill="none" '
-                           f'stroke="#d00" stroke-width="2" class="flag"/>')
+                           f'stroke="#d00" stroke-width="2" class="flag">'
+                           f"<title>{escape(tip)}</title></circle>")
         ly = TOP + 12 + i * 16
         if ly < HEIGHT - 10:
             out.append(f'<rect x="{LEFT + pw + 10}" y="{ly - 8}" width="10" height="10" '

@@ -1,19 +1,23 @@
-"""The report in a real headless Chromium: tables and every plot render, no console errors.
+"""The report in a real headless Chromium: the verdict fills the first screen, tables and
+every plot render (once their sections are opened), no console errors.
 
 Uses playwright (driving the system's Chromium, never a downloaded one) where installed, else
 Chromium's own command line (--dump-dom, --screenshot, console messages from its log).
-The screenshot is kept in pytest's tmp dir.
+Screenshots are kept in pytest's tmp dir.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from test_report import verdict_frame
 
+from reports import verdict as vd
 from reports.build import write_report
 from results.schema import ResultRow
 from results.store import ResultsStore
@@ -25,6 +29,9 @@ CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-br
 
 
 MANIFEST = {"memory_bytes": 16e9, "cpu": {"model": "test cpu", "logical_cores": 2}}
+SCREEN = {"width": 1300, "height": 900}  # the first screen the verdict must fill
+OPEN_ALL = "document.querySelectorAll('details').forEach(d => d.open = true)"
+HEIGHT = "document.documentElement.scrollHeight"
 
 
 def case(run_id: str, strategy: str, median: float, *, workload: str = "mlp",
@@ -38,8 +45,7 @@ def case(run_id: str, strategy: str, median: float, *, workload: str = "mlp",
         env_fingerprint="abc123")
 
 
-@pytest.fixture
-def report(tmp_path):
+def _store(tmp_path: Path) -> ResultsStore:
     store = ResultsStore(tmp_path / "results")
     for run_id, ddp in (("20260101T000000Z-aaaaaa", 0.010), ("20260102T000000Z-bbbbbb", 0.02)):
         store.start_run(MANIFEST, run_id=run_id)
@@ -47,7 +53,35 @@ def report(tmp_path):
         store.write_case(case(run_id, "ddp", ddp))
         store.write_case(case(run_id, "single_device", 0.003, replicas=1, workload="recsys"))
         store.write_case(case(run_id, "parameter_server", 0.006, workload="recsys"))
-    return write_report(store.root, tmp_path / "report.html")
+    return store
+
+
+@pytest.fixture
+def report(tmp_path):
+    return write_report(_store(tmp_path).root, tmp_path / "report.html")
+
+
+def _leads(frame) -> dict[str, str]:
+    """Each workload's lead verdict: its pick as framework/strategy."""
+    return {v["workload"]: f"{v['pick']['framework']}/{v['pick']['strategy']}"
+            for v in vd.leads(vd.verdicts(frame, 1e7))}
+
+
+@pytest.fixture(params=["stored", "attrs"])
+def verdict_report(request, tmp_path, monkeypatch):
+    """(report, expected lead picks): the recommender's own output on stored runs, and a
+    frame carrying verdicts and a sweep for three workloads on three targets (curves)."""
+    import harness.recommend
+
+    store = _store(tmp_path)
+    if request.param == "attrs":
+        frame = verdict_frame(workloads=("mlp:S", "recsys:S", "cnn:S"),
+                              targets=("preset:dgx_h100_ib (16 devices)",
+                                       "preset:eth25_v100 (32 devices)", "local"))
+        monkeypatch.setattr(harness.recommend, "recommend_from_store", lambda root: frame)
+    else:
+        frame = harness.recommend.recommend_from_store(store.root)
+    return write_report(store.root, tmp_path / "report.html"), _leads(frame)
 
 
 def _check_dom(svgs: list[int], rec_rows: int, text: str) -> None:
@@ -75,6 +109,7 @@ def test_report_renders_in_chromium(report, tmp_path):
             failed: list[str] = []
             page.on("requestfailed", lambda r: failed.append(r.url))
             page.goto(report.as_uri())
+            page.evaluate(OPEN_ALL)  # the evidence is collapsed below the verdict
             svgs = page.eval_on_selector_all(
                 "svg.chart", "els => els.map(e => e.querySelectorAll('*').length)")
             sizes = page.eval_on_selector_all(
@@ -103,3 +138,47 @@ def _with_cli(report: Path, shot: Path) -> None:
     assert console == [], console
     subprocess.run([*base, f"--screenshot={shot}", "--window-size=1400,4000",
                     report.as_uri()], capture_output=True, timeout=120, check=True)
+
+
+def test_first_screen_is_the_verdict(verdict_report, tmp_path):
+    """At 1300x900 each workload's verdict, with its pick, is within the first screen; the
+    rest is short: the curves and one line per collapsed section."""
+    if CHROMIUM is None:
+        pytest.skip("Chromium is not installed (Debian: apt-get install chromium)")
+    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+    report, leads = verdict_report
+    assert leads, "no verdict to look for"
+    shot = tmp_path / "first_screen.png"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport=SCREEN)
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        failed: list[str] = []
+        page.on("requestfailed", lambda r: failed.append(r.url))
+        page.goto(report.as_uri())
+        for workload, pick in leads.items():
+            card = page.locator(f'.verdict[data-workload="{workload}"]')
+            assert card.count() == 1, workload
+            box = card.bounding_box()
+            assert box is not None and box["y"] >= 0, workload
+            assert box["y"] + box["height"] <= SCREEN["height"], (workload, box)
+            assert pick in card.inner_text(), (workload, pick)
+        page.screenshot(path=str(shot))  # the first screen only
+        points = page.locator("svg.chart circle.pt").count()
+        assert page.locator("svg.chart circle.pt > title").count() == points
+        curves = page.locator("#curves svg.chart").count()
+        height = page.evaluate(HEIGHT)
+        page.evaluate(OPEN_ALL)
+        opened = page.evaluate(HEIGHT)
+        browser.close()
+    assert errors == [] and failed == []
+    assert shot.stat().st_size > 10_000
+    # The bound: the first screen, then two curves per row at 1300 px (each chart 640x340
+    # scaled to about 620 px wide, under 360 px tall with its gap), then a line of at most
+    # 40 px for each of the 8 collapsed sections.
+    bound = SCREEN["height"] + math.ceil(curves / 2) * 360 + 8 * 40
+    assert height < bound, (height, bound)
+    assert opened > height + 1000  # the evidence is there, collapsed
