@@ -113,6 +113,7 @@ def measured_points(ctx: Context, facts: WorkloadFacts, target: Target) -> list[
     if rows.empty:
         return []
     rows = _latest(rows)
+    price, basis = _price(ctx, target, measured_here=True)
     out = []
     for r in rows.to_dict("records"):
         base = rows[(rows["framework"] == r["framework"]) & (rows["replicas"] == 1)
@@ -129,8 +130,8 @@ def measured_points(ctx: Context, facts: WorkloadFacts, target: Target) -> list[
             scaling_efficiency=float(r["scaling_efficiency"]),
             comm_fraction=max(0.0, 1 - t1 / tn) if n > 1 and tn > 0 else NAN,
             bytes_per_worker=float(sent) if sent is not None else NAN, source="measured",
-            device_memory_bytes=device_memory(target, ctx, n),
-            weights_match=_weights_match(r)))
+            device_memory_bytes=device_memory(target, ctx, n), price_per_device_hour=price,
+            price_basis=basis, weights_match=_weights_match(r)))
     return out
 
 

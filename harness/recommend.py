@@ -217,7 +217,15 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
     if not names:
         raise InputError("no workloads to recommend for: give --workload FAMILY:SIZE or a "
                          "results directory with measured runs")
-    facts = {name: workload_facts(name, measured) for name in names}
+    facts: dict[str, WorkloadFacts] = {}
+    missing: list[str] = []
+    for name in names:
+        try:
+            facts[name] = workload_facts(name, measured)
+        except InputError as exc:
+            if workloads:  # asked for by name: the user must hear why
+                raise
+            missing.append(f"{name}: {exc}")
     specs = list(targets) or (sorted(set(measured["cluster"])) if not measured.empty else []) \
         + list(DEFAULT_PRESET_TARGETS)
     parsed = parse_targets(specs)
@@ -230,7 +238,6 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
     out: list[dict[str, Any]] = []
     sweep: list[dict[str, Any]] = []
     verdicts: list[dict[str, Any]] = []
-    missing: list[str] = []
     for name, fact in facts.items():
         for target in parsed:
             try:
