@@ -115,12 +115,20 @@ def measured_points(ctx: Context, facts: WorkloadFacts, target: Target) -> list[
     rows = _latest(rows)
     price, basis = _price(ctx, target, measured_here=True)
     out = []
+    for framework in sorted(set(rows["framework"])):
+        if not ((rows["framework"] == framework) & (rows["replicas"] == 1)).any():
+            out += _local_baseline(ctx, facts, target, framework, price, basis)
     for r in rows.to_dict("records"):
         base = rows[(rows["framework"] == r["framework"]) & (rows["replicas"] == 1)
                     & (rows["status"] == "ok")]
-        t1 = float(base["step_time_median_s"].iloc[0]) if not base.empty else NAN
+        local = measured_compute(ctx.measured, facts.name, str(r["framework"]))
+        t1 = (float(base["step_time_median_s"].iloc[0]) if not base.empty
+              else local.seconds if local is not None else NAN)
         tn = float(r["step_time_median_s"])
         n = int(r["replicas"])
+        if base.empty and local is not None and n > 1 and tn > 0:  # against this machine
+            r["scaling_efficiency"] = local.seconds / tn * (
+                int(r["global_batch"]) / n) / local.batch
         sent = r.get("bytes_sent_per_step")
         out.append(_point(
             facts, framework=r["framework"], strategy=r["strategy"], replicas=n,
@@ -133,6 +141,21 @@ def measured_points(ctx: Context, facts: WorkloadFacts, target: Target) -> list[
             device_memory_bytes=device_memory(target, ctx, n), price_per_device_hour=price,
             price_basis=basis, weights_match=_weights_match(r)))
     return out
+
+
+def _local_baseline(ctx: Context, facts: WorkloadFacts, target: Target, framework: str,
+                    price: float, basis: str) -> list[dict[str, Any]]:
+    """A cluster measured without its one-replica case: one device there is one host like
+    this machine, so its baseline is this machine's own one-replica run."""
+    local = measured_compute(ctx.measured, facts.name, framework)
+    if local is None:
+        return []
+    return [_point(facts, framework=framework, strategy=("single_device" if framework ==
+                                                         "torch" else "one_device"),
+                   replicas=1, step_time_s=local.seconds, batch=local.batch,
+                   throughput_samples_s=local.batch / local.seconds, scaling_efficiency=1.0,
+                   source="measured", device_memory_bytes=device_memory(target, ctx, 1),
+                   price_per_device_hour=price, price_basis=basis, compute_note=local.note)]
 
 
 def _weights_match(row: dict[Any, Any]) -> bool | None:
