@@ -294,3 +294,23 @@ def test_catalog_models_need_no_framework(tmp_path):
                               text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
         assert "allreduce_ring" in proc.stdout
+
+
+def test_emulated_links_are_the_probed_ones_and_unshaped_is_not_40_gbit():
+    from harness.candidates import Context, probed_links
+    from harness.targets import parse_targets as targets_of
+
+    def net(cluster, configured, got, rtt=1e-4):
+        return {"cluster": cluster, "burst_bytes": 16384,
+                "links": [{"configured_bits_s": configured, "throughput_bits_s": got,
+                           "rtt_median_s": rtt}]}
+
+    ctx = Context(measured=pd.DataFrame(), networks=[
+        net("netns:hosts=2,rate=unshaped", 40e9, 19.3e9),
+        net("netns:hosts=2,rate=100mbit", 100e6, 95e6)])
+    (unshaped,) = targets_of(["netns:hosts=4,rate=unshaped"])
+    assert probed_links(ctx, unshaped).bandwidth_bytes_s * 8 == pytest.approx(19.3e9)
+    (other,) = targets_of(["netns:hosts=4,rate=400mbit"])  # never probed at this rate
+    links = probed_links(ctx, other)
+    assert links.bandwidth_bytes_s * 8 == pytest.approx(400e6 * 0.95)  # what probes reached
+    assert links.rtt_s == pytest.approx(1e-4) and "spec rate" in links.source
