@@ -22,6 +22,7 @@ import pandas as pd
 from harness.errors import InputError
 from harness.profiles import (
     WorkloadFacts,
+    estimated_compute,
     measured_compute,
     no_compute_message,
     row_names,
@@ -223,7 +224,8 @@ def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
     price, basis = _price(ctx, target, measured_here=True)
     out: list[dict[str, Any]] = []
     for framework in ("torch", "tf"):
-        compute = measured_compute(ctx.measured, facts.name, framework)
+        compute = (measured_compute(ctx.measured, facts.name, framework)
+                   or estimated_compute(ctx.measured, facts, framework))
         if compute is None:
             continue
         batch = compute.batch
@@ -318,7 +320,8 @@ def topology_points(ctx: Context, facts: WorkloadFacts, target: Target
     elif facts.step_time_s is not None:
         compute_s, compute_note = facts.step_time_s, "compute stated by the profile"
     else:
-        measured = measured_compute(ctx.measured, facts.name)
+        measured = (measured_compute(ctx.measured, facts.name)
+                    or estimated_compute(ctx.measured, facts))
         if measured is None:
             raise InputError(no_compute_message(facts.name))
         compute_s = scaled_compute(measured, facts.batch)

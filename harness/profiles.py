@@ -140,31 +140,68 @@ class MeasuredCompute:
     batch: int
     framework: str
     run_id: str
+    estimated_from: str = ""  # the FLOPs of another workload measured here, if not its own
 
     @property
     def note(self) -> str:
+        if self.estimated_from:
+            return (f"compute estimated from FLOPs at this machine's measured speed "
+                    f"({self.estimated_from}, {self.framework}, run {self.run_id})")
         return f"compute measured here ({self.framework}, run {self.run_id})"
 
 
 def measured_compute(measured: pd.DataFrame, name: str, framework: str | None = None
                      ) -> MeasuredCompute | None:
-    """The latest ok one-replica run of ``name`` on this machine (local), of ``framework``
-    if given (else torch's, else any); None if there is none."""
+    """The latest ok one-replica run of ``name`` here, of ``framework`` if given (else
+    torch's, else any): on the local cluster, else on one emulated host (a process of this
+    machine as well); None if there is none."""
     if measured is None or measured.empty:
         return None
     rows = measured[(measured["status"] == "ok") & (measured["replicas"] == 1)
-                    & (measured["cluster"] == "local")]
-    rows = rows[row_names(rows) == name]
+                    & (measured["source"].fillna("measured") == "measured")]
+    rows = rows[(row_names(rows) == name) & rows["step_time_median_s"].notna()]
     if framework is not None:
         rows = rows[rows["framework"] == framework]
     elif (rows["framework"] == "torch").any():
         rows = rows[rows["framework"] == "torch"]
-    rows = rows[rows["step_time_median_s"].notna()]
     if rows.empty:
         return None
-    last = rows.sort_values("run_id").iloc[-1]
+    local = rows[rows["cluster"] == "local"]
+    last = (local if not local.empty else rows).sort_values("run_id").iloc[-1]
     return MeasuredCompute(float(last["step_time_median_s"]), int(last["global_batch"]),
                            str(last["framework"]), str(last["run_id"]))
+
+
+def estimated_compute(measured: pd.DataFrame, facts: WorkloadFacts,
+                      framework: str | None = None) -> MeasuredCompute | None:
+    """A workload never run here, with known FLOPs: its FLOPs at the rate this machine
+    reached on the measured workload of the same family with the most FLOPs per step (else
+    of any family): a measured device speed, not a datasheet's. None without either."""
+    from workloads import WorkloadError, parse_workload
+
+    if measured is None or measured.empty or not facts.flops_per_sample:
+        return None
+    rows = measured[(measured["status"] == "ok") & (measured["replicas"] == 1)
+                    & measured["step_time_median_s"].notna()]
+    if framework is not None:
+        rows = rows[rows["framework"] == framework]
+    rated = []
+    for r in rows.to_dict("records"):
+        try:
+            spec = parse_workload(f"{r['workload']}:{r['size']}")
+        except (WorkloadError, ValueError):
+            continue
+        if spec.flops_per_sample:
+            flops = spec.flops_per_sample * int(r["global_batch"])
+            rated.append((spec.family == facts.name.partition(":")[0], flops,
+                          flops / float(r["step_time_median_s"]), r))
+    if not rated:
+        return None
+    _, _, rate, r = max(rated, key=lambda x: (x[0], x[1]))
+    seconds = facts.flops_per_sample * facts.batch / rate
+    return MeasuredCompute(seconds, facts.batch, str(r["framework"]), str(r["run_id"]),
+                           estimated_from=f"{r['workload']}:{r['size']} at "
+                                          f"{rate / 1e9:.3g} GFLOP/s")
 
 
 def no_compute_message(name: str) -> str:

@@ -314,3 +314,20 @@ def test_emulated_links_are_the_probed_ones_and_unshaped_is_not_40_gbit():
     links = probed_links(ctx, other)
     assert links.bandwidth_bytes_s * 8 == pytest.approx(400e6 * 0.95)  # what probes reached
     assert links.rtt_s == pytest.approx(1e-4) and "spec rate" in links.source
+
+
+def test_a_workload_never_run_here_takes_this_machines_measured_flop_rate():
+    frame = recommend(load(CHECKED_IN), workloads=["mlp:L"],
+                      targets=["two_level:hosts=2,gpus=4,intra=300GB/s,inter=25Gbit"])
+    notes = set(frame["compute_note"])
+    assert len(notes) == 1 and "mlp:M at" in notes.pop()  # the same family, measured here
+    one = frame[frame["strategy"] == "single_device"].iloc[0]
+    from workloads import parse_workload
+
+    spec_l, spec_m = parse_workload("mlp:L"), parse_workload("mlp:M")
+    m = load(CHECKED_IN)
+    m_row = m[(m["workload"] == "mlp") & (m["size"] == "M") & (m["framework"] == "torch")
+              & (m["cluster"] == "local")].iloc[0]
+    rate = spec_m.flops_per_sample * m_row["global_batch"] / m_row["step_time_median_s"]
+    assert one["step_time_s"] == pytest.approx(spec_l.flops_per_sample * spec_l.batch_size
+                                               / rate)
