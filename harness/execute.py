@@ -237,7 +237,8 @@ def execute_case(case: Case, run_id: str, workdir: Path,
         extra["exposure"] = EXPOSED if netns.unavailable_reason() else (
             "ran in a private network namespace: its servers were reachable only on its "
             "own loopback")
-    row.grad_bytes = float(first.get("grad_bytes", math.nan))
+    grad_bytes = first.get("grad_bytes")
+    row.grad_bytes = float(grad_bytes) if grad_bytes is not None else math.nan
     row.bytes_sent_per_step, extra["bytes_sent_method"] = _bytes_sent(case, strat.exchange,
                                                                      first)
     for server in first.get("servers", []):
