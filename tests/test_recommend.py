@@ -331,3 +331,23 @@ def test_a_workload_never_run_here_takes_this_machines_measured_flop_rate():
     rate = spec_m.flops_per_sample * m_row["global_batch"] / m_row["step_time_median_s"]
     assert one["step_time_s"] == pytest.approx(spec_l.flops_per_sample * spec_l.batch_size
                                                / rate)
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "user_workload.py"
+
+
+def test_a_users_model_before_any_run_needs_a_run_or_a_declared_size(tmp_path):
+    with pytest.raises(InputError, match="has no size yet: run it once"):
+        recommend(pd.DataFrame(), workloads=[f"{FIXTURE}:torch_workload"],
+                  targets=["preset:dgx_h100_ib,hosts=1"])
+    declared = tmp_path / "declared.py"
+    declared.write_text(
+        f"import sys\nsys.path.insert(0, {str(FIXTURE.parent)!r})\n"
+        "from dataclasses import replace\n"
+        "import user_workload\n"
+        "def make():\n"
+        "    return replace(user_workload.torch_workload(), name='declared', params=74)\n")
+    frame = recommend(pd.DataFrame(), workloads=[f"{declared}:make"],
+                      targets=["preset:dgx_h100_ib,hosts=1"])
+    (verdict,) = frame.attrs["verdicts"]
+    assert verdict["status"] == "ok" and verdict["pick"]["source"] == "simulated"
