@@ -59,7 +59,7 @@ def _num(v: Any) -> str:
 
 
 def _duration(v: Any) -> str:
-    from harness.recommend import format_duration
+    from harness.units import format_duration
 
     return format_duration(v) if _finite(v) else "-"
 

@@ -61,7 +61,7 @@ def _pick(p: Any) -> dict[str, Any] | None:
 
 
 def duration(seconds: float) -> str:
-    from harness.recommend import format_duration
+    from harness.units import format_duration
 
     return format_duration(seconds) if _ok(seconds) else "-"
 
