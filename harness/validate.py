@@ -9,8 +9,10 @@ compute time of the one-replica case of the same run. Each prediction's relative
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from statistics import median
 from typing import Any
 
@@ -28,7 +30,7 @@ from harness.predict import (
     switch_topology,
 )
 from harness.specs import parse_cluster
-from results.store import ResultsStore, load, load_table, load_table_safe
+from results.store import MANIFEST, ResultsStore, load, load_table, load_table_safe
 
 # `stratbench comm` operation -> the collective gloo actually runs (PS push/pull have no direct
 # twin: the simulator's PS is a push + pull to dedicated servers). Gloo implements
@@ -336,9 +338,60 @@ def summarize(table: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def _prediction_sources() -> list[Path]:
+    """The code a validation's figures come from: the simulator, the step rules, the fits and
+    the workloads' sizes. A change to any of them makes an earlier validation stale."""
+    harness = Path(__file__).parent
+    files = [harness / name for name in ("validate.py", "predict.py", "calibrate.py",
+                                         "profiles.py", "specs.py")]
+    files += sorted((harness / "sim").rglob("*.py"))
+    files += sorted((harness.parent / "workloads").rglob("*.py"))
+    return [f for f in files if f.is_file()]
+
+
+def _holds_only_validations(run: Path) -> bool:
+    return all(child.name in (MANIFEST, VALIDATION_TABLE) or child.name.startswith(".")
+               for child in run.iterdir())
+
+
+def inputs_fingerprint(root: Path | str) -> str:
+    """What `validate` reads: every stored file but earlier validations (name, size, mtime),
+    and the prediction code's text. Equal fingerprints give the same table, so it is reused."""
+    digest = hashlib.sha256()
+    runs = Path(root) / "runs"
+    for run in sorted(runs.iterdir()) if runs.is_dir() else []:
+        if not run.is_dir() or _holds_only_validations(run):
+            continue
+        for path in sorted(run.rglob("*")):
+            rel = path.relative_to(runs)
+            if (not path.is_file() or path.name.startswith(".")
+                    or VALIDATION_TABLE in rel.parts[1:-1]):
+                continue
+            stat = path.stat()
+            digest.update(f"{rel}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    for source in _prediction_sources():
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cached_validation(store: ResultsStore, fingerprint: str) -> tuple[str, pd.DataFrame] | None:
+    """The newest stored validation (the run holding it, the table) if it was computed from
+    exactly these inputs."""
+    table = latest_validation(store.root)
+    if table.empty or "inputs" not in table or set(table["inputs"]) != {fingerprint}:
+        return None
+    stored_in = str(table["stored_in_run"].iloc[0])
+    return stored_in, table.drop(columns=["stored_in_run", "name"], errors="ignore")
+
+
 def validate(store: ResultsStore) -> pd.DataFrame:
+    """Every prediction with its error; `inputs` is the fingerprint it was computed from."""
+    fingerprint = inputs_fingerprint(store.root)
     parts = [t for t in (validate_comm(store), validate_steps(store)) if not t.empty]
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if not table.empty:
+        table["inputs"] = fingerprint
+    return table
 
 
 def format_table(table: pd.DataFrame) -> str:

@@ -49,9 +49,13 @@ class StoreError(OSError):
 
 
 def new_run_id(now: datetime | None = None) -> str:
-    """Sortable by time, unique across concurrent processes."""
+    """Sortable by time, unique across concurrent processes.
+
+    The microseconds come before the random suffix, so two runs started in the same second
+    still sort in the order they started ("latest run" means the last one, not a coin toss).
+    """
     now = now or datetime.now(timezone.utc)
-    return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    return f"{now:%Y%m%dT%H%M%SZ}-{now:%f}-{secrets.token_hex(3)}"
 
 
 def safe_name(name: str) -> str:

@@ -351,3 +351,44 @@ def test_a_users_model_before_any_run_needs_a_run_or_a_declared_size(tmp_path):
                       targets=["preset:dgx_h100_ib,hosts=1"])
     (verdict,) = frame.attrs["verdicts"]
     assert verdict["status"] == "ok" and verdict["pick"]["source"] == "simulated"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True,
+                          text=True, timeout=900)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("factory, baseline, name", [
+    ("torch_workload", "single_device", "tiny-torch"),
+    ("keras_application", "one_device", "mobilenet_v2-0.35"),  # keras.applications, no weights
+])
+def test_a_users_model_after_one_measured_run_is_recommended_on_a_preset_and_a_described_topology(
+        tmp_path, factory, baseline, name):
+    """One measured run sizes a user's model (its gradient bytes) and times its compute: from
+    then on it is simulated and recommended on any target like a built-in family."""
+    workload = f"{FIXTURE}:{factory}"
+    framework = "torch" if baseline == "single_device" else "tf"
+    ran = _cli("run", "--framework", framework, "--strategy", baseline, "--workload", workload,
+               "--steps", "3", "--warmup", "1", "--repeats", "1", "--results", str(tmp_path))
+    assert ran.returncode == 0, ran.stderr
+    (measured,) = load(tmp_path).to_dict("records")
+    assert measured["status"] == "ok" and measured["grad_bytes"] > 0, measured["reason"]
+    for target in ("preset:dgx_h100_ib,hosts=2",
+                   "two_level:hosts=6,gpus=4,intra=300GB/s,inter=25Gbit"):
+        proc = _cli("recommend", "--results", str(tmp_path), "--workload", workload,
+                    "--target", target, "--json")
+        assert proc.returncode == 0, proc.stderr
+        (verdict,) = json.loads(proc.stdout)["verdicts"]
+        assert verdict["status"] == "ok", verdict
+        assert verdict["workload"] == name and verdict["pick"]["reason"]
+        assert math.isfinite(verdict["pick"]["train_time_s"])
+        assert verdict["pick"]["cost_usd"] > 0
+    sim = _cli("simulate", "--results", str(tmp_path), "--workload", workload, "--topology",
+               "two_level:hosts=2,gpus=4,intra=300GB/s,inter=25Gbit", "--workers", "8",
+               "--json")
+    assert sim.returncode == 0, sim.stderr
+    rows = json.loads(sim.stdout)
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    assert rows and all(r["status"] == "ok" for r in rows)
+    assert {float(r["step_time_median_s"]) > 0 for r in rows} == {True}

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 import warnings
+from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 import pytest
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 
 from results import CorruptResultWarning, ResultRow, ResultsStore, load, load_steps
 from results.schema import COLUMN_NAMES, SCHEMA_VERSION
+from results.store import new_run_id, safe_name
 
 
 def make_row(run_id: str, case_id: str, **kw) -> ResultRow:
@@ -195,3 +197,14 @@ def test_a_file_in_place_of_the_results_directory_gives_a_clear_error(tmp_path):
         ResultsStore(blocker).check_writable()
     with pytest.raises(StoreError, match="cannot write results"):
         ResultsStore(blocker).write_case(make_row("r", "c"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(start=st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2100, 1, 1)),
+       later_by_us=st.integers(1, 3_000_000))
+def test_run_ids_sort_in_the_order_runs_started_even_within_one_second(start, later_by_us):
+    first = start.replace(tzinfo=timezone.utc)
+    earlier = new_run_id(first)
+    later = new_run_id(first + timedelta(microseconds=later_by_us))
+    assert sorted([later, earlier]) == [earlier, later]
+    assert safe_name(earlier) == earlier  # ids are directory names: nothing is rewritten

@@ -353,3 +353,41 @@ def test_the_documented_validation_reproduces_from_its_checked_in_data(monkeypat
     collectives = table[table["kind"] == "collective"]
     assert set(collectives["floor_source"]) == {"unshaped"}
     assert {int(h) for h in collectives["replicas"]} == {2, 4, 6}
+
+
+def test_validate_reuses_the_last_table_until_a_measurement_or_the_model_changes(
+        tmp_path, monkeypatch):
+    """`validate` re-predicted the whole directory on every call: now an unchanged directory
+    (and unchanged prediction code) shows the stored table; a new measurement, a change to
+    the simulator's code, or --force predicts again."""
+    import harness.validate as validation
+
+    def run_validate(*extra: str) -> dict:
+        proc = subprocess.run([sys.executable, "-m", "harness.cli", "validate", "--results",
+                               str(tmp_path), "--json", *extra], capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    store = _store_with_comm(tmp_path, 2.0)
+    first = run_validate()
+    assert first["cached"] is False
+    again = run_validate()
+    assert again["cached"] is True and again["run_id"] == first["run_id"]
+    assert again["rows"][0]["error"] == pytest.approx(first["rows"][0]["error"])
+    assert run_validate("--force")["cached"] is False
+
+    before = validation.inputs_fingerprint(tmp_path)
+    emulated = store.run_ids()[0]
+    store.write_table(emulated, "comm", "torch-netns-2-again", pd.DataFrame([{
+        "framework": "torch", "cluster": "netns:hosts=2,rate=100mbit", "op": "all_reduce",
+        "bytes": 1024, "world": 2, "time_s": 1e-3}]))
+    assert validation.inputs_fingerprint(tmp_path) != before
+    fresh = run_validate()
+    assert fresh["cached"] is False and len(fresh["rows"]) == 2
+
+    unchanged = validation.inputs_fingerprint(tmp_path)
+    sources = validation._prediction_sources()
+    monkeypatch.setattr(validation, "_prediction_sources",
+                        lambda: [*sources, Path(__file__)])  # a changed model: other code
+    assert validation.inputs_fingerprint(tmp_path) != unchanged

@@ -7,16 +7,40 @@ import click
 from harness import environment
 from harness.commands.common import info, json_option, print_json, results_option
 from harness.paths import results_dir
-from harness.validate import VALIDATION_TABLE, format_table, summarize, validate
+from harness.validate import (
+    VALIDATION_TABLE,
+    cached_validation,
+    format_table,
+    inputs_fingerprint,
+    summarize,
+    validate,
+)
 from results.store import ResultsStore
 
 
 @click.command("validate")
 @results_option
 @json_option
-def command(results: str | None, as_json: bool) -> None:
-    """Predict every measured emulated-host case from calibration alone; store the error."""
+@click.option("--force", is_flag=True,
+              help="Predict again even if nothing measured and no prediction code changed "
+                   "since the last validation.")
+def command(results: str | None, as_json: bool, force: bool) -> None:
+    """Predict every measured emulated-host case from calibration alone; store the error.
+
+    When neither the measurements nor the prediction code changed since the newest stored
+    validation, that one is shown again instead of re-predicting the whole directory."""
     store = ResultsStore(results_dir(results))
+    cached = None if force else cached_validation(store, inputs_fingerprint(store.root))
+    if cached is not None:
+        stored_in, table = cached
+        if as_json:
+            print_json({"run_id": stored_in, "cached": True, "summary": summarize(table),
+                        "rows": table.to_dict("records")})
+        else:
+            info(f"nothing changed since the validation in run {stored_in}: shown from it "
+                 "(--force predicts again)")
+            click.echo(format_table(table))
+        return
     table = validate(store)
     if table.empty:
         raise click.ClickException(
@@ -28,7 +52,7 @@ def command(results: str | None, as_json: bool) -> None:
     run_id = store.start_run(manifest)
     store.write_table(run_id, VALIDATION_TABLE, "simulator", table)
     if as_json:
-        print_json({"run_id": run_id, "summary": summarize(table),
+        print_json({"run_id": run_id, "cached": False, "summary": summarize(table),
                     "rows": table.to_dict("records")})
     else:
         info(f"validation stored in run {run_id}")
