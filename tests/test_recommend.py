@@ -374,6 +374,7 @@ def test_a_users_model_after_one_measured_run_is_recommended_on_a_preset_and_a_d
     assert ran.returncode == 0, ran.stderr
     (measured,) = load(tmp_path).to_dict("records")
     assert measured["status"] == "ok" and measured["grad_bytes"] > 0, measured["reason"]
+    assert measured["workload"] == name
     for target in ("preset:dgx_h100_ib,hosts=2",
                    "two_level:hosts=6,gpus=4,intra=300GB/s,inter=25Gbit"):
         proc = _cli("recommend", "--results", str(tmp_path), "--workload", workload,
@@ -381,7 +382,7 @@ def test_a_users_model_after_one_measured_run_is_recommended_on_a_preset_and_a_d
         assert proc.returncode == 0, proc.stderr
         (verdict,) = json.loads(proc.stdout)["verdicts"]
         assert verdict["status"] == "ok", verdict
-        assert verdict["workload"] == name and verdict["pick"]["reason"]
+        assert verdict["workload"] == workload and verdict["pick"]["reason"]
         assert math.isfinite(verdict["pick"]["train_time_s"])
         assert verdict["pick"]["cost_usd"] > 0
     sim = _cli("simulate", "--results", str(tmp_path), "--workload", workload, "--topology",
