@@ -47,6 +47,14 @@ class KnownModel:
         )
 
 
+#: The decoder-only transformers of the catalog, by name: workloads/structure.py cuts them
+#: into layers for pipeline and tensor parallelism.
+TRANSFORMERS = {
+    "gpt2_xl": TransformerConfig(vocab=50257, context=1024, d_model=1600, layers=48, heads=25),
+    "gpt3_175b": TransformerConfig(vocab=50257, context=2048, d_model=12288, layers=96,
+                                   heads=96),
+}
+
 TORCHVISION_MODELS = "https://github.com/pytorch/vision/blob/main/torchvision/models/"
 TORCHVISION_RECIPE = ("torchvision reference recipe, 32 images per GPU on 8 GPUs: "
                       "https://github.com/pytorch/vision/tree/main/references/classification")
@@ -170,7 +178,7 @@ def _gpt(config: TransformerConfig, name: str, batch_size: int, source: tuple[st
 
 def _gpt2_xl() -> KnownModel:
     return _gpt(
-        TransformerConfig(vocab=50257, context=1024, d_model=1600, layers=48, heads=25),
+        TRANSFORMERS["gpt2_xl"],
         "gpt2_xl", 8,
         ("Radford et al. 2019, Language Models are Unsupervised Multitask Learners, "
          "https://cdn.openai.com/better-language-models/language_models_are_unsupervised_"
@@ -187,7 +195,7 @@ def _gpt2_xl() -> KnownModel:
 
 def _gpt3_175b() -> KnownModel:
     return _gpt(
-        TransformerConfig(vocab=50257, context=2048, d_model=12288, layers=96, heads=96),
+        TRANSFORMERS["gpt3_175b"],
         "gpt3_175b", 1,
         ("Brown et al. 2020, arXiv:2005.14165 (Table 2.1: 175.0B, 96 layers, d_model "
          "12288, 96 heads, context 2048; appendix D: 6 FLOPs per parameter per token, "

@@ -5,9 +5,15 @@ without a framework. The CLI calls :func:`simulate` (and :func:`simulate_collect
 rest is here for the recommender, the calibrator and the tests.
 """
 
-from harness.sim.api import COLLECTIVE_ALGORITHMS, simulate, simulate_collective
+from harness.sim.api import (
+    COLLECTIVE_ALGORITHMS,
+    simulate,
+    simulate_collective,
+    simulate_layout,
+)
 from harness.sim.calibration import Calibration, LinkCalibration, from_preset, from_topology
 from harness.sim.engine import CollectiveResult, run_collective
+from harness.sim.layered import Layer, LayeredModel, Layout
 from harness.sim.preset import load_preset, preset_names
 from harness.sim.profile import WorkloadProfile, parse_profile
 from harness.sim.schedule import Schedule, Step, Transfer, execute
@@ -28,6 +34,9 @@ __all__ = [
     "SIM_STRATEGIES",
     "Calibration",
     "CollectiveResult",
+    "Layer",
+    "LayeredModel",
+    "Layout",
     "LinkCalibration",
     "Schedule",
     "SpecError",
@@ -47,5 +56,6 @@ __all__ = [
     "run_collective",
     "simulate",
     "simulate_collective",
+    "simulate_layout",
     "simulate_step",
 ]

@@ -22,11 +22,13 @@ from harness.sim.collectives import (
     tree_broadcast,
 )
 from harness.sim.engine import MODES, run_collective
+from harness.sim.layered import LayeredModel, Layout
+from harness.sim.memory import model_parallel_memory
 from harness.sim.profile import WorkloadProfile
 from harness.sim.ps import central_storage, ps_sync
 from harness.sim.schedule import Schedule
 from harness.sim.spec import SpecError, parse_topology
-from harness.sim.step_model import StepResult, simulate_step
+from harness.sim.step_model import StepResult, model_parallel_step, simulate_step
 from harness.sim.strategies import ALLREDUCE, allreduce_schedule, expand_strategies
 from harness.sim.topology import Hierarchy, Topology, TopologyError, n_devices, with_servers
 
@@ -93,6 +95,45 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
             continue
         rows.append(base | _row(result, single, profile.batch_per_replica, calib))
     return rows
+
+
+def simulate_layout(topology_spec: str, model: LayeredModel, layout: Layout,
+                    global_batch: int | None = None,
+                    calibration: cal.Calibration | None = None, *,
+                    step_compute_s: float | None = None, optimizer: str = "adam",
+                    recompute: bool = False, mode: str = "fast") -> dict[str, Any]:
+    """One step of a data x pipeline x tensor layout as a results row (with the memory the
+    fullest device needs). ``global_batch`` defaults to the model's batch per replica times
+    the data-parallel degree, cut into ``layout.microbatches`` micro-batches per pipeline."""
+    if mode not in MODES:
+        raise SpecError(f"unknown simulation mode {mode!r} (choose from {', '.join(MODES)})")
+    topo, calib = _setup(topology_spec, layout.devices, calibration)
+    batch = global_batch if global_batch is not None else model.batch_size * layout.data
+    result = model_parallel_step(topo, model, layout, batch, calib,
+                                 step_compute_s=step_compute_s, recompute=recompute, mode=mode)
+    micro = batch // (layout.data * layout.microbatches)
+    single = (step_compute_s * micro / model.batch_size if step_compute_s is not None else
+              cal.compute_seconds(WorkloadProfile(params=model.params, batch_per_replica=micro,
+                                                  flops_per_sample=model.flops_per_sample),
+                                  calib)[0])
+    memory = model_parallel_memory(model, layout, micro, optimizer, recompute)
+    base = {
+        "source": "simulated", "framework": "sim", "strategy": result.strategy,
+        "requested_strategy": result.strategy, "workload": model.name, "size": "",
+        "cluster": topology_spec, "replicas": layout.devices,
+        "case_id": f"sim/{result.strategy}/{model.name}/{topology_spec}/{layout.devices}",
+        "price_per_device_hour": (NAN if calib.price_per_device_hour is None
+                                  else calib.price_per_device_hour),
+        "calibration_sources": ",".join(f"{k}={v}" for k, v in
+                                        sorted(calib.sources().items())),
+        "layout": layout.describe(), "data_parallel": layout.data,
+        "pipeline_stages": layout.stages, "tensor_parallel": layout.tensor,
+        "microbatches": layout.microbatches, "pipeline_schedule": layout.schedule,
+        "global_batch": batch, "bubble_fraction": result.bubble,
+        "memory_per_device_bytes": memory.total,
+        "memory_activations_bytes": memory.activations,
+    }
+    return base | _row(result, single, micro, calib)
 
 
 def _unavailable(reason: str) -> dict[str, Any]:

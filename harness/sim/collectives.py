@@ -276,3 +276,22 @@ def binomial_broadcast(p: int, root: int = 0) -> Schedule:
     steps = tuple(step(real[gen == g], peer[gen == g], 0, 1, reduce=False)
                   for g in sorted(set(generation)))
     return Schedule("broadcast_binomial", "broadcast", p, 1, steps, root=root)
+
+
+def grouped_ring_allreduce(groups: int, size: int) -> Schedule:
+    """A ring all-reduce inside each block of ``size`` consecutive ranks, all blocks at once:
+    the tensor-parallel groups of a stage, or the data-parallel groups of a 3D layout, whose
+    rings share hosts and links while they run."""
+    ring = np.arange(groups * size, dtype=np.int64).reshape(groups, size)
+    zero = np.zeros_like(ring)
+    steps = [s for s in (_ring_phase(ring, zero, 1, True), _ring_phase(ring, zero, 1, False))
+             if s is not None]
+    return Schedule("allreduce_ring_groups", "allreduce", groups * size, size, tuple(steps))
+
+
+def point_to_point(pairs: int) -> Schedule:
+    """Rank i sends its buffer to rank ``pairs + i``, all pairs at once: the activations (or
+    gradients) one pipeline stage hands the next, from every tensor and data rank."""
+    src = np.arange(pairs, dtype=np.int64)
+    return Schedule("send_recv", "broadcast", 2 * pairs, 1,
+                    (step(src, src + pairs, 0, 1, reduce=False),), contributors=pairs)

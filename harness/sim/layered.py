@@ -1,0 +1,138 @@
+"""A model as a sequence of layers, and a model-parallel layout over it.
+
+Data parallelism needs a model's totals (bytes, FLOPs); pipeline and tensor parallelism need
+where they sit: a pipeline stage holds a contiguous run of layers and hands the last one's
+output to the next stage; a tensor-parallel group splits each layer's matmuls and all-reduces
+its output (Megatron-LM: two all-reduces per transformer block forward, two backward).
+
+``harness/structure.py`` derives these records from the built-in families and the known
+models; the simulator reads only the numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from harness.sim.spec import SpecError
+
+SCHEDULES = ("gpipe", "1f1b")
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer, per sample (one sequence for a language model)."""
+
+    name: str
+    params: int
+    flops_per_sample: float  # training (forward + backward)
+    activation_bytes_per_sample: float  # kept for the backward pass
+    output_bytes_per_sample: float  # what it hands the next layer (crosses a stage boundary)
+    input_bytes_per_sample: float = 0.0  # what recomputation keeps (the layer's input)
+    tp_allreduces: int = 0  # all-reduces of the output per forward under tensor parallelism
+    tp_units: int = 0  # what tensor parallelism splits (attention heads); 0: not split
+    # the part of the kept activations every tensor-parallel rank holds whole (norms' I/O)
+    replicated_activation_bytes_per_sample: float = 0.0
+
+
+@dataclass(frozen=True)
+class LayeredModel:
+    """``pre`` (embeddings) + ``blocks`` (the repeated layers stages divide) + ``post`` (the
+    head and loss)."""
+
+    name: str
+    pre: tuple[Layer, ...]
+    blocks: tuple[Layer, ...]
+    post: tuple[Layer, ...]
+    batch_size: int  # samples per step the model is usually trained with (per replica)
+    bytes_per_element: int = 4
+    # a weight the first and the last layer share (a tied embedding and head): with several
+    # stages the last keeps a copy, and the two copies' gradients are summed every step
+    tied_head_params: int = 0
+
+    @property
+    def layers(self) -> tuple[Layer, ...]:
+        return (*self.pre, *self.blocks, *self.post)
+
+    @property
+    def params(self) -> int:
+        return sum(layer.params for layer in self.layers)
+
+    @property
+    def flops_per_sample(self) -> float:
+        return sum(layer.flops_per_sample for layer in self.layers)
+
+    @property
+    def activation_bytes_per_sample(self) -> float:
+        return sum(layer.activation_bytes_per_sample for layer in self.layers)
+
+    @property
+    def heads(self) -> int:
+        """The tensor-parallel degree must divide this (the smallest split unit)."""
+        units = [layer.tp_units for layer in self.blocks if layer.tp_units]
+        return math.gcd(*units) if units else 0
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How devices are split: ``data`` replicas of a ``stages``-stage pipeline whose stages
+    each span ``tensor`` devices, running ``microbatches`` micro-batches per step."""
+
+    data: int = 1
+    stages: int = 1
+    tensor: int = 1
+    microbatches: int = 1
+    schedule: str = "1f1b"
+
+    @property
+    def devices(self) -> int:
+        return self.data * self.stages * self.tensor
+
+    def describe(self) -> str:
+        parts = [f"dp={self.data}", f"pp={self.stages}", f"tp={self.tensor}"]
+        if self.stages > 1:
+            parts += [f"microbatches={self.microbatches}", self.schedule]
+        return ",".join(parts)
+
+    def device(self, data: int, stage: int, tensor: int) -> int:
+        """Megatron-LM's order: tensor ranks adjacent (one host), then data, then stages."""
+        return tensor + self.tensor * (data + self.data * stage)
+
+
+def check_layout(model: LayeredModel, layout: Layout, global_batch: int) -> None:
+    """SpecError (one line) for a layout the model cannot take."""
+    for name, value in (("data-parallel degree", layout.data), ("stages", layout.stages),
+                        ("tensor-parallel degree", layout.tensor),
+                        ("micro-batches", layout.microbatches)):
+        if not isinstance(value, int) or value < 1:
+            raise SpecError(f"{name} {value!r} must be an integer >= 1")
+    if layout.schedule not in SCHEDULES:
+        raise SpecError(f"unknown pipeline schedule {layout.schedule!r} (choose from "
+                        f"{', '.join(SCHEDULES)})")
+    blocks = len(model.blocks)
+    if blocks % layout.stages:
+        raise SpecError(f"{layout.stages} stages do not divide the {blocks} layers of "
+                        f"{model.name} (choose a divisor of {blocks})")
+    if layout.tensor > 1:
+        heads = model.heads
+        if not heads:
+            raise SpecError(f"{model.name} has no layer tensor parallelism can split")
+        if layout.tensor > heads or heads % layout.tensor:
+            raise SpecError(f"tensor-parallel degree {layout.tensor} must divide the {heads} "
+                            f"attention heads of {model.name}")
+    per_pipeline, rest = divmod(global_batch, layout.data)
+    if rest or per_pipeline < 1:
+        raise SpecError(f"data-parallel degree {layout.data} does not divide the global "
+                        f"batch of {global_batch}")
+    if per_pipeline % layout.microbatches:
+        raise SpecError(f"{layout.microbatches} micro-batches do not divide the batch of "
+                        f"{per_pipeline} per pipeline")
+
+
+def stage_layers(model: LayeredModel, stages: int) -> list[tuple[Layer, ...]]:
+    """Equal runs of blocks per stage; embeddings with the first, the head with the last."""
+    per = len(model.blocks) // stages
+    out = [model.blocks[s * per:(s + 1) * per] for s in range(stages)]
+    out[0] = (*model.pre, *out[0])
+    out[-1] = (*out[-1], *model.post)
+    return out

@@ -1,0 +1,140 @@
+"""Pipeline schedules: dependencies, the bubble, and the same numbers as the unsplit model."""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.sim.pipeline import (
+    BACKWARD,
+    FORWARD,
+    Pass,
+    peak_in_flight,
+    run_pipeline,
+    stage_order,
+)
+from harness.sim.spec import SpecError
+
+schedules = st.sampled_from(["gpipe", "1f1b"])
+times = st.floats(min_value=1e-3, max_value=10.0, allow_nan=False)
+
+
+@st.composite
+def pipelines(draw):
+    stages = draw(st.integers(1, 6))
+    microbatches = draw(st.integers(1, 12))
+    return (draw(schedules), stages, microbatches,
+            draw(st.lists(times, min_size=stages, max_size=stages)),
+            draw(st.lists(times, min_size=stages, max_size=stages)),
+            draw(st.lists(st.floats(0.0, 5.0), min_size=stages - 1, max_size=stages - 1)),
+            draw(st.lists(st.floats(0.0, 5.0), min_size=stages - 1, max_size=stages - 1)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(pipelines())
+def test_no_stage_runs_a_pass_before_its_input_has_arrived(case):
+    schedule, stages, microbatches, fwd, bwd, send, back = case
+    timing = run_pipeline(stage_order(schedule, stages, microbatches), fwd, bwd, send, back)
+    spans = timing.spans
+    assert len(spans) == 2 * stages * microbatches  # every pass once
+    eps = 1e-9
+    for (s, kind, m), (start, end) in spans.items():
+        assert end - start == pytest.approx(fwd[s] if kind == FORWARD else bwd[s])
+        if kind == FORWARD and s > 0:
+            assert start >= spans[(s - 1, FORWARD, m)][1] + send[s - 1] - eps
+        if kind == BACKWARD:
+            assert start >= spans[(s, FORWARD, m)][1] - eps  # its own activations
+            if s < stages - 1:
+                assert start >= spans[(s + 1, BACKWARD, m)][1] + back[s] - eps
+    for s in range(stages):  # a stage runs one pass at a time
+        mine = sorted(v for (st_, _, _), v in spans.items() if st_ == s)
+        assert all(a[1] <= b[0] + eps for a, b in itertools.pairwise(mine))
+
+
+@settings(max_examples=100, deadline=None)
+@given(schedules, st.integers(1, 8), st.integers(1, 32), times, times)
+def test_with_free_links_and_equal_stages_the_bubble_is_s_minus_1_over_m_plus_s_minus_1(
+        schedule, stages, microbatches, forward, backward):
+    timing = run_pipeline(stage_order(schedule, stages, microbatches), [forward] * stages,
+                          [backward] * stages, [0.0] * (stages - 1), [0.0] * (stages - 1))
+    expected = (stages - 1) / (microbatches + stages - 1)
+    assert timing.bubble == pytest.approx(expected, abs=1e-9)
+    assert timing.makespan_s == pytest.approx((microbatches + stages - 1)
+                                              * (forward + backward))
+
+
+@settings(max_examples=100, deadline=None)
+@given(pipelines(), st.lists(st.integers(-3, 3).filter(bool), min_size=6, max_size=6),
+       st.lists(st.integers(-5, 5), min_size=12, max_size=12))
+def test_run_in_the_schedules_order_a_pipeline_computes_the_unsplit_models_gradients(
+        case, weights, inputs):
+    """Stage s multiplies by w_s; the loss is sum over micro-batches of y^2 / 2. Running the
+    passes in the order the timing puts them, each reading only what was sent to it, gives
+    exactly (in rationals) the gradient of the unsplit model on the whole batch."""
+    schedule, stages, microbatches, fwd, bwd, send, back = case
+    w = [Fraction(x) for x in weights[:stages]]
+    x = [Fraction(v) for v in inputs[:microbatches]]
+    timing = run_pipeline(stage_order(schedule, stages, microbatches), fwd, bwd, send, back)
+    inbox_fwd: dict[tuple[int, int], Fraction] = {(0, m): x[m] for m in range(microbatches)}
+    inbox_bwd: dict[tuple[int, int], Fraction] = {}
+    saved: dict[tuple[int, int], Fraction] = {}
+    grads = [Fraction(0)] * stages
+    for (s, kind, m), _ in sorted(timing.spans.items(), key=lambda kv: kv[1]):
+        if kind == FORWARD:
+            a = inbox_fwd.pop((s, m))  # KeyError: ran before its input arrived
+            saved[(s, m)] = a
+            out = w[s] * a
+            if s + 1 < stages:
+                inbox_fwd[(s + 1, m)] = out
+            else:
+                inbox_bwd[(s, m)] = out  # dL/dy = y
+        else:
+            g = inbox_bwd.pop((s, m))
+            grads[s] += g * saved.pop((s, m))
+            if s > 0:
+                inbox_bwd[(s - 1, m)] = g * w[s]
+    for s in range(stages):
+        unsplit = Fraction(0)
+        for xm in x:
+            y = xm
+            for v in w:
+                y *= v
+            others = Fraction(1)
+            for k, v in enumerate(w):
+                if k != s:
+                    others *= v
+            unsplit += y * others * xm
+        assert grads[s] == unsplit
+    assert not inbox_fwd and not inbox_bwd and not saved
+
+
+@pytest.mark.parametrize("stages, microbatches", [(4, 8), (4, 2), (1, 5), (8, 8)])
+def test_1f1b_holds_at_most_s_minus_stage_micro_batches_gpipe_all_of_them(stages,
+                                                                          microbatches):
+    one_f = stage_order("1f1b", stages, microbatches)
+    gpipe = stage_order("gpipe", stages, microbatches)
+    assert [peak_in_flight(o) for o in one_f] == [min(stages - s, microbatches)
+                                                  for s in range(stages)]
+    assert [peak_in_flight(o) for o in gpipe] == [microbatches] * stages
+
+
+def test_a_slow_link_queues_the_sends_and_the_bubble_grows():
+    order = stage_order("1f1b", 2, 8)
+    free = run_pipeline(order, [1.0, 1.0], [2.0, 2.0], [0.0], [0.0])
+    slow = run_pipeline(order, [1.0, 1.0], [2.0, 2.0], [3.0], [3.0])
+    assert slow.makespan_s > free.makespan_s and slow.bubble > free.bubble
+    starts = sorted(start for (s, k, _), (start, _) in slow.spans.items()
+                    if s == 1 and k == FORWARD)
+    assert all(b - a >= 3.0 - 1e-9 for a, b in itertools.pairwise(starts))
+
+
+def test_an_order_that_waits_on_itself_is_refused():
+    bad = [[Pass(BACKWARD, 0), Pass(FORWARD, 0)]]
+    with pytest.raises(SpecError, match="deadlocks"):
+        run_pipeline(bad, [1.0], [1.0], [], [])
+    with pytest.raises(SpecError, match="unknown pipeline schedule"):
+        stage_order("interleaved", 2, 2)
