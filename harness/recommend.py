@@ -37,12 +37,12 @@ from harness.candidates import (
 )
 from harness.errors import InputError
 from harness.profiles import WorkloadFacts, row_names, workload_facts
+from harness.sim.memory import data_parallel_memory
 from harness.targets import Target, parse_targets
 from harness.units import format_bytes, format_duration, format_rate
 from harness.validate import latest_validation
 
 NAN = float("nan")
-BYTES_PER_PARAM = 4
 DEFAULT_SAMPLES = 10_000_000
 DEFAULT_PRESET_TARGETS = ("preset:eth25_v100,hosts=4", "preset:dgx_h100_ib,hosts=1|16")
 COLUMNS = ("workload", "target", "rank", "framework", "strategy", "replicas", "status",
@@ -54,20 +54,6 @@ SWEEP_COLUMNS = ("workload", "target", "framework", "strategy", "replicas", "sta
                  "train_time_s", "cost_usd", "scaling_efficiency", "throughput_samples_s",
                  "source", "validation_error", "pareto", "picked")
 __all__ = ["DEFAULT_SAMPLES", "Target", "format_duration", "parse_targets", "recommend"]
-
-
-def memory_per_device(params: float, exchange: str, replicas: int,
-                      optimizer_slots: int = 2, activation_bytes: float = 0.0) -> float:
-    """Bytes of parameters + gradients + optimizer state one device holds, plus the
-    activations of its batch (``activation_bytes``)."""
-    p = float(params) * BYTES_PER_PARAM
-    if exchange == "sharded":
-        state = p * (2 + optimizer_slots) / max(1, replicas)
-    elif exchange == "parameter_server":
-        state = p * 2  # a working copy of the parameters and its gradients; servers hold the rest
-    else:
-        state = p * (2 + optimizer_slots)
-    return state + activation_bytes
 
 
 def validation_errors(validation: pd.DataFrame) -> dict[str, float]:
@@ -141,8 +127,8 @@ def fill(points: list[dict[str, Any]], *, samples: float, price: float | None = 
         act = r.get("activation_bytes_per_sample")
         act_bytes = float(act) * int(r.get("batch") or 0) if act and math.isfinite(act) else 0.0
         r["memory_per_device_bytes"] = (
-            memory_per_device(r["params"], r["exchange"], r["replicas"], optimizer_slots,
-                              act_bytes)
+            data_parallel_memory(r["params"], r["exchange"], r["replicas"], optimizer_slots,
+                                 act_bytes).total
             if math.isfinite(r.get("params", NAN)) else NAN)
         cap = r["device_memory_bytes"]
         r["fits"] = not (math.isfinite(cap) and math.isfinite(r["memory_per_device_bytes"])

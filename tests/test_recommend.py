@@ -14,13 +14,13 @@ import pytest
 from harness.errors import InputError
 from harness.recommend import (
     format_table,
-    memory_per_device,
     parse_targets,
     rank,
     recommend,
     recommend_from_store,
     validation_errors,
 )
+from harness.sim.memory import data_parallel_memory
 from results.schema import ResultRow
 from results.store import ResultsStore, load
 
@@ -90,10 +90,10 @@ def test_sparse_workload_reason_names_the_bytes_the_server_saves():
 
 def test_memory_per_device_sharding_rules():
     p = 1e9  # 4 GB of fp32 parameters
-    assert memory_per_device(p, "allreduce", 8) == pytest.approx(16e9)  # params+grads+2 slots
-    assert memory_per_device(p, "sharded", 8) == pytest.approx(2e9)  # fsdp shards all three
-    assert memory_per_device(p, "parameter_server", 8) == pytest.approx(8e9)
-    assert memory_per_device(p, "none", 1, optimizer_slots=0) == pytest.approx(8e9)
+    assert data_parallel_memory(p, "allreduce", 8).total == pytest.approx(16e9)  # + 2 slots
+    assert data_parallel_memory(p, "sharded", 8).total == pytest.approx(2e9)  # fsdp shards all
+    assert data_parallel_memory(p, "parameter_server", 8).total == pytest.approx(8e9)
+    assert data_parallel_memory(p, "none", 1, slots=0).total == pytest.approx(8e9)
 
 
 def test_rank_puts_what_does_not_fit_below_what_fits():

@@ -34,3 +34,15 @@ def test_bench_command_prints_a_table(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:4] == ["workers", "algorithm", "mode", "wall_s"]
     assert [line.split()[2] for line in out[1:]] == ["fast", "detailed", "fast"]
+
+
+def test_model_parallel_bench_times_every_3d_layout_of_gpt3_on_1024_devices(capsys):
+    import json
+
+    from harness.sim.bench import MODEL_PARALLEL_LAYOUTS
+
+    assert main(["--model-parallel", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == len(MODEL_PARALLEL_LAYOUTS)
+    assert {r["devices"] for r in rows} == {1024}
+    assert all(r["step_s"] > 0 and 0 < r["bubble"] < 1 and r["wall_s"] > 0 for r in rows)

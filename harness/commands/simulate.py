@@ -105,6 +105,67 @@ def load_calibration(option: str | None, topology: str) -> Any:
                        name=f"measured:{path}")
 
 
+MODEL_PARALLEL = ("pipeline", "tensor_parallel")
+
+
+def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tensor: int | None,
+            microbatches: int | None, schedule: str) -> Any:
+    """The data x pipeline x tensor split of ``workers``; InputError if it does not divide."""
+    from harness.sim.layered import Layout
+
+    other = [s for s in strategies if s not in MODEL_PARALLEL]
+    if other:
+        raise InputError(f"--strategy {other[0]} is data-parallel: simulate it without "
+                         f"--stages/--tensor-parallel")
+    if stages is None:
+        stages = workers // (tensor or 1) if "pipeline" in strategies else 1
+    if tensor is None:
+        tensor = workers // stages if "tensor_parallel" in strategies else 1
+    data, rest = divmod(workers, stages * tensor)
+    if rest or data < 1:
+        raise InputError(f"--workers {workers} is not a multiple of stages x tensor-parallel "
+                         f"degree = {stages * tensor}")
+    return Layout(data=data, stages=stages, tensor=tensor, microbatches=microbatches or 1,
+                  schedule=schedule)
+
+
+def _simulate_layout(topology: str, workload: str | None, profile: str | None, results: Path,
+                     calib: Any, layout: Any, global_batch: int | None, recompute: bool,
+                     optimizer: str, microbatches: int | None) -> dict[str, Any]:
+    from dataclasses import replace
+
+    from harness.sim import simulate_layout
+    from harness.structure import layered
+    from workloads import WorkloadError
+
+    if profile or not workload:
+        raise InputError("model parallelism needs --workload (a transformer or mlp: its "
+                         "layers), not --profile")
+    try:
+        model = layered(workload)
+    except WorkloadError as exc:
+        raise InputError(str(exc)) from None
+    compute = _profile(workload, None, results, topology, calib).step_compute_s
+    batch = global_batch or model.batch_size * layout.data
+    if microbatches is None:  # one sample per micro-batch: the smallest bubble
+        layout = replace(layout, microbatches=max(1, batch // layout.data))
+    return simulate_layout(topology, model, layout, batch, calib, step_compute_s=compute,
+                           optimizer=optimizer, recompute=recompute)
+
+
+def format_layout_row(r: dict[str, Any]) -> str:
+    from harness.units import format_bytes
+
+    return "\n".join([
+        f"{'layout':<44}{'step ms':>10}{'bubble':>8}{'samples/s':>12}{'efficiency':>12}"
+        f"{'memory/device':>15}",
+        f"{r['layout']:<44}{r['step_time_median_s'] * 1e3:>10.2f}"
+        f"{r['bubble_fraction']:>8.1%}{r['throughput_samples_s']:>12.4g}"
+        f"{r['scaling_efficiency']:>12.2f}{format_bytes(r['memory_per_device_bytes']):>15}",
+        f"  {r['sim_notes']}; global batch {r['global_batch']}; "
+        f"{r.get('calibration_sources', '')}"])
+
+
 def format_rows(rows: list[dict[str, Any]]) -> str:
     lines = [f"{'strategy':<28}{'step ms':>10}{'exposed comm ms':>17}{'samples/s':>12}"
              f"{'efficiency':>12}{'MB/worker':>11}  note"]
@@ -139,14 +200,44 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 @results_option
 @click.option("--stragglers", type=click.IntRange(min=0), default=0)
 @click.option("--straggler-factor", type=click.FloatRange(min=1.0), default=1.0)
+@click.option("--stages", type=click.IntRange(min=1), default=None,
+              help="Pipeline stages (model parallelism; the workload's blocks must divide).")
+@click.option("--microbatches", type=click.IntRange(min=1), default=None,
+              help="Micro-batches per pipeline per step (default: one sample each).")
+@click.option("--tensor-parallel", "tensor", type=click.IntRange(min=1), default=None,
+              help="Tensor-parallel degree (must divide the attention heads).")
+@click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), default="1f1b",
+              show_default=True, help="Pipeline schedule.")
+@click.option("--global-batch", type=click.IntRange(min=1), default=None,
+              help="Samples per step over all replicas (default: the workload's batch per "
+                   "data-parallel replica).")
+@click.option("--recompute", is_flag=True, help="Recompute activations in the backward pass.")
+@click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), default="adam",
+              show_default=True, help="Optimizer whose state the memory figure counts.")
 @json_option
 def command(topology: str, workers: int, workload: str | None, profile: str | None,
             strategies: tuple[str, ...], calibration: str | None, results: str | None,
-            stragglers: int, straggler_factor: float, as_json: bool) -> None:
-    """Simulate a training step of each strategy on a topology; rows are source=simulated."""
+            stragglers: int, straggler_factor: float, stages: int | None,
+            microbatches: int | None, tensor: int | None, schedule: str,
+            global_batch: int | None, recompute: bool, optimizer: str, as_json: bool) -> None:
+    """Simulate a training step of each strategy on a topology; rows are source=simulated.
+
+    With --strategy pipeline|tensor_parallel, --stages or --tensor-parallel, one step of
+    that model-parallel layout instead (the workers left over are data-parallel replicas)."""
     from harness.sim import simulate
 
     calib = load_calibration(calibration, topology)
+    if stages or tensor or set(strategies) & set(MODEL_PARALLEL):
+        layout = _layout(workers, strategies, stages, tensor, microbatches, schedule)
+        row = _simulate_layout(topology, workload, profile, results_dir(results), calib,
+                               layout, global_batch, recompute, optimizer, microbatches)
+        if as_json:
+            print_json([row])
+            return
+        info(f"simulated {row['layout']} on {topology}"
+             + (f" with calibration {calibration}" if calibration else ""))
+        click.echo(format_layout_row(row))
+        return
     prof = _profile(workload, profile, results_dir(results), topology, calib)
     rows = simulate(topology, workers, list(strategies) or "all", prof, calib,
                     workload=workload, stragglers=stragglers,

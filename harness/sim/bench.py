@@ -2,12 +2,17 @@
 
     python -m harness.sim.bench [--workers 64 1024 8192] [--algorithms ring hierarchical]
                                 [--detailed-max 64] [--size 100MB] [--json]
+    python -m harness.sim.bench --model-parallel [--json]
 
 For each worker count and algorithm: wall time (schedule construction + simulation),
 simulated time, SimPy events processed, events per second, and the transfers the schedule
 stands for. The detailed mode (one SimPy process per transfer) runs up to ``--detailed-max``
 workers, to show its O(p^2) growth beside the fast mode's. The issue's target: 1024 workers
 in <= 5 s and 8192 in <= 60 s of wall time.
+
+``--model-parallel`` times instead a whole training step of the catalog's 175-billion-
+parameter GPT-3 on 1024 H100s (128 DGX hosts) in several data x pipeline x tensor layouts
+with Megatron-LM's global batch of 1536 (target: <= 2 s each).
 """
 
 from __future__ import annotations
@@ -42,6 +47,28 @@ def measure(workers: int, algorithm: str, nbytes: float, mode: str, per_host: in
             "steps": result.steps, "transfers": result.transfers}
 
 
+MODEL_PARALLEL_LAYOUTS = ((8, 16, 8), (16, 8, 8), (4, 32, 8), (32, 4, 8), (16, 16, 4))
+GPT3_BATCH = 1536
+
+
+def measure_layout(data: int, stages: int, tensor: int) -> dict[str, Any]:
+    """One 3D-parallel step of gpt3_175b on preset:dgx_h100_ib (128 hosts), micro-batch 1."""
+    from harness.sim import calibration as cal
+    from harness.sim.layered import Layout
+    from harness.sim.step_model import model_parallel_step
+    from harness.structure import layered
+
+    started = time.perf_counter()
+    calib = cal.from_preset("dgx_h100_ib")
+    topo = cal.apply(parse_topology("preset:dgx_h100_ib,hosts=128"), calib)
+    layout = Layout(data, stages, tensor, GPT3_BATCH // data)
+    r = model_parallel_step(topo, layered("gpt3_175b"), layout, GPT3_BATCH, calib)
+    wall = time.perf_counter() - started
+    return {"layout": layout.describe(), "devices": layout.devices, "wall_s": wall,
+            "step_s": r.step_time_s, "bubble": r.bubble, "events": r.events,
+            "collectives": r.collectives}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.sim.bench",
                                      description=__doc__.splitlines()[0])
@@ -51,7 +78,21 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run the detailed mode up to this many workers (0: never)")
     parser.add_argument("--size", default="100MB", help="message size per rank (default 100MB)")
     parser.add_argument("--json", action="store_true", help="rows as JSON on stdout")
+    parser.add_argument("--model-parallel", action="store_true",
+                        help="time 3D-parallel steps of GPT-3 175B on 1024 devices instead")
     args = parser.parse_args(argv)
+    if args.model_parallel:
+        layouts = [measure_layout(*layout) for layout in MODEL_PARALLEL_LAYOUTS]
+        if args.json:
+            json.dump(layouts, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            print(f"{'layout':<44}{'devices':>8}{'wall_s':>8}{'step_s':>8}{'bubble':>8}"
+                  f"{'collectives':>12}")
+            for r in layouts:
+                print(f"{r['layout']:<44}{r['devices']:>8}{r['wall_s']:>8.3f}"
+                      f"{r['step_s']:>8.2f}{r['bubble']:>8.1%}{r['collectives']:>12}")
+        return 0
     nbytes = parse_size(args.size)
     rows = []
     for workers in args.workers:

@@ -454,7 +454,8 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
         collectives=colls.count, events=colls.events, mode=mode,
         wall_s=time.perf_counter() - started, compute_source=source,
         layout=layout.describe(), bubble=timing.bubble,
-        notes=(f"{layout.describe()}: {micro} samples per micro-batch, bubble "
+        notes=(f"{layout.describe()}: {micro} sample{'s' if micro != 1 else ''} per "
+               f"micro-batch, bubble "
                f"{timing.bubble:.1%}" + (", activations recomputed" if recompute else ""),))
 
 

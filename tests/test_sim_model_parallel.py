@@ -1,0 +1,152 @@
+"""Model parallelism in the simulator: layered models, the 3D step, memory, bad layouts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.sim import calibration as cal
+from harness.sim.layered import Layer, LayeredModel, Layout, check_layout, stage_layers
+from harness.sim.memory import model_parallel_memory
+from harness.sim.spec import SpecError, parse_topology
+from harness.sim.step_model import model_parallel_step
+from harness.structure import layered
+from workloads import costs
+from workloads.catalog import get_spec
+from workloads.known import TRANSFORMERS
+
+
+@pytest.mark.parametrize("name", ["transformer:S", "transformer:M", "transformer:L", "mlp:S",
+                                  "mlp:M", "mlp:L", *TRANSFORMERS])
+def test_a_models_layers_add_up_to_its_totals(name):
+    model = layered(name)
+    config = (TRANSFORMERS[name] if name in TRANSFORMERS
+              else get_spec(*name.split(":")).config)
+    assert model.params == costs.param_count(config)
+    assert model.flops_per_sample == costs.training_flops(config)
+    assert model.activation_bytes_per_sample == costs.activation_bytes(config)
+
+
+def _uniform(blocks: int, heads: int = 8) -> LayeredModel:
+    block = Layer("block", params=1000, flops_per_sample=3e6, activation_bytes_per_sample=4e3,
+                  output_bytes_per_sample=1e3, input_bytes_per_sample=1e3, tp_allreduces=2,
+                  tp_units=heads, replicated_activation_bytes_per_sample=1e3)
+    return LayeredModel("uniform", (), (block,) * blocks, (), batch_size=1)
+
+
+FREE = "switch:n=64,bw=100000TB/s,lat=0us"  # links that cost nothing: the pipeline alone
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([1, 2, 4, 8]), st.integers(1, 16), st.sampled_from(["gpipe", "1f1b"]))
+def test_on_free_links_the_3d_step_is_the_pipeline_formula(stages, microbatches, schedule):
+    """Equal stages, free links: (M + S - 1) passes of a micro-batch's forward and backward,
+    the bubble (S - 1)/(M + S - 1), whatever the tensor and data degrees."""
+    model = _uniform(8)
+    layout = Layout(data=2, stages=stages, tensor=2, microbatches=microbatches,
+                    schedule=schedule)
+    calib = cal.Calibration(device_flops=1e9)
+    batch = 2 * microbatches
+    r = model_parallel_step(parse_topology(FREE), model, layout, batch, calib)
+    per_microbatch = 8 * 3e6 / 1e9 / stages / 2  # one sample, its stage's share, T ranks
+    assert r.bubble == pytest.approx((stages - 1) / (microbatches + stages - 1))
+    assert r.step_time_s == pytest.approx((microbatches + stages - 1) * per_microbatch,
+                                          rel=1e-6)
+    assert r.workers == 2 * stages * 2 and r.layout == layout.describe()
+
+
+def test_links_cost_what_they_carry_tensor_all_reduces_sends_and_data_all_reduce():
+    model = _uniform(4)
+    calib = cal.Calibration(device_flops=1e9)
+    free = model_parallel_step(parse_topology(FREE), model, Layout(2, 2, 2, 4), 8, calib)
+    slow = model_parallel_step(parse_topology("switch:n=8,bw=1Gbit,lat=10us"), model,
+                               Layout(2, 2, 2, 4), 8, calib)
+    assert slow.step_time_s > free.step_time_s
+    assert slow.bytes_per_step == free.bytes_per_step > 0  # same traffic, slower links
+    # per step: 4 blocks x 2 all-reduces x (fwd + bwd) x 4 micro-batches in each of 2 TP
+    # groups; 2 x 4 sends each way; 2 stages x 2 TP ranks' data-parallel all-reduce
+    assert slow.collectives == 4 * 2 * 2 * 4 + 2 * 4 + 2
+    only_pipeline = model_parallel_step(parse_topology("switch:n=8,bw=1Gbit,lat=10us"), model,
+                                        Layout(1, 2, 1, 4), 4, calib)
+    assert only_pipeline.collectives == 2 * 4 and only_pipeline.strategy == "pipeline"
+
+
+def test_a_slow_inter_host_link_makes_stages_across_hosts_cost_more_than_tensor_within():
+    """Megatron's placement: tensor ranks adjacent (one host), stages across hosts."""
+    topo = parse_topology("two_level:hosts=2,gpus=4,intra=300GB/s,inter=1Gbit")
+    calib = cal.Calibration(device_flops=1e12)
+    model = layered("transformer:M")
+    within = model_parallel_step(topo, model, Layout(1, 2, 4, 8), 8, calib)
+    across = model_parallel_step(topo, model, Layout(1, 4, 2, 8), 8, calib)
+    assert within.step_time_s < across.step_time_s
+
+
+def test_the_catalogs_175b_model_on_1024_devices_simulates():
+    topo = parse_topology("preset:dgx_h100_ib,hosts=128")
+    calib = cal.from_preset("dgx_h100_ib")
+    r = model_parallel_step(cal.apply(topo, calib), layered("gpt3_175b"),
+                            Layout(8, 16, 8, 192), 1536, calib)
+    assert r.workers == 1024 and 0 < r.bubble < 0.2
+    assert r.strategy == "data+pipeline+tensor" and r.step_time_s > r.compute_s
+
+
+@pytest.mark.parametrize("layout, batch, message", [
+    (Layout(1, 3, 1, 1), 8, "3 stages do not divide the 4 layers"),
+    (Layout(1, 2, 1, 3), 8, "3 micro-batches do not divide the batch of 8"),
+    (Layout(1, 1, 8, 1), 8, "tensor-parallel degree 8 must divide the 4 attention heads"),
+    (Layout(1, 1, 3, 1), 8, "tensor-parallel degree 3 must divide the 4 attention heads"),
+    (Layout(3, 1, 1, 1), 8, "data-parallel degree 3 does not divide the global batch of 8"),
+    (Layout(1, 2, 1, 2, "zigzag"), 8, "unknown pipeline schedule"),
+])
+def test_a_layout_the_model_cannot_take_is_one_clear_error(layout, batch, message):
+    with pytest.raises(SpecError, match=message):
+        check_layout(layered("transformer:M"), layout, batch)
+
+
+def test_tensor_parallelism_of_a_model_without_heads_is_refused():
+    with pytest.raises(SpecError, match="no layer tensor parallelism can split"):
+        check_layout(layered("mlp:M"), Layout(1, 1, 2, 1), 64)
+
+
+def test_memory_per_device_follows_the_layout():
+    model = layered("gpt2_xl")
+    whole = model_parallel_memory(model, Layout(), 1, "adam")
+    assert whole.params == model.params * 4 and whole.optimizer == 2 * whole.params
+    assert whole.activations == pytest.approx(model.activation_bytes_per_sample)
+    assert model_parallel_memory(model, Layout(), 1, "sgd").optimizer == 0
+    tensor = model_parallel_memory(model, Layout(tensor=5), 1)
+    assert tensor.params == pytest.approx(whole.params / 5)
+    assert whole.activations / 5 < tensor.activations < whole.activations  # norms stay whole
+    one_f = model_parallel_memory(model, Layout(stages=4, microbatches=16), 1)
+    gpipe = model_parallel_memory(model, Layout(stages=4, microbatches=16, schedule="gpipe"),
+                                  1)
+    assert one_f.activations < gpipe.activations
+    assert model_parallel_memory(model, Layout(stages=4, microbatches=16), 1,
+                                 recompute=True).activations < one_f.activations / 4
+    first, *_, last = stage_layers(model, 4)
+    assert last[-1].name == "head" and first[0].name == "embedding"
+
+
+def test_simulate_cli_takes_a_layout_and_refuses_a_bad_one_in_one_line():
+    ok = subprocess.run([sys.executable, "-m", "harness.cli", "simulate", "--topology",
+                         "preset:dgx_h100_ib,hosts=2", "--workers", "16", "--workload",
+                         "gpt3_175b", "--stages", "4", "--tensor-parallel", "2",
+                         "--global-batch", "16", "--json"],
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    (row,) = json.loads(ok.stdout)
+    assert (row["data_parallel"], row["pipeline_stages"], row["tensor_parallel"]) == (2, 4, 2)
+    assert row["microbatches"] == 8 and row["global_batch"] == 16  # one sample each
+    assert row["status"] == "ok" and row["memory_per_device_bytes"] > 0
+    for args in (["--stages", "5"], ["--stages", "2", "--microbatches", "3"],
+                 ["--tensor-parallel", "16"], ["--stages", "3"]):
+        bad = subprocess.run([sys.executable, "-m", "harness.cli", "simulate", "--topology",
+                              "preset:dgx_h100_ib,hosts=2", "--workers", "16", "--workload",
+                              "gpt2_xl", *args], capture_output=True, text=True, timeout=120)
+        assert bad.returncode == 2 and bad.stdout == "", bad.stdout
+        assert bad.stderr.strip().count("\n") == 0 and bad.stderr.startswith("stratbench:")
