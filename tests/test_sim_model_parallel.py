@@ -150,3 +150,19 @@ def test_simulate_cli_takes_a_layout_and_refuses_a_bad_one_in_one_line():
                               "gpt2_xl", *args], capture_output=True, text=True, timeout=120)
         assert bad.returncode == 2 and bad.stdout == "", bad.stdout
         assert bad.stderr.strip().count("\n") == 0 and bad.stderr.startswith("stratbench:")
+
+
+def test_processes_sharing_fewer_cores_compute_slower_but_their_collectives_do_not():
+    """Emulated hosts: T one-thread processes on C < T cores compute at C/T speed; the
+    tensor all-reduces between the passes take no core."""
+    model = _uniform(4)
+    calib = cal.Calibration(device_flops=1e9)
+    free = parse_topology(FREE)
+    alone = model_parallel_step(free, model, Layout(tensor=4), 8, calib)
+    shared = model_parallel_step(free, model, Layout(tensor=4), 8, calib, cores=2)
+    assert shared.step_time_s == pytest.approx(2 * alone.step_time_s, rel=1e-6)
+    slow = parse_topology("switch:n=4,bw=100Mbit,lat=50us")
+    talk = model_parallel_step(slow, model, Layout(tensor=4), 8, calib)
+    talk_shared = model_parallel_step(slow, model, Layout(tensor=4), 8, calib, cores=2)
+    assert talk_shared.step_time_s - talk.step_time_s == pytest.approx(
+        alone.step_time_s, rel=1e-6)  # only the compute doubled

@@ -35,15 +35,23 @@ def pipelines(draw):
 
 
 @settings(max_examples=150, deadline=None)
-@given(pipelines())
-def test_no_stage_runs_a_pass_before_its_input_has_arrived(case):
+@given(pipelines(), st.sampled_from([None, 1, 1.5, 2, 3]))
+def test_no_stage_runs_a_pass_before_its_input_has_arrived(case, cores):
+    """Also when the stages share fewer cores than they are (emulated hosts on one machine):
+    then a pass takes at least its time, longer while others compute beside it."""
     schedule, stages, microbatches, fwd, bwd, send, back = case
-    timing = run_pipeline(stage_order(schedule, stages, microbatches), fwd, bwd, send, back)
+    timing = run_pipeline(stage_order(schedule, stages, microbatches), fwd, bwd, send, back,
+                          cores)
     spans = timing.spans
     assert len(spans) == 2 * stages * microbatches  # every pass once
     eps = 1e-9
+    shared = cores is not None and cores < stages
     for (s, kind, m), (start, end) in spans.items():
-        assert end - start == pytest.approx(fwd[s] if kind == FORWARD else bwd[s])
+        full_speed = fwd[s] if kind == FORWARD else bwd[s]
+        if shared:
+            assert end - start >= full_speed * (1 - 1e-9)
+        else:
+            assert end - start == pytest.approx(full_speed)
         if kind == FORWARD and s > 0:
             assert start >= spans[(s - 1, FORWARD, m)][1] + send[s - 1] - eps
         if kind == BACKWARD:
@@ -120,6 +128,20 @@ def test_1f1b_holds_at_most_s_minus_stage_micro_batches_gpipe_all_of_them(stages
     assert [peak_in_flight(o) for o in one_f] == [min(stages - s, microbatches)
                                                   for s in range(stages)]
     assert [peak_in_flight(o) for o in gpipe] == [microbatches] * stages
+
+
+@settings(max_examples=100, deadline=None)
+@given(pipelines(), st.sampled_from([1, 1.5, 2, 3]))
+def test_shared_cores_do_all_the_work_never_faster_than_cores_allow(case, cores):
+    schedule, stages, microbatches, fwd, bwd, send, back = case
+    order = stage_order(schedule, stages, microbatches)
+    alone = run_pipeline(order, fwd, bwd, send, back)
+    shared = run_pipeline(order, fwd, bwd, send, back, cores)
+    work = microbatches * (sum(fwd) + sum(bwd))
+    assert shared.makespan_s >= alone.makespan_s * (1 - 1e-9)
+    assert shared.makespan_s >= work / min(cores, stages) * (1 - 1e-9)
+    if cores == 1 and not any(send) and not any(back):
+        assert shared.makespan_s == pytest.approx(work)  # one core, never idle
 
 
 def test_a_slow_link_queues_the_sends_and_the_bubble_grows():

@@ -379,7 +379,8 @@ class _PlacedCollectives:
 def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
                         global_batch: int, calibration: Calibration | None = None, *,
                         step_compute_s: float | None = None, optimizer_s: float = 0.0,
-                        recompute: bool = False, mode: str = "fast") -> StepResult:
+                        recompute: bool = False, mode: str = "fast",
+                        cores: float | None = None) -> StepResult:
     """One step of ``layout`` (data x pipeline x tensor) training ``model`` on ``global_batch``
     samples. ``step_compute_s``: forward + backward of the whole model on one device for its
     ``model.batch_size`` samples, when measured; else FLOPs over the calibration's device.
@@ -387,6 +388,8 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
     Symmetry keeps it fast: every data-parallel replica runs the same pipeline, and every
     tensor rank of a stage the same passes, so one pipeline is scheduled; the collectives are
     simulated with all their concurrent groups, so shared hosts and links count.
+    ``cores``: where all devices are processes of one thread on a machine with this many
+    cores (emulated hosts), the computing ones share them (harness/sim/pipeline.py).
     """
     started = time.perf_counter()
     check_layout(model, layout, global_batch)
@@ -403,11 +406,13 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
     whole, source = compute_seconds(profile, calibration)  # one micro-batch, one device
     colls = _PlacedCollectives(topology, mode)
     stages = stage_layers(model, P)
-    forward, backward, compute_only = [], [], []
+    forward, backward, forward_comm, backward_comm, compute_only = [], [], [], [], []
     for s, layers in enumerate(stages):
         f = whole * sum(layer.flops_per_sample for layer in layers) / model.flops_per_sample / T
-        fwd, bwd = f / 3, 2 * f / 3 + (f / 3 if recompute else 0.0)
-        compute_only.append((fwd + bwd) * M)
+        forward.append(f / 3)
+        backward.append(2 * f / 3 + (f / 3 if recompute else 0.0))
+        compute_only.append((forward[-1] + backward[-1]) * M)
+        fwd_comm = bwd_comm = 0.0
         if T > 1:
             devices = [layout.device(d, s, t) for d in range(D) for t in range(T)]
             for layer in layers:
@@ -415,10 +420,10 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
                     runs = layer.tp_allreduces * M * (3 if recompute else 2)
                     ar = colls.time(grouped_ring_allreduce(D, T),
                                     layer.output_bytes_per_sample * micro, devices, runs)
-                    fwd += layer.tp_allreduces * ar
-                    bwd += layer.tp_allreduces * ar * (2 if recompute else 1)
-        forward.append(fwd)
-        backward.append(bwd)
+                    fwd_comm += layer.tp_allreduces * ar
+                    bwd_comm += layer.tp_allreduces * ar * (2 if recompute else 1)
+        forward_comm.append(fwd_comm)
+        backward_comm.append(bwd_comm)
     sends = []
     for s in range(P - 1):
         nbytes = stages[s][-1].output_bytes_per_sample * micro / T
@@ -428,7 +433,9 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
         back = colls.time(point_to_point(D * T), nbytes, dst + src, M)
         sends.append((there, back))
     timing = run_pipeline(stage_order(layout.schedule, P, M), forward, backward,
-                          [t for t, _ in sends], [b for _, b in sends])
+                          [t for t, _ in sends], [b for _, b in sends],
+                          cores / (D * T) if cores is not None else None,
+                          forward_comm, backward_comm)
     ends = []
     for s, layers in enumerate(stages):
         params = sum(layer.params for layer in layers)
