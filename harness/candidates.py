@@ -53,6 +53,7 @@ class Context:
     networks: list[dict[str, Any]] = field(default_factory=list)  # probes of emulated runs
     price: float | None = None  # the user's price per device-hour
     device: str | None = None  # a preset whose device the target's devices are
+    optimizer_slots: int = 2  # optimizer state per parameter (Adam: 2)
 
 
 def exchange_kind(framework: str, strategy: str) -> str:
@@ -60,6 +61,8 @@ def exchange_kind(framework: str, strategy: str) -> str:
     if strategy in ("single_device", "one_device"):
         return "none"
     if framework == "sim":
+        if strategy in ("pipeline", "tensor_parallel") or "+" in strategy:
+            return "model_parallel"
         if strategy.startswith("allreduce"):
             return "allreduce"
         if strategy.startswith("parameter_server"):
@@ -342,7 +345,40 @@ def topology_points(ctx: Context, facts: WorkloadFacts, target: Target
                                   strategy=row["strategy"], model=row["strategy"],
                                   batch=facts.batch, single_s=single_s, price=price,
                                   basis=basis, source="simulated", compute_note=compute_note))
+    for row in _model_parallel_rows(ctx, facts, target, calibration, compute_s):
+        point = _sim_point(ctx, facts, target, row, framework="sim", strategy=row["strategy"],
+                           model=row["strategy"], batch=facts.batch, single_s=single_s,
+                           price=price, basis=basis, source="simulated",
+                           compute_note=compute_note)
+        point.update(layout=row["layout"] + (", recomputed" if row["recompute"] else ""),
+                     memory_per_device_bytes=row["memory_per_device_bytes"],
+                     bubble=row["bubble_fraction"])
+        out.append(point)
     return out
+
+
+def _model_parallel_rows(ctx: Context, facts: WorkloadFacts, target: Target,
+                         calibration: Any, compute_s: float | None) -> list[dict[str, Any]]:
+    """Pipeline / tensor / hybrid layouts, when one replica does not fit a device and the
+    workload has layers to cut (harness/layouts.py); [] otherwise."""
+    from harness.layouts import best_layouts
+    from harness.sim.memory import OPTIMIZER_SLOTS, data_parallel_memory
+    from harness.structure import layered
+    from workloads import WorkloadError
+
+    cap = device_memory(target, ctx, 1)
+    activations = (facts.activation_bytes_per_sample or 0.0) * facts.batch
+    whole = data_parallel_memory(facts.params, "none", 1, ctx.optimizer_slots,
+                                 activations).total
+    if not (math.isfinite(cap) and whole > cap):
+        return []
+    try:
+        model = layered(facts.name)
+    except WorkloadError:
+        return []
+    optimizer = next((name for name, slots in OPTIMIZER_SLOTS.items()
+                      if slots == ctx.optimizer_slots), "adam")
+    return best_layouts(model, target, facts.batch, calibration, compute_s, cap, optimizer)
 
 
 def _stored(ctx: Context, facts: WorkloadFacts, target: Target, n: int

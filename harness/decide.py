@@ -145,6 +145,7 @@ def _label(p: Point) -> str:
         real = [f"{fw} {real}" for (fw, real), sim in REAL_TO_SIM.items()
                 if sim == p["strategy"]]
         name += f" (as {', '.join(real)})" if real else ""
+        name += f" [{p['layout']}]" if isinstance(p.get("layout"), str) and p["layout"] else ""
     return f"{name} on {n} device{'s' if n != 1 else ''}"
 
 

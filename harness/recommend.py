@@ -39,7 +39,7 @@ from harness.errors import InputError
 from harness.profiles import WorkloadFacts, row_names, workload_facts
 from harness.sim.memory import data_parallel_memory
 from harness.targets import Target, parse_targets
-from harness.units import format_bytes, format_duration, format_rate
+from harness.units import format_bytes, format_duration, format_rate, format_usd
 from harness.validate import latest_validation
 
 NAN = float("nan")
@@ -107,6 +107,12 @@ def reason_for(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits:
         return f"gradient exchange is {comm:.0%} of the step{at}"
     if ex == "none":
         return "one device: no gradient exchange at all"
+    if ex == "model_parallel":
+        bubble = row.get("bubble", NAN)
+        return (f"one replica does not fit a device: {row.get('layout', '')} needs "
+                f"{format_bytes(row['memory_per_device_bytes'])} per device"
+                + (f"; pipeline bubble {bubble:.0%}" if math.isfinite(bubble) and bubble > 0
+                   else ""))
     if ex == "sharded" and row["replicas"] > 1:
         others = [r for r in group if r["exchange"] != "sharded" and r["status"] == "ok"
                   and not r["fits"]]
@@ -126,10 +132,11 @@ def fill(points: list[dict[str, Any]], *, samples: float, price: float | None = 
     for r in points:
         act = r.get("activation_bytes_per_sample")
         act_bytes = float(act) * int(r.get("batch") or 0) if act and math.isfinite(act) else 0.0
-        r["memory_per_device_bytes"] = (
-            data_parallel_memory(r["params"], r["exchange"], r["replicas"], optimizer_slots,
-                                 act_bytes).total
-            if math.isfinite(r.get("params", NAN)) else NAN)
+        if r["exchange"] != "model_parallel":  # a layout's memory comes with its simulation
+            r["memory_per_device_bytes"] = (
+                data_parallel_memory(r["params"], r["exchange"], r["replicas"],
+                                     optimizer_slots, act_bytes).total
+                if math.isfinite(r.get("params", NAN)) else NAN)
         cap = r["device_memory_bytes"]
         r["fits"] = not (math.isfinite(cap) and math.isfinite(r["memory_per_device_bytes"])
                          and r["memory_per_device_bytes"] > cap)
@@ -219,7 +226,8 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
                   else pd.DataFrame(), errors=validation_errors(
                       validation if validation is not None else pd.DataFrame()),
                   ram_bytes=ram_bytes, fits=fits if fits is not None else pd.DataFrame(),
-                  networks=list(networks), price=price, device=device)
+                  networks=list(networks), price=price, device=device,
+                  optimizer_slots=optimizer_slots)
     goal = decide.Goal(samples, budget, deadline_s, min_efficiency)
     out: list[dict[str, Any]] = []
     sweep: list[dict[str, Any]] = []
@@ -277,8 +285,7 @@ def _refuse_unmet(verdicts: list[dict[str, Any]], goal: decide.Goal, explicit: b
             if v["status"] == "none" and v["why"].startswith("does not fit"):
                 need = v["why"].removeprefix("does not fit: ")
                 raise InputError(f"{v['workload']} does not fit {v['target']} in any "
-                                 f"data-parallel layout ({need}); model parallelism "
-                                 f"(pipeline/tensor) is not built yet")
+                                 f"data-parallel or model-parallel layout ({need})")
 
 
 def _ram_bytes(store: Any) -> float | None:
@@ -320,7 +327,7 @@ def _fmt(value: Any, kind: str) -> str:
     if kind == "time":
         return format_duration(value)
     if kind == "usd":
-        return f"${value:,.2f}"
+        return format_usd(value)
     if kind == "gb":
         return format_bytes(value)
     return f"{value:.4g}" if isinstance(value, float) else str(value)
@@ -353,7 +360,7 @@ def format_table(frame: pd.DataFrame) -> str:
     for (workload, target), group in frame.groupby(["workload", "target"], sort=False):
         lines.append(f"{workload} on {target}: each strategy at its best device count")
         lines.append(f"  {'#':>2} {'strategy':<30}{'n':>5}{'step ms':>10}{'samples/s':>11}"
-                     f"{'eff':>6}{'mem/dev':>10}{'fits':>5}{'train':>10}{'cost':>12}"
+                     f"{'eff':>6}{'mem/dev':>11}{'fits':>5}{'train':>10}{'cost':>13}"
                      f"  {'source':<14} reason")
         for r in group.to_dict("records"):
             err = r.get("validation_error", NAN)
@@ -364,9 +371,9 @@ def format_table(frame: pd.DataFrame) -> str:
                 f"  {r['rank']:>2} {strategy[:29]:<30}{r['replicas']:>5}"
                 f"{_fmt(r['step_time_s'], 'ms'):>10}{_fmt(r['throughput_samples_s'], ''):>11}"
                 f"{_fmt(r['scaling_efficiency'], 'pct'):>6}"
-                f"{_fmt(r['memory_per_device_bytes'], 'gb'):>10}"
+                f"{_fmt(r['memory_per_device_bytes'], 'gb'):>11}"
                 f"{_fits(r):>5}{_fmt(r['train_time_s'], 'time'):>10}"
-                f"{_fmt(r['cost_usd'], 'usd'):>12}  {source:<14} {r['reason']}")
+                f"{_fmt(r['cost_usd'], 'usd'):>13}  {source:<14} {r['reason']}")
         notes = sorted({str(n) for n in group.get("compute_note", pd.Series(dtype=str))
                         if isinstance(n, str) and n}
                        | {f"price: {b}" for b in group.get("price_basis", pd.Series(dtype=str))

@@ -15,6 +15,8 @@ def format_duration(seconds: float) -> str:
 
 
 def format_bytes(n: float) -> str:
+    if n >= 1e12:
+        return f"{n / 1e12:.3g} TB"
     return f"{n / 1e9:.3g} GB" if n >= 1e8 else f"{n / 1e6:.3g} MB"
 
 
@@ -28,4 +30,7 @@ def format_rate(bits: float) -> str:
 
 
 def format_usd(value: float) -> str:
-    return f"${value:,.2f}" if math.isfinite(value) else "-"
+    """Cents where they matter; whole dollars from $10,000 on (a table column stays narrow)."""
+    if not math.isfinite(value):
+        return "-"
+    return f"${value:,.0f}" if value >= 1e4 else f"${value:,.2f}"

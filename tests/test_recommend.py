@@ -393,3 +393,36 @@ def test_a_users_model_after_one_measured_run_is_recommended_on_a_preset_and_a_d
     rows = rows["rows"] if isinstance(rows, dict) else rows
     assert rows and all(r["status"] == "ok" for r in rows)
     assert {float(r["step_time_median_s"]) > 0 for r in rows} == {True}
+
+
+def test_a_model_no_device_holds_gets_the_model_parallel_layout_that_fits():
+    """GPT-2 XL (1.56e9 parameters, fp32 + Adam: 25 GB before activations) on 16 GB V100s:
+    no data-parallel strategy fits, so the answer is a pipeline/tensor layout that does,
+    named with its degrees, memory per device and bubble."""
+    frame = recommend(pd.DataFrame(), workloads=["gpt2_xl"],
+                      targets=["preset:eth25_v100,hosts=4"])
+    (verdict,) = frame.attrs["verdicts"]
+    assert verdict["status"] == "ok"
+    top = frame.iloc[0]
+    assert top["exchange"] == "model_parallel" and bool(top["fits"])
+    assert "pp=" in top["layout"] and top["memory_per_device_bytes"] <= 16e9
+    assert top["reason"].startswith("one replica does not fit a device")
+    assert f"[{top['layout']}]" in verdict["headline"]
+    data_parallel = frame[frame["exchange"] != "model_parallel"]
+    assert not data_parallel["fits"].any()
+
+
+@pytest.mark.parametrize("devices, per_host", [(8, 8), (16, 4), (32, 8)])
+def test_candidate_layouts_split_the_devices_exactly_and_keep_tensor_groups_on_a_host(
+        devices, per_host):
+    from harness.layouts import candidate_layouts
+    from harness.sim.layered import check_layout
+    from harness.structure import layered
+
+    model = layered("gpt3_175b")
+    layouts = candidate_layouts(model, devices, per_host, devices)
+    assert layouts and all(layout.devices == devices for layout in layouts)
+    assert all(layout.tensor <= per_host and (layout.stages, layout.tensor) != (1, 1)
+               for layout in layouts)
+    for layout in layouts:
+        check_layout(model, layout, devices)  # raises if the model could not take it

@@ -1,0 +1,79 @@
+"""Model-parallel candidates for the recommender: when one replica does not fit a device.
+
+For each device count of the sweep, every data x pipeline x tensor split the model can take
+(tensor groups within a host, as Megatron-LM places them; stages dividing the blocks; one
+sample per micro-batch, the smallest bubble), with and without activation recomputation,
+is simulated (``harness.sim.simulate_layout``); the fastest that fits the device's memory
+stands for that count, else the one that needs the least. The same samples per device and
+step as the data-parallel candidates, so the two compare like with like.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from harness.sim.calibration import Calibration
+from harness.sim.layered import LayeredModel, Layout, check_layout
+from harness.sim.memory import model_parallel_memory
+from harness.sim.spec import SpecError
+from harness.targets import Target, device_counts
+
+MODEL_PARALLEL = "model_parallel"  # the exchange kind of these candidates
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
+                      global_batch: int) -> list[Layout]:
+    """Every split of ``devices`` with a pipeline or tensor degree above one that the model
+    and the batch allow."""
+    tensors = [t for t in _divisors(model.heads) if t <= per_host] if model.heads else [1]
+    out = []
+    for tensor in tensors:
+        for stages in _divisors(len(model.blocks)):
+            if (stages == 1 and tensor == 1) or devices % (stages * tensor):
+                continue
+            data = devices // (stages * tensor)
+            if global_batch % data:
+                continue
+            layout = Layout(data, stages, tensor, global_batch // data)
+            try:
+                check_layout(model, layout, global_batch)
+            except SpecError:
+                continue
+            out.append(layout)
+    return out
+
+
+def best_layouts(model: LayeredModel, target: Target, batch_per_device: int,
+                 calibration: Calibration | None, step_compute_s: float | None,
+                 device_memory: float, optimizer: str) -> list[dict[str, Any]]:
+    """Per device count, the simulated row of the fastest layout that fits (else the one
+    that needs the least memory), ``recompute`` saying whether it recomputes activations.
+    Memory is a formula, so only the layouts that fit are simulated."""
+    from harness.sim import simulate_layout
+
+    out = []
+    for n in device_counts(target):
+        batch = batch_per_device * n
+        options = []
+        for layout in candidate_layouts(model, n, max(1, target.per_host), batch):
+            micro = batch // (layout.data * layout.microbatches)
+            for recompute in (False, True):
+                need = model_parallel_memory(model, layout, micro, optimizer, recompute).total
+                options.append((need, recompute, layout))
+        if not options:
+            continue
+        fitting = [o for o in options if not math.isfinite(device_memory)
+                   or o[0] <= device_memory]
+        if not fitting:  # the nearest miss, to say by how much
+            fitting = [min(options, key=lambda o: o[0])]
+        rows = [simulate_layout(target.spec, model, layout, batch, calibration,
+                                step_compute_s=step_compute_s, optimizer=optimizer,
+                                recompute=recompute) | {"recompute": recompute}
+                for _, recompute, layout in fitting]
+        out.append(min(rows, key=lambda r: r["step_time_median_s"]))
+    return out
