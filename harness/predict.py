@@ -166,3 +166,30 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
         profile, step_compute_s=compute), None, **options)
     row.update(topology=topology, model=model, framework=framework, strategy=strategy)
     return row
+
+
+# Model-parallel strategies as the torch runners run them (harness/runners): gloo's ring for
+# the tensor all-reduces (a rendezvous round trip per ring step, as for DDP) and its
+# point-to-point sends between stages.
+MODEL_PARALLEL_STRATEGIES = ("pipeline", "tensor_parallel")
+
+
+def predict_layout(workload: str, layout: Any, links: MeasuredLinks, batch: int,
+                   one_replica_s: float, one_replica_batch: int, *, fits: pd.DataFrame,
+                   cores: int | None = None) -> dict[str, Any]:
+    """The simulator's row for a pipeline / tensor-parallel run of ``workload`` on emulated
+    hosts (one stage or tensor rank per host): compute from the run's one-replica step
+    (``one_replica_s`` for ``one_replica_batch`` samples, the whole model on one process),
+    shared among the hosts' processes by the machine's cores; the links as probed; gloo's
+    per-message cost and round trips."""
+    from harness.sim import simulate_layout
+    from harness.structure import layered
+
+    model = layered(workload)
+    alpha, _ = software_costs(fits, "torch")
+    topology = switch_topology(links, (alpha, 0.0), LATENCY_TRIPS[("torch", "allreduce_ring")])
+    compute = one_replica_s * model.batch_size / one_replica_batch
+    row = simulate_layout(topology, model, layout, batch, None, step_compute_s=compute,
+                          optimizer="sgd", cores=cores or machine_cores())
+    row.update(topology=topology, model=row["strategy"], framework="torch")
+    return row

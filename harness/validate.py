@@ -22,9 +22,11 @@ import pandas as pd
 from harness.errors import InputError
 from harness.predict import (
     LATENCY_TRIPS,
+    MODEL_PARALLEL_STRATEGIES,
     SERIAL_SOFTWARE,
     MeasuredLinks,
     machine_cores,
+    predict_layout,
     predict_step,
     realtime_rows,
     switch_topology,
@@ -301,6 +303,12 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
         links = measured_links(store, r["run_id"], r["cluster"])
         if base.empty or links is None:
             continue
+        if r["strategy"] in MODEL_PARALLEL_STRATEGIES:
+            row = _predict_layout_row(store, {str(k): v for k, v in r.items()},
+                                      base.iloc[0], links, fits)
+            if row is not None:
+                rows.append(row)
+            continue
         try:
             facts = workload_facts(f"{r['workload']}:{r['size']}")
         except InputError:
@@ -324,6 +332,54 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
                      "predicted_s": sim["step_time_median_s"],
                      "error": sim["step_time_median_s"] / measured - 1})
     return pd.DataFrame(rows)
+
+
+def layout_of(row: dict[str, Any]) -> Any:
+    """The model-parallel layout a run recorded (its columns, else its `extra`); None if it
+    recorded none."""
+    from harness.sim.layered import Layout
+
+    extra: dict[str, Any] = row["extra"] if isinstance(row.get("extra"), dict) else {}
+
+    def field(*names: str) -> Any:
+        for name in names:
+            for source in (row, extra):
+                value = source.get(name)
+                if value is not None and not (isinstance(value, float) and math.isnan(value)):
+                    return value
+        return None
+
+    stages = field("pipeline_stages", "stages")
+    tensor = field("tensor_parallel", "tensor_parallel_degree")
+    if stages is None and tensor is None:
+        return None
+    stages, tensor = int(stages or 1), int(tensor or 1)
+    return Layout(data=max(1, int(row["replicas"]) // (stages * tensor)), stages=stages,
+                  tensor=tensor, microbatches=int(field("microbatches") or 1),
+                  schedule=str(field("pipeline_schedule", "schedule") or "1f1b"))
+
+
+def _predict_layout_row(store: ResultsStore, r: dict[str, Any], base: Any,
+                        links: MeasuredLinks, fits: pd.DataFrame) -> dict[str, Any] | None:
+    layout = layout_of(r)
+    if layout is None:
+        return None
+    try:
+        sim = predict_layout(f"{r['workload']}:{r['size']}", layout, links,
+                             int(r["global_batch"]), float(base["step_time_median_s"]),
+                             int(base["global_batch"]), fits=fits,
+                             cores=run_cores(store, r["run_id"]))
+    except (InputError, ValueError):
+        return None
+    measured = float(r["step_time_median_s"])
+    return {"kind": "step", "run_id": r["run_id"], "cluster": r["cluster"],
+            "what": f"{r['framework']}/{r['strategy']}[{layout.describe()}]/"
+                    f"{r['workload']}:{r['size']}",
+            "bytes": float(sim["bytes_per_step"]), "replicas": r["replicas"],
+            "topology": sim["topology"], "model": sim["model"], "measured_s": measured,
+            "predicted_s": sim["step_time_median_s"],
+            "error": sim["step_time_median_s"] / measured - 1,
+            "bubble_predicted": sim["bubble_fraction"]}
 
 
 def summarize(table: pd.DataFrame) -> dict[str, float]:

@@ -391,3 +391,31 @@ def test_validate_reuses_the_last_table_until_a_measurement_or_the_model_changes
     monkeypatch.setattr(validation, "_prediction_sources",
                         lambda: [*sources, Path(__file__)])  # a changed model: other code
     assert validation.inputs_fingerprint(tmp_path) != unchanged
+
+
+def test_a_pipeline_run_on_emulated_hosts_is_predicted_from_its_one_replica_step(tmp_path):
+    """A model-parallel row (its layout in the row) is predicted by the pipeline model on the
+    probed links, from the same run's one-process step of the whole model."""
+    from harness.validate import layout_of
+    from results.schema import ResultRow
+
+    store = ResultsStore(tmp_path)
+    cluster = "netns:hosts=4,rate=400mbit"
+    run_id = store.start_run({"kind": "run", "cpu": {"usable_cores": 2}, "networks": [
+        {"cluster": cluster, "links": [{"throughput_bits_s": 380e6,
+                                        "rtt_median_s": 100e-6}] * 4}]})
+    common = dict(run_id=run_id, framework="torch", workload="transformer", size="M",
+                  cluster=cluster, status="ok")
+    store.write_case(ResultRow(case_id="one", strategy="single_device", replicas=1,
+                               global_batch=8, step_time_median_s=0.04, **common))
+    layout = {"stages": 4, "microbatches": 4, "schedule": "gpipe"}
+    store.write_case(ResultRow(case_id="pp", strategy="pipeline", replicas=4, global_batch=8,
+                               step_time_median_s=0.05, extra=layout, **common))
+    (row,) = validate(store).to_dict("records")
+    assert row["what"] == ("torch/pipeline[dp=1,pp=4,tp=1,microbatches=4,gpipe]/"
+                           "transformer:M")
+    assert row["predicted_s"] > 0.04 / 2  # the whole model's compute, on 2 shared cores
+    assert row["error"] == pytest.approx(row["predicted_s"] / 0.05 - 1)
+    assert 0 < row["bubble_predicted"] < 1
+    assert layout_of({"replicas": 4, "extra": {"tensor_parallel": 4}}).tensor == 4
+    assert layout_of({"replicas": 2, "extra": {}}) is None

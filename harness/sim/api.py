@@ -101,16 +101,19 @@ def simulate_layout(topology_spec: str, model: LayeredModel, layout: Layout,
                     global_batch: int | None = None,
                     calibration: cal.Calibration | None = None, *,
                     step_compute_s: float | None = None, optimizer: str = "adam",
-                    recompute: bool = False, mode: str = "fast") -> dict[str, Any]:
+                    recompute: bool = False, mode: str = "fast",
+                    cores: float | None = None) -> dict[str, Any]:
     """One step of a data x pipeline x tensor layout as a results row (with the memory the
     fullest device needs). ``global_batch`` defaults to the model's batch per replica times
-    the data-parallel degree, cut into ``layout.microbatches`` micro-batches per pipeline."""
+    the data-parallel degree, cut into ``layout.microbatches`` micro-batches per pipeline.
+    ``cores``: devices are one-thread processes sharing this many cores (emulated hosts)."""
     if mode not in MODES:
         raise SpecError(f"unknown simulation mode {mode!r} (choose from {', '.join(MODES)})")
     topo, calib = _setup(topology_spec, layout.devices, calibration)
     batch = global_batch if global_batch is not None else model.batch_size * layout.data
     result = model_parallel_step(topo, model, layout, batch, calib,
-                                 step_compute_s=step_compute_s, recompute=recompute, mode=mode)
+                                 step_compute_s=step_compute_s, recompute=recompute, mode=mode,
+                                 cores=cores)
     micro = batch // (layout.data * layout.microbatches)
     single = (step_compute_s * micro / model.batch_size if step_compute_s is not None else
               cal.compute_seconds(WorkloadProfile(params=model.params, batch_per_replica=micro,
