@@ -70,3 +70,36 @@ def test_calibration_from_a_results_directory_uses_the_measured_fit(tmp_path):
         "beta_s_per_byte": 1e-8, "bandwidth_bytes_s": 1e8, "residual_rel": 0.1, "points": 8}]))
     (link,) = load_calibration(str(tmp_path), "switch:n=4,bw=1gbit").links.values()
     assert link.alpha_s == 2e-4 and link.beta_s_per_byte == 1e-8 and link.source == "measured"
+
+
+SLOW_DENSE = ("--topology", "two_level:hosts=4,gpus=1,intra=300GB/s,inter=1Gbit",
+              "--workers", "4", "--profile", "params=200M,batch=32,step_compute=500ms")
+
+
+def _step(*args: str) -> float:
+    proc = stratbench("simulate", *SLOW_DENSE, "--json", *args)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)
+    return float(row["step_time_median_s"])
+
+
+def test_a_deployment_as_described_framework_shards_placement_bucket_precision():
+    """TF's mirrored (all-reduce after backward) and torch's DDP (buckets during backward)
+    are different simulations; the PS's shards and placement, DDP's bucket and fp16
+    gradients change what the step costs; an option no chosen strategy uses is refused."""
+    mirrored = _step("--framework", "tf", "--strategy", "mirrored")
+    ddp = _step("--framework", "torch", "--strategy", "ddp")
+    assert ddp < mirrored  # DDP hides its first buckets under the rest of backward
+    assert _step("--framework", "torch", "--strategy", "ddp", "--bytes-per-element", "2") \
+        < 0.6 * ddp
+    assert _step("--framework", "torch", "--strategy", "ddp", "--bucket", "200MiB") > ddp
+    dedicated = _step("--strategy", "parameter_server", "--ps-shards", "1")
+    spread = _step("--strategy", "parameter_server", "--ps-shards", "4",
+                   "--ps-placement", "colocated")
+    assert spread < dedicated
+    for args in (["--strategy", "ddp", "--ps-shards", "2"],
+                 ["--strategy", "ddp", "--ps-placement", "colocated"],
+                 ["--strategy", "parameter_server", "--bucket", "10MiB"]):
+        bad = stratbench("simulate", *SLOW_DENSE, *args)
+        assert bad.returncode == 2 and bad.stdout == ""
+        assert bad.stderr.strip().count("\n") == 0 and "applies to" in bad.stderr

@@ -106,6 +106,47 @@ def load_calibration(option: str | None, topology: str) -> Any:
 
 
 MODEL_PARALLEL = ("pipeline", "tensor_parallel")
+BUCKETED = ("allreduce_ring", "allreduce_tree", "allreduce_halving_doubling",
+            "allreduce_hierarchical", "allreduce_binary_tree", "fsdp")
+
+
+def _strategy_names(strategies: tuple[str, ...], framework: str | None) -> list[str] | str:
+    """--strategy values as simulate() takes them: with --framework, a real name means that
+    framework's strategy, and no name means each of its strategies."""
+    from harness.sim.strategies import REAL_TO_SIM, SIM_STRATEGIES
+
+    if framework is None:
+        return list(strategies) or "all"
+    if not strategies:
+        return [f"{framework}:{real}" for fw, real in REAL_TO_SIM if fw == framework]
+    return [name if ":" in name or name in SIM_STRATEGIES or name in MODEL_PARALLEL
+            else f"{framework}:{name}" for name in strategies]
+
+
+def _deployed(profile: Any, names: list[str] | str, ps_shards: int | None,
+              ps_placement: str | None, bucket: str | None,
+              bytes_per_element: int | None) -> Any:
+    """The profile as the deployment runs it; an option no chosen strategy uses is refused."""
+    from dataclasses import replace
+
+    from harness.sim.spec import parse_size
+    from harness.sim.strategies import expand_strategies
+
+    chosen = {sim for _, sim in expand_strategies(names)}
+    if (ps_shards or ps_placement) and not any(s.startswith("parameter_server")
+                                               for s in chosen):
+        option = "--ps-shards" if ps_shards else "--ps-placement"
+        raise InputError(f"{option} applies to parameter servers; the strategies chosen "
+                         f"({', '.join(sorted(chosen))}) have none")
+    if bucket is not None:
+        if not chosen & set(BUCKETED):
+            raise InputError(f"--bucket applies to DDP-style bucketed all-reduce and FSDP; "
+                             f"the strategies chosen ({', '.join(sorted(chosen))}) have no "
+                             f"buckets")
+        profile = replace(profile, bucket_bytes=max(1, int(parse_size(bucket, "bucket"))))
+    if bytes_per_element is not None:
+        profile = replace(profile, bytes_per_element=bytes_per_element)
+    return profile
 
 
 def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tensor: int | None,
@@ -200,6 +241,17 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 @results_option
 @click.option("--stragglers", type=click.IntRange(min=0), default=0)
 @click.option("--straggler-factor", type=click.FloatRange(min=1.0), default=1.0)
+@click.option("--framework", type=click.Choice(["tf", "torch"]), default=None,
+              help="Read --strategy names as this framework's (mirrored, ddp, ...) and, "
+                   "without --strategy, simulate each of its strategies as it exchanges.")
+@click.option("--ps-shards", type=click.IntRange(min=1), default=None,
+              help="Parameter-server shards (default: one per 8 workers).")
+@click.option("--ps-placement", type=click.Choice(["dedicated", "colocated"]), default=None,
+              help="Parameter servers on their own hosts (default) or on the workers'.")
+@click.option("--bucket", default=None, metavar="SIZE",
+              help="Gradient bucket (DDP bucket_cap_mb) or FSDP unit size, e.g. 25MiB.")
+@click.option("--bytes-per-element", type=click.IntRange(min=1, max=16), default=None,
+              help="Bytes per gradient element (4 fp32, 2 fp16/bf16).")
 @click.option("--stages", type=click.IntRange(min=1), default=None,
               help="Pipeline stages (model parallelism; the workload's blocks must divide).")
 @click.option("--microbatches", type=click.IntRange(min=1), default=None,
@@ -219,7 +271,9 @@ def command(topology: str, workers: int, workload: str | None, profile: str | No
             strategies: tuple[str, ...], calibration: str | None, results: str | None,
             stragglers: int, straggler_factor: float, stages: int | None,
             microbatches: int | None, tensor: int | None, schedule: str,
-            global_batch: int | None, recompute: bool, optimizer: str, as_json: bool) -> None:
+            global_batch: int | None, recompute: bool, optimizer: str, framework: str | None,
+            ps_shards: int | None, ps_placement: str | None, bucket: str | None,
+            bytes_per_element: int | None, as_json: bool) -> None:
     """Simulate a training step of each strategy on a topology; rows are source=simulated.
 
     With --strategy pipeline|tensor_parallel, --stages or --tensor-parallel, one step of
@@ -227,6 +281,7 @@ def command(topology: str, workers: int, workload: str | None, profile: str | No
     from harness.sim import simulate
 
     calib = load_calibration(calibration, topology)
+    names = _strategy_names(strategies, framework)
     if stages or tensor or set(strategies) & set(MODEL_PARALLEL):
         layout = _layout(workers, strategies, stages, tensor, microbatches, schedule)
         row = _simulate_layout(topology, workload, profile, results_dir(results), calib,
@@ -238,10 +293,12 @@ def command(topology: str, workers: int, workload: str | None, profile: str | No
              + (f" with calibration {calibration}" if calibration else ""))
         click.echo(format_layout_row(row))
         return
-    prof = _profile(workload, profile, results_dir(results), topology, calib)
-    rows = simulate(topology, workers, list(strategies) or "all", prof, calib,
+    prof = _deployed(_profile(workload, profile, results_dir(results), topology, calib),
+                     names, ps_shards, ps_placement, bucket, bytes_per_element)
+    rows = simulate(topology, workers, names, prof, calib,
                     workload=workload, stragglers=stragglers,
-                    straggler_factor=straggler_factor)
+                    straggler_factor=straggler_factor, ps_shards=ps_shards,
+                    ps_colocated=ps_placement == "colocated")
     if as_json:
         print_json(rows)
         return
