@@ -118,10 +118,17 @@ class _Collectives:
         self.topology, self.mode, self.devices = topology, mode, devices
         self.cache: dict[tuple[str, float], CollectiveResult] = {}
         self.log: list[CollectiveResult] = []
+        self.names: dict[int, str] = {}
+        self.alive: list[Schedule] = []
 
     def time(self, schedule: Schedule, nbytes: float) -> float:
-        key = (f"{schedule.name}/{schedule.n_chunks}/{schedule.world}/"
-               f"{hash(tuple(s.size.tobytes() for s in schedule.steps))}", nbytes)
+        name = self.names.get(id(schedule))
+        if name is None:  # a step calls this per bucket: describe each schedule once
+            name = self.names[id(schedule)] = (
+                f"{schedule.name}/{schedule.n_chunks}/{schedule.world}/"
+                f"{hash(tuple(s.size.tobytes() for s in schedule.steps))}")
+            self.alive.append(schedule)  # keeps its id from being reused
+        key = (name, nbytes)
         if key not in self.cache:
             self.cache[key] = run_collective(schedule, self.topology, nbytes, mode=self.mode,
                                              devices=self.devices)
@@ -233,33 +240,22 @@ def _compute(env: simpy.Environment, seconds: float,
 def _allreduce_step(env: simpy.Environment, strategy: str, topology: Topology, workers: int,
                     profile: WorkloadProfile, compute: float, classes: list[tuple[int, float]],
                     colls: _Collectives) -> Callable[[], float]:
+    """Buckets fill at an even pace through backward; one collective at a time, each as soon
+    as every worker has its bucket. No SimPy process per bucket: with one stream the bucket
+    order is fixed, so each collective starts at max(previous end, bucket ready on the
+    slowest worker), the same times the event loop gave (a 175B model has 28,000 buckets)."""
     sizes = buckets(profile.gradient_bytes, profile.bucket_bytes) if workers > 1 else []
     total = profile.gradient_bytes
-    ready: list[list[simpy.Event]] = []
-    ends: list[simpy.Event] = []
-    for _, factor in classes:
-        events = [env.event() for _ in sizes]
-        end = env.event()
-        cum, marks = 0.0, []
-        for size, ev in zip(sizes, events, strict=True):
-            cum += size
-            marks.append((1 / 3 + 2 / 3 * cum / total, ev))
-        marks.append((1.0, end))
-        env.process(_compute(env, compute * factor, marks))
-        ready.append(events)
-        ends.append(end)
-    state = {"comm_end": 0.0}
+    slowest = compute * max(f for _, f in classes)
     schedules = {size: allreduce_schedule(strategy, topology, workers, size)
                  for size in set(sizes)}
-
-    def communicate() -> Process:
-        for i, size in enumerate(sizes):
-            yield env.all_of([r[i] for r in ready])
-            yield env.timeout(colls.time(schedules[size], size))
-        state["comm_end"] = env.now
-
-    env.process(communicate())
-    return lambda: max(state["comm_end"], compute * max(f for _, f in classes))
+    end, cum = 0.0, 0.0
+    for size in sizes:
+        cum += size
+        ready = slowest * (1 / 3 + 2 / 3 * cum / total)
+        end = max(end, ready) + colls.time(schedules[size], size)
+    finish = max(end, slowest)
+    return lambda: finish
 
 
 def _after_backward_step(env: simpy.Environment, workers: int, profile: WorkloadProfile,
@@ -282,56 +278,38 @@ def _after_backward_step(env: simpy.Environment, workers: int, profile: Workload
 
 def _fsdp_step(env: simpy.Environment, workers: int, profile: WorkloadProfile, compute: float,
                classes: list[tuple[int, float]], colls: _Collectives) -> Callable[[], float]:
+    """Units of ``bucket_bytes``: forward gathers unit i once unit i-1 has started; backward
+    prefetches unit i-1's parameters once unit i's backward has started, then reduce-scatters
+    unit i's gradient once it is done; one collective at a time.
+
+    Computed pass by pass rather than as SimPy processes (a 175B model has 28,000 units): a
+    collective waits for every worker, and the slowest worker class is always the last to
+    reach each point (same waits, longer compute), so its timeline is the step's.
+    """
     units = buckets(profile.gradient_bytes, profile.bucket_bytes)
-    n, total = len(units), profile.gradient_bytes
+    total = profile.gradient_bytes
+    factor = max(f for _, f in classes)
     gather, scatter = fsdp_schedules(workers)
 
-    def ev() -> simpy.Event:
-        return env.event()
+    def comm(schedule: Schedule, size: float) -> float:
+        return colls.time(schedule, size) if workers > 1 else 0.0
 
-    ag_fwd, ag_bwd = [ev() for _ in units], [ev() for _ in units]
-    fwd_start = [[ev() for _ in units] for _ in classes]
-    bwd_start = [[ev() for _ in units] for _ in classes]
-    bwd_done = [[ev() for _ in units] for _ in classes]
-    state = {"end": 0.0}
-
-    def worker(c: int, factor: float) -> Process:
-        for i, u in enumerate(units):
-            yield ag_fwd[i]
-            fwd_start[c][i].succeed()
-            yield env.timeout(compute * factor / 3 * u / total)
-        for i in reversed(range(n)):
-            yield ag_bwd[i]
-            bwd_start[c][i].succeed()
-            yield env.timeout(compute * factor * 2 / 3 * units[i] / total)
-            bwd_done[c][i].succeed()
-        state["end"] = max(state["end"], env.now)
-
-    def all_of(table: list[list[simpy.Event]], i: int) -> simpy.Event:
-        return env.all_of([row[i] for row in table])
-
-    def run(schedule: Schedule, size: float, after: simpy.Event | None, done: simpy.Event
-            ) -> Process:
-        if after is not None:
-            yield after
-        if workers > 1:
-            yield env.timeout(colls.time(schedule, size))
-        done.succeed()
-
-    def communicate() -> Process:
-        for i, u in enumerate(units):  # forward: gather unit i once unit i-1 has started
-            yield from run(gather, u, all_of(fwd_start, i - 1) if i else None, ag_fwd[i])
-        ag_bwd[n - 1].succeed()  # the last unit is still gathered from its forward
-        for i in reversed(range(n)):
-            if i > 0:  # prefetch the next unit's parameters before this unit's reduce-scatter
-                yield from run(gather, units[i - 1], all_of(bwd_start, i), ag_bwd[i - 1])
-            yield from run(scatter, units[i], all_of(bwd_done, i), env.event())
-        state["end"] = max(state["end"], env.now)
-
-    for c, (_, factor) in enumerate(classes):
-        env.process(worker(c, factor))
-    env.process(communicate())
-    return lambda: state["end"]
+    worker = link = 0.0  # when the slowest worker and the one stream are next free
+    previous_start = 0.0  # when the forward of the unit before started
+    for unit in units:  # forward
+        link = max(link, previous_start) + comm(gather, unit)  # its parameters are there
+        fwd_start = previous_start = max(worker, link)
+        worker = fwd_start + compute * factor / 3 * unit / total
+    gathered = link  # the last unit is still gathered from its forward
+    for i in reversed(range(len(units))):  # backward
+        bwd_start = max(worker, gathered)
+        if i > 0:
+            link = max(link, bwd_start) + comm(gather, units[i - 1])
+            gathered = link
+        worker = bwd_start + compute * factor * 2 / 3 * units[i] / total
+        link = max(link, worker) + comm(scatter, units[i])
+    end = max(worker, link)
+    return lambda: end
 
 
 def _ps_step(env: simpy.Environment, schedule: Schedule, profile: WorkloadProfile,
