@@ -239,6 +239,9 @@ def execute_case(case: Case, run_id: str, workdir: Path,
             "own loopback")
     grad_bytes = first.get("grad_bytes")
     row.grad_bytes = float(grad_bytes) if grad_bytes is not None else math.nan
+    gained = [float(r["model_memory_bytes"]) for r in reports
+              if r.get("model_memory_bytes") is not None]
+    row.model_memory_bytes = max(gained) if gained else math.nan
     row.bytes_sent_per_step, extra["bytes_sent_method"] = _bytes_sent(case, strat.exchange,
                                                                      first)
     for server in first.get("servers", []):

@@ -86,6 +86,10 @@ COLUMNS: tuple[Column, ...] = (
        "of the case."),
     _c("gpu_peak_bytes", "float64", "bytes", "Largest peak GPU memory of any process "
        "(NaN without GPUs)."),
+    _c("model_memory_bytes", "float64", "bytes", "Largest rise of any training process's "
+       "peak resident memory from just before it built its model to the end of training: "
+       "parameters, gradients, optimizer state, activations and the framework's working "
+       "memory, not the interpreter (harness/measure/memory.py); NaN where not measured."),
     _c("bytes_sent_per_step", "float64", "bytes", "Bytes each replica sends per step "
        "(measured where the transport allows, else from the algorithm)."),
     _c("grad_bytes", "float64", "bytes", "Bytes of one dense fp32 gradient of the model as "
@@ -137,6 +141,7 @@ class ResultRow:
     loss_last: float = NAN
     peak_rss_bytes: float = NAN
     gpu_peak_bytes: float = NAN
+    model_memory_bytes: float = NAN
     bytes_sent_per_step: float = NAN
     grad_bytes: float = NAN
     keras_impl: str = ""

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from harness.measure import memory
 from harness.plan import LOCAL_REPLICAS, Case
 from harness.runners import torch_workload as tw
 
@@ -72,9 +73,13 @@ def train(case: Case, rank: int, world: int, batch_per_rank: int,
     """The timed loop shared by every synchronous torch strategy (and the reference)."""
     spec = tw.spec(case)
     torch.manual_seed(case.seed)
+    baseline = memory.current()  # what the model costs, not the interpreter
     model = tw.build(spec, case.seed)
     if distributed:
         model = _wrap(case, model)
+    # the peak from here on: the builder's temporaries (numpy weights copied in, FSDP's
+    # full tensors before sharding) are gone, the model's own state is resident
+    was_reset = memory.reset_peak()
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
     global_batch = batch_per_rank * world
     batches = [tw.shard(tw.batch(spec, step, global_batch, case.seed), rank, world)
@@ -94,7 +99,8 @@ def train(case: Case, rank: int, world: int, batch_per_rank: int,
         losses.append(value)
     report: dict[str, Any] = {"step_times_s": times, "losses": losses, "rank": rank,
                               "world": world, "threads": torch.get_num_threads(),
-                              "grad_bytes": tw.grad_bytes(model)}
+                              "grad_bytes": tw.grad_bytes(model),
+                              "model_memory_bytes": memory.peak_since(baseline, was_reset)}
     # gathering full weights is a collective under FSDP: every rank takes part
     weights = _full_weights(case, model) if distributed else {
         n: p.detach().cpu().numpy().copy() for n, p in model.named_parameters()}
