@@ -398,8 +398,9 @@ def _prediction_sources() -> list[Path]:
     """The code a validation's figures come from: the simulator, the step rules, the fits and
     the workloads' sizes. A change to any of them makes an earlier validation stale."""
     harness = Path(__file__).parent
-    files = [harness / name for name in ("validate.py", "predict.py", "calibrate.py",
-                                         "profiles.py", "specs.py")]
+    files = [harness / name for name in ("validate.py", "validate_memory.py", "predict.py",
+                                         "calibrate.py", "profiles.py", "specs.py",
+                                         "structure.py")]
     files += sorted((harness / "sim").rglob("*.py"))
     files += sorted((harness.parent / "workloads").rglob("*.py"))
     return [f for f in files if f.is_file()]
@@ -442,8 +443,11 @@ def cached_validation(store: ResultsStore, fingerprint: str) -> tuple[str, pd.Da
 
 def validate(store: ResultsStore) -> pd.DataFrame:
     """Every prediction with its error; `inputs` is the fingerprint it was computed from."""
+    from harness.validate_memory import validate_memory
+
     fingerprint = inputs_fingerprint(store.root)
-    parts = [t for t in (validate_comm(store), validate_steps(store)) if not t.empty]
+    parts = [t for t in (validate_comm(store), validate_steps(store),
+                         validate_memory(load(store.root))) if not t.empty]
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     if not table.empty:
         table["inputs"] = fingerprint
@@ -457,9 +461,14 @@ def format_table(table: pd.DataFrame) -> str:
              f"{'predicted ms':>14}{'error':>8}{'rounds':>8}"]
     for r in table.to_dict("records"):
         spread = r.get("spread_rel", math.nan)
+        if r["kind"] == "memory":  # bytes, not milliseconds
+            measured = f"{r['measured_bytes'] / 1e6:>10.0f} MB"
+            predicted = f"{r['predicted_bytes'] / 1e6:>11.0f} MB"
+        else:
+            measured, predicted = f"{r['measured_s'] * 1e3:>13.2f}", \
+                f"{r['predicted_s'] * 1e3:>14.2f}"
         lines.append(f"{r['kind']:<11}{str(r['what'])[:33]:<34}{int(r['bytes']):>11}"
-                     f"{int(r['replicas']):>3}{r['measured_s'] * 1e3:>13.2f}"
-                     f"{r['predicted_s'] * 1e3:>14.2f}{r['error']:>+8.0%}"
+                     f"{int(r['replicas']):>3}{measured}{predicted}{r['error']:>+8.0%}"
                      + (f"{spread:>8.0%}" if isinstance(spread, float) and spread >= 0 else ""))
     for kind, err in summarize(table).items():
         lines.append(f"median |error| {kind}: {err:.1%}" if not math.isnan(err) else "")

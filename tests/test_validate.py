@@ -419,3 +419,47 @@ def test_a_pipeline_run_on_emulated_hosts_is_predicted_from_its_one_replica_step
     assert 0 < row["bubble_predicted"] < 1
     assert layout_of({"replicas": 4, "extra": {"tensor_parallel": 4}}).tensor == 4
     assert layout_of({"replicas": 2, "extra": {}}) is None
+
+
+def test_memory_is_predicted_as_the_model_plus_the_frameworks_own_measured_working_memory():
+    """The framework's working memory is the rise on a negligible model of the same strategy;
+    DDP holds its gradients twice (in buckets); models under 100 MB of state are not scored."""
+    from harness.validate_memory import validate_memory
+    from workloads.catalog import get_spec
+
+    big = get_spec("mlp", "L")
+    rows = pd.DataFrame([
+        {"run_id": "r", "cluster": "local", "framework": "torch", "strategy": s,
+         "workload": w, "size": z, "replicas": n, "global_batch": b, "status": "ok",
+         "grad_bytes": g, "model_memory_bytes": m}
+        for s, w, z, n, b, g, m in (
+            ("single_device", "mlp", "S", 1, 64, 6e5, 90e6),
+            ("ddp", "mlp", "S", 2, 128, 6e5, 95e6),
+            ("single_device", "mlp", "L", 1, 64, 4.0 * big.params, 300e6),
+            ("ddp", "mlp", "L", 2, 128, 4.0 * big.params, 430e6))])
+    table = validate_memory(rows).set_index("what")
+    assert set(table.index) == {"torch/single_device/mlp:L", "torch/ddp/mlp:L"}
+    state = 2 * 4.0 * big.params
+    one, ddp = table.loc["torch/single_device/mlp:L"], table.loc["torch/ddp/mlp:L"]
+    assert one["framework_bytes"] == 90e6 and ddp["framework_bytes"] == 95e6
+    assert ddp["predicted_bytes"] - 95e6 == pytest.approx(
+        one["predicted_bytes"] - 90e6 + state / 2)  # the bucket copy of the gradients
+    assert one["predicted_bytes"] > 90e6 + state
+    assert one["error"] == pytest.approx(one["predicted_bytes"] / 300e6 - 1)
+
+
+@pytest.mark.heavy
+def test_measured_memory_of_data_parallel_runs_is_within_20_percent_of_the_model(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--framework", "torch",
+                          "--strategy", "single_device", "--strategy", "ddp", "--workload",
+                          "mlp:S", "--workload", "mlp:L", "--steps", "3", "--warmup", "1",
+                          "--repeats", "1", "--results", str(tmp_path)],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr
+    from harness.validate_memory import validate_memory
+    from results.store import load
+
+    table = validate_memory(load(tmp_path))
+    assert len(table) == 2, table
+    assert (table["error"].abs() <= 0.20).all(), table[["what", "measured_bytes",
+                                                        "predicted_bytes", "error"]]
