@@ -37,7 +37,7 @@ from harness.candidates import (
 )
 from harness.errors import InputError
 from harness.profiles import WorkloadFacts, row_names, workload_facts
-from harness.sim.memory import data_parallel_memory
+from harness.sim.memory import GRADIENT_COPIES, data_parallel_memory
 from harness.targets import Target, parse_targets
 from harness.units import format_bytes, format_duration, format_rate, format_usd
 from harness.validate import latest_validation
@@ -133,9 +133,10 @@ def fill(points: list[dict[str, Any]], *, samples: float, price: float | None = 
         act = r.get("activation_bytes_per_sample")
         act_bytes = float(act) * int(r.get("batch") or 0) if act and math.isfinite(act) else 0.0
         if r["exchange"] != "model_parallel":  # a layout's memory comes with its simulation
+            copies = GRADIENT_COPIES.get((r["framework"], r["strategy"]), 1)
             r["memory_per_device_bytes"] = (
                 data_parallel_memory(r["params"], r["exchange"], r["replicas"],
-                                     optimizer_slots, act_bytes).total
+                                     optimizer_slots, act_bytes, copies).total
                 if math.isfinite(r.get("params", NAN)) else NAN)
         cap = r["device_memory_bytes"]
         r["fits"] = not (math.isfinite(cap) and math.isfinite(r["memory_per_device_bytes"])

@@ -20,13 +20,14 @@ from typing import Any
 
 import pandas as pd
 
-from harness.sim.memory import data_parallel_memory, model_parallel_memory
+from harness.sim.memory import (
+    GRADIENT_COPIES,
+    data_parallel_memory,
+    model_parallel_memory,
+)
 
 SMALL_STATE_BYTES = 5e6  # a model this small leaves only the framework's working memory
 SCORED_STATE_BYTES = 100e6  # parameters + gradients: the models the check is about
-# What each runner strategy keeps, in the memory model's terms: torch DDP also holds its
-# gradients in flat buckets (gradient_as_bucket_view=False, the default).
-GRADIENT_COPIES = {("torch", "ddp"): 2}
 SCORED = {("torch", "single_device"), ("torch", "ddp"), ("torch", "pipeline"),
           ("torch", "tensor_parallel")}
 
@@ -58,9 +59,8 @@ def predicted_memory(row: dict[str, Any]) -> float | None:
     per_replica = int(row["global_batch"]) // max(1, int(row["replicas"]))
     activations = (facts.activation_bytes_per_sample or 0.0) * per_replica
     copies = GRADIENT_COPIES.get((str(row["framework"]), strategy), 1)
-    memory = data_parallel_memory(facts.params, "allreduce", int(row["replicas"]), 0,
-                                  activations)
-    return memory.total + (copies - 1) * memory.grads
+    return data_parallel_memory(facts.params, "allreduce", int(row["replicas"]), 0,
+                                activations, copies).total
 
 
 def validate_memory(measured: pd.DataFrame) -> pd.DataFrame:

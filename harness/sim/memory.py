@@ -28,6 +28,9 @@ from harness.sim.spec import SpecError
 BYTES_PER_PARAM = 4
 #: optimizer state slots per parameter
 OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2}
+#: Copies of the gradients a framework's strategy keeps: torch DDP also holds them in flat
+#: buckets (``gradient_as_bucket_view=False``, the default). Measured: docs/SIMULATOR.md.
+GRADIENT_COPIES = {("torch", "ddp"): 2}
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ def optimizer_slots(optimizer: str) -> int:
 
 
 def data_parallel_memory(params: float, exchange: str, replicas: int, slots: int = 2,
-                         activation_bytes: float = 0.0) -> Memory:
+                         activation_bytes: float = 0.0, gradient_copies: int = 1) -> Memory:
     """One data-parallel replica; ``exchange`` is the catalog's kind (sharded, ...)."""
     p = float(params) * BYTES_PER_PARAM
     if exchange == "sharded":
@@ -60,7 +63,7 @@ def data_parallel_memory(params: float, exchange: str, replicas: int, slots: int
         return Memory(share, share, share * slots, activation_bytes)
     if exchange == "parameter_server":
         return Memory(p, p, 0.0, activation_bytes)
-    return Memory(p, p, p * slots, activation_bytes)
+    return Memory(p, p * gradient_copies, p * slots, activation_bytes)
 
 
 def model_parallel_memory(model: LayeredModel, layout: Layout, microbatch: int,
