@@ -11,6 +11,7 @@ Pure functions over DataFrames: no framework, no run.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -173,9 +174,11 @@ def probed_links(ctx: Context, target: Target) -> Any:
     """The target's links as this machine's link probes saw them (harness.predict's
     MeasuredLinks): probes of the same cluster, else of clusters at the same rate, else the
     spec's rate times the fraction of it every probe reached (the shaper's own overhead),
-    and the probes' round-trip time (the emulated path's, whatever the rate)."""
+    and the probes' round-trip time (the emulated path's, whatever the rate). A racked
+    cluster never probed gets its uplink the same way, from its spec."""
     from harness.predict import MeasuredLinks
     from harness.specs import UNSHAPED_RATE_BITS, parse_cluster
+    from harness.validate import links_from_probes
 
     spec = parse_cluster(target.spec)
     rate = spec.rate_bits or NAN
@@ -190,24 +193,29 @@ def probed_links(ctx: Context, target: Target) -> Any:
             return False
         return other.unshaped == spec.unshaped and (spec.unshaped or other.rate_bits == rate)
 
-    exact = links_of(lambda net: net.get("cluster") == target.spec)
-    similar = exact or links_of(same_rate)
-    every = links_of(lambda net: True)
-    rtt = median(link["rtt_median_s"] for link in every) if every else 0.0
     burst = median(float(net.get("burst_bytes", 0.0)) for net in ctx.networks) \
         if ctx.networks else 0.0
+    exact = links_of(lambda net: net.get("cluster") == target.spec)
+    if exact:
+        return links_from_probes(target.spec, exact, burst, "probe of this cluster")
+    similar = [link for link in links_of(same_rate) if not link.get("cross_rack")]
+    every = links_of(lambda net: True)
+    rtt = median(link["rtt_median_s"] for link in every) if every else 0.0
+    shaped = [link for link in every if link.get("configured_bits_s")
+              and link["configured_bits_s"] < UNSHAPED_RATE_BITS]
+    reach = median(link["throughput_bits_s"] / link["configured_bits_s"]
+                   for link in shaped) if shaped and not spec.unshaped else 1.0
     if similar:
         bandwidth = median(link["throughput_bits_s"] for link in similar) / 8
-        source = "probe of this cluster" if exact else "probe of a cluster at this rate"
+        source = "probe of a cluster at this rate"
     else:
-        shaped = [link for link in every if link.get("configured_bits_s")
-                  and link["configured_bits_s"] < UNSHAPED_RATE_BITS]
-        reach = median(link["throughput_bits_s"] / link["configured_bits_s"]
-                       for link in shaped) if shaped and not spec.unshaped else 1.0
         bandwidth = rate * reach / 8
         source = (f"spec rate x {reach:.2f} (what probes here reached)" if shaped
                   else "spec rate")
-    return MeasuredLinks(spec.hosts, bandwidth, rtt, burst, source=source)
+    uplink = (spec.uplink_bits or 0.0) * reach / 8 if spec.racks > 1 else 0.0
+    return MeasuredLinks(spec.hosts, bandwidth, rtt, burst, source=source,
+                         racks=spec.racks if uplink else 1, uplink_bytes_s=uplink,
+                         rack_rtt_s=rtt)
 
 
 def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
@@ -245,8 +253,7 @@ def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
                 continue
             model = simulated_as(fw, strategy) or ""
             for n in [c for c in device_counts(target) if c > 1]:
-                hosts_links = type(links)(n, links.bandwidth_bytes_s, links.rtt_s,
-                                          links.burst_bytes, links.source)
+                hosts_links = dataclasses.replace(links, hosts=n)
                 ps = (runner_ps_layout(fw, n, n, PS_SHARDS)
                       if model.startswith("parameter_server") else None)
                 row = predict_step(fw, strategy, profile, hosts_links, n, t1, fits=ctx.fits,
@@ -400,7 +407,9 @@ def _stored(ctx: Context, facts: WorkloadFacts, target: Target, n: int
 def bandwidth_bits(ctx: Context, target: Target) -> float:
     """The target's slowest link, bits/s (NaN where unknown): probed for emulated hosts."""
     if target.kind == "emulated":
-        return float(probed_links(ctx, target).bandwidth_bytes_s * 8)
+        from harness.predict import bottleneck_bits
+
+        return bottleneck_bits(probed_links(ctx, target))
     if target.kind == "topology":
         from harness.sim.calibration import from_topology
         from harness.sim.spec import parse_topology

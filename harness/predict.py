@@ -88,10 +88,15 @@ class MeasuredLinks:
     links), or, for a cluster never run, as its spec states them (`source` says which)."""
 
     hosts: int
-    bandwidth_bytes_s: float
+    bandwidth_bytes_s: float  # a host's link (within its rack, where there are racks)
     rtt_s: float
     burst_bytes: float  # the links' tc tbf bucket; 0 where the run did not record it
     source: str = "probe"
+    # racks=K,uplink=RATE clusters: hosts in K racks whose switches meet at a core through
+    # shaped uplinks; one flow across racks as probed, and its round trip
+    racks: int = 1
+    uplink_bytes_s: float = 0.0
+    rack_rtt_s: float = 0.0
 
     @property
     def bucket_s(self) -> float:
@@ -99,15 +104,34 @@ class MeasuredLinks:
         return self.burst_bytes / self.bandwidth_bytes_s
 
 
-def switch_topology(links: MeasuredLinks, software: tuple[float, float] = (0.0, 0.0),
-                    trips: int = 1) -> str:
-    """A switch topology with the measured links: latency `trips` one-way crossings (RTT/2
-    each) plus the software's alpha per message, and the link's bandwidth slowed by a
-    per-byte software cost beta where that cost is serial (1/bw' = 1/bw + beta)."""
+def emulated_topology(links: MeasuredLinks, software: tuple[float, float] = (0.0, 0.0),
+                      trips: int = 1) -> str:
+    """The topology the emulated hosts were built as, with the measured links: one switch,
+    or, for racked clusters, leaves (racks) under a core whose uplinks carry the probed
+    cross-rack rate. Latency is `trips` one-way crossings (RTT/2 each) plus the software's
+    alpha per message; the bandwidth is slowed by a per-byte software cost beta where that
+    cost is serial (1/bw' = 1/bw + beta)."""
     alpha, beta = software
     bw = 1.0 / (1.0 / links.bandwidth_bytes_s + beta)
     lat = links.rtt_s / 2 * trips + alpha
+    per_leaf, rest = divmod(links.hosts, max(1, links.racks))
+    if links.racks > 1 and links.uplink_bytes_s > 0 and not rest:
+        uplink = 1.0 / (1.0 / links.uplink_bytes_s + beta)
+        # the core's share of a leaf: per_leaf host ports over the uplink (>= 1: the
+        # uplink is never faster than the hosts that feed it can use)
+        oversub = max(1.0, per_leaf * bw / uplink)
+        spine_lat = max(0.0, (links.rack_rtt_s - links.rtt_s) / 2 * trips)
+        return (f"leaf_spine:hosts={links.hosts},hosts_per_leaf={per_leaf},inter={bw * 8:.0f}bit,"
+                f"inter_lat={lat * 1e6:.1f}us,oversub={oversub:.6g},"
+                f"spine_lat={spine_lat * 1e6:.1f}us")
     return f"switch:n={links.hosts},bw={bw * 8:.0f}bit,lat={lat * 1e6:.1f}us"
+
+
+def bottleneck_bits(links: MeasuredLinks) -> float:
+    """The slowest link a step's traffic crosses, bits/s: the uplink of a racked cluster."""
+    if links.racks > 1 and links.uplink_bytes_s > 0:
+        return 8 * min(links.bandwidth_bytes_s, links.uplink_bytes_s)
+    return 8 * links.bandwidth_bytes_s
 
 
 def machine_cores() -> int:
@@ -150,7 +174,7 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
     # through plain gRPC reads and writes instead
     collective = not model.startswith("parameter_server")
     serial_beta = beta if framework in SERIAL_SOFTWARE and collective else 0.0
-    topology = switch_topology(links, (alpha, serial_beta),
+    topology = emulated_topology(links, (alpha, serial_beta),
                                LATENCY_TRIPS.get((framework, model), 1))
     processes = replicas
     options: dict[str, Any] = {}
@@ -187,7 +211,7 @@ def predict_layout(workload: str, layout: Any, links: MeasuredLinks, batch: int,
 
     model = layered(workload)
     alpha, _ = software_costs(fits, "torch")
-    topology = switch_topology(links, (alpha, 0.0), LATENCY_TRIPS[("torch", "allreduce_ring")])
+    topology = emulated_topology(links, (alpha, 0.0), LATENCY_TRIPS[("torch", "allreduce_ring")])
     compute = one_replica_s * model.batch_size / one_replica_batch
     row = simulate_layout(topology, model, layout, batch, None, step_compute_s=compute,
                           optimizer="sgd", cores=cores or machine_cores())

@@ -25,11 +25,11 @@ from harness.predict import (
     MODEL_PARALLEL_STRATEGIES,
     SERIAL_SOFTWARE,
     MeasuredLinks,
+    emulated_topology,
     machine_cores,
     predict_layout,
     predict_step,
     realtime_rows,
-    switch_topology,
 )
 from harness.specs import parse_cluster
 from results.store import MANIFEST, ResultsStore, load, load_table, load_table_safe
@@ -149,25 +149,38 @@ def floor_time(points: pd.DataFrame, framework: str, op: str, world: int, nbytes
 
 
 def measured_links(store: ResultsStore, run_id: str, cluster: str) -> MeasuredLinks | None:
-    """The run's probed links on `cluster`; None if it measured none."""
+    """The run's probed links on `cluster`; None if it measured none. On a racked cluster
+    the probes that crossed racks (`cross_rack`) give the uplink's rate and round trip."""
     manifest = store.manifest(run_id) or {}
     for network in manifest.get("networks", []):
         if network.get("cluster") == cluster and network.get("links"):
-            links = network["links"]
-            return MeasuredLinks(
-                hosts=parse_cluster(cluster).hosts,
-                bandwidth_bytes_s=median(link["throughput_bits_s"] for link in links) / 8,
-                rtt_s=median(link["rtt_median_s"] for link in links),
-                burst_bytes=float(network.get("burst_bytes", 0.0)))
+            return links_from_probes(cluster, network["links"],
+                                     float(network.get("burst_bytes", 0.0)))
     return None
+
+
+def links_from_probes(cluster: str, links: list[dict[str, Any]], burst: float,
+                      source: str = "probe") -> MeasuredLinks:
+    spec = parse_cluster(cluster)
+    across = [link for link in links if link.get("cross_rack")]
+    within = [link for link in links if not link.get("cross_rack")] or links
+    racked = spec.racks > 1 and bool(across)
+    return MeasuredLinks(
+        hosts=spec.hosts,
+        bandwidth_bytes_s=median(link["throughput_bits_s"] for link in within) / 8,
+        rtt_s=median(link["rtt_median_s"] for link in within), burst_bytes=burst,
+        source=source, racks=spec.racks if racked else 1,
+        uplink_bytes_s=median(link["throughput_bits_s"] for link in across) / 8
+        if racked else 0.0,
+        rack_rtt_s=median(link["rtt_median_s"] for link in across) if racked else 0.0)
 
 
 def measured_topology(store: ResultsStore, run_id: str, cluster: str,
                       software: tuple[float, float] = (0.0, 0.0), trips: int = 1
                       ) -> str | None:
-    """switch_topology() of the run's measured links; None if the run measured none."""
+    """emulated_topology() of the run's measured links; None if the run measured none."""
     links = measured_links(store, run_id, cluster)
-    return None if links is None else switch_topology(links, software, trips)
+    return None if links is None else emulated_topology(links, software, trips)
 
 
 @dataclass(frozen=True)
@@ -225,10 +238,10 @@ def validate_comm(store: ResultsStore) -> pd.DataFrame:
         links = measured_links(store, p["run_id"], p["cluster"])
         if links is None or collective is None:
             continue
-        topology = switch_topology(links, trips=LATENCY_TRIPS.get((framework, collective), 1))
+        topology = emulated_topology(links, trips=LATENCY_TRIPS.get((framework, collective), 1))
         net = NetworkTimes(
             total=simulate_collective(topology, world, collective, nbytes)["time_s"],
-            wire=simulate_collective(switch_topology(links, trips=0), world, collective,
+            wire=simulate_collective(emulated_topology(links, trips=0), world, collective,
                                      nbytes)["time_s"],
             # the wire latency that loopback did not have
             latency=simulate_collective(topology, world, collective, 1.0)["time_s"],

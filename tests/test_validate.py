@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -463,3 +464,29 @@ def test_measured_memory_of_data_parallel_runs_is_within_20_percent_of_the_model
     assert len(table) == 2, table
     assert (table["error"].abs() <= 0.20).all(), table[["what", "measured_bytes",
                                                         "predicted_bytes", "error"]]
+
+
+def test_a_racked_cluster_is_predicted_on_the_topology_it_was_built_as(tmp_path):
+    """racks=2,uplink=RATE: the probes that crossed racks give the uplink; the prediction
+    runs on leaves under a core (not a flat switch at the host-link rate), so the uplink is
+    what a ring across racks waits for."""
+    from harness.predict import bottleneck_bits, emulated_topology
+    from harness.sim import parse_topology
+    from harness.validate import measured_links
+
+    cluster = "netns:hosts=4,rate=800mbit,racks=2,uplink=200mbit"
+    store = ResultsStore(tmp_path)
+    probes = [{"src": a, "dst": (a + 1) % 4, "cross_rack": float(a in (1, 3)),
+               "throughput_bits_s": 190e6 if a in (1, 3) else 760e6,
+               "rtt_median_s": 160e-6 if a in (1, 3) else 100e-6} for a in range(4)]
+    run_id = store.start_run({"networks": [{"cluster": cluster, "links": probes}]})
+    links = measured_links(store, run_id, cluster)
+    assert (links.racks, links.uplink_bytes_s * 8, links.bandwidth_bytes_s * 8) == \
+        (2, 190e6, 760e6)
+    topology = emulated_topology(links)
+    assert topology.startswith("leaf_spine:hosts=4,hosts_per_leaf=2,inter=760000000bit")
+    assert "oversub=8" in topology and "spine_lat=30.0us" in topology
+    parse_topology(topology)  # a topology the simulator takes
+    assert bottleneck_bits(links) == 190e6
+    flat = measured_links(store, run_id, cluster)
+    assert emulated_topology(dataclasses.replace(flat, hosts=3)).startswith("switch:n=3")
