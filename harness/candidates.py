@@ -144,7 +144,8 @@ def measured_points(ctx: Context, facts: WorkloadFacts, target: Target) -> list[
             comm_fraction=max(0.0, 1 - t1 / tn) if n > 1 and tn > 0 else NAN,
             bytes_per_worker=float(sent) if sent is not None else NAN, source="measured",
             device_memory_bytes=device_memory(target, ctx, n), price_per_device_hour=price,
-            price_basis=basis, weights_match=_weights_match(r)))
+            price_basis=basis, weights_match=_weights_match(r),
+            max_weight_diff=float(r.get("max_weight_diff", NAN))))
     return out
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from harness import environment
-from harness.catalog import STRATEGIES
+from harness.catalog import STRATEGIES, WEIGHT_TOLERANCE
 from harness.launch import netns, slurm
 from harness.launch.netns import Cluster
 from harness.launch.processes import GroupResult, run_group
@@ -36,8 +36,6 @@ from results.store import ResultsStore, load
 
 FRAMEWORK_MODULE = {"tf": "tensorflow", "torch": "torch"}
 INSTALL_HINT = {"tf": "pip install 'stratbench[tf]'", "torch": "pip install 'stratbench[torch]'"}
-# Reference-vs-strategy weights must agree to this (float32 reductions in another order).
-WEIGHT_TOLERANCE = 1e-4
 
 
 def _now() -> str:

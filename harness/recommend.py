@@ -35,6 +35,7 @@ from harness.candidates import (
     predicted_points,
     topology_points,
 )
+from harness.catalog import WEIGHT_TOLERANCE
 from harness.errors import InputError
 from harness.profiles import WorkloadFacts, row_names, workload_facts
 from harness.sim.memory import GRADIENT_COPIES, data_parallel_memory
@@ -83,7 +84,16 @@ def _spec(workload: str) -> Any:
 
 
 def reason_for(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits: float) -> str:
-    """One line in plain words: why this strategy ranks where it does."""
+    """One line in plain words: why this strategy ranks where it does (a run whose weights
+    did not match one device's says so first)."""
+    if row.get("weights_match") is False:  # correctness before speed, and said first
+        return (f"weights ended {row.get('max_weight_diff', NAN):.1e} from one device's "
+                f"(tolerance {WEIGHT_TOLERANCE:.0e}): check this strategy before trusting "
+                f"its speed; " + _reason(row, group, bandwidth_bits))
+    return _reason(row, group, bandwidth_bits)
+
+
+def _reason(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits: float) -> str:
     if row["status"] != "ok":
         return f"{row['status']}: {row['status_reason']}".strip()
     if not row["fits"]:

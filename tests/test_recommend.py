@@ -426,3 +426,26 @@ def test_candidate_layouts_split_the_devices_exactly_and_keep_tensor_groups_on_a
                for layout in layouts)
     for layout in layouts:
         check_layout(model, layout, devices)  # raises if the model could not take it
+
+
+def test_a_run_whose_weights_did_not_match_one_device_says_so_first():
+    measured = measured_frame()
+    ps = measured.index[(measured["strategy"] == "parameter_server")
+                        & (measured["workload"] == "mlp")][0]
+    measured.at[ps, "extra"] = {"weights_match": False}
+    measured.at[ps, "max_weight_diff"] = 3.7e-4
+    frame = recommend(measured, workloads=["mlp:M"], targets=[NETNS])
+    reasons = dict(zip(frame["strategy"], frame["reason"], strict=True))
+    assert reasons["parameter_server"].startswith(
+        "weights ended 3.7e-04 from one device's (tolerance 1e-04)")
+    assert not reasons["ddp"].startswith("weights")
+
+
+def test_the_run_line_flags_a_weight_mismatch():
+    from harness.commands.run import _row_line
+
+    r = ResultRow.from_dict(row("parameter_server", 0.5) | {"max_weight_diff": 3.7e-4,
+                                                            "extra": {"weights_match": False}})
+    assert "max weight diff 3.7e-04 MISMATCH" in _row_line(r)
+    r.extra = {"weights_match": True}
+    assert "MISMATCH" not in _row_line(r)
