@@ -41,7 +41,12 @@ STRATEGIES: tuple[Strategy, ...] = (
              "Synchronous parameter server over torch.distributed.rpc with K shards."),
     Strategy("torch", "parameter_server_async", "parameter_server", False, True,
              "Asynchronous parameter server over RPC: each push applied at once."),
+    Strategy("torch", "pipeline", "pipeline", True, True,
+             "torch.distributed.pipelining: one stage per process, GPipe or 1F1B over "
+             "micro-batches (transformer family; named, never part of 'all')."),
 )
+#: Model-parallel strategies split one model: they run only when named, on models with layers.
+MODEL_PARALLEL = ("pipeline", "tensor_parallel")
 
 FRAMEWORKS = ("tf", "torch")
 # A synchronous strategy's weights must end this close to one device trained on the global
@@ -58,11 +63,12 @@ def frameworks(option: str) -> tuple[str, ...]:
 
 
 def strategies(framework_option: str, names: tuple[str, ...] | list[str]) -> list[Strategy]:
-    """Resolve `--framework` and `--strategy` into strategies; `all` or none means every one."""
+    """Resolve `--framework` and `--strategy` into strategies; `all` or none means every
+    data-parallel one (model-parallel strategies run when named)."""
     fws = frameworks(framework_option)
     pool = [s for s in STRATEGIES if s.framework in fws]
     if not names or "all" in names:
-        return pool
+        return [s for s in pool if s.name not in MODEL_PARALLEL]
     chosen: list[Strategy] = []
     for name in names:
         matches = [s for s in pool if s.name == name]

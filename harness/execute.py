@@ -90,6 +90,8 @@ def _bytes_sent(case: Case, exchange: str, report: dict[str, Any]) -> tuple[floa
     servers count the bytes they push), else what the exchange algorithm sends."""
     if "bytes_pushed_per_step" in report:
         return float(report["bytes_pushed_per_step"]), "measured: bytes pushed"
+    if "bytes_sent_per_step" in report:  # a pipeline stage: its activations and gradients
+        return float(report["bytes_sent_per_step"]), "algorithm: the stage's tensors sent"
     grad = report.get("grad_bytes")
     n = case.replicas
     if grad is None or exchange == "none" or n < 2:
@@ -237,6 +239,9 @@ def execute_case(case: Case, run_id: str, workdir: Path,
             "own loopback")
     grad_bytes = first.get("grad_bytes")
     row.grad_bytes = float(grad_bytes) if grad_bytes is not None else math.nan
+    bubbles = [float(r["bubble_fraction"]) for r in reports if "bubble_fraction" in r]
+    if bubbles:  # each stage's idle fraction of the step, averaged over the stages
+        extra["bubble_fraction"] = float(np.mean(bubbles))
     gained = [float(r["model_memory_bytes"]) for r in reports
               if r.get("model_memory_bytes") is not None]
     row.model_memory_bytes = max(gained) if gained else math.nan

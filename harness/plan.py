@@ -65,9 +65,18 @@ def replicas_for(strategy: Strategy, hosts: int = 1) -> int:
     return hosts if hosts > 1 else LOCAL_REPLICAS
 
 
+@dataclass(frozen=True)
+class PipelineOptions:
+    """`run --stages/--microbatches/--schedule`: how a pipeline case splits its model."""
+
+    stages: int | None = None  # default: one per emulated host, else this machine's 2
+    microbatches: int | None = None  # default: one per stage
+    schedule: str = "1f1b"
+
+
 def plan(strategies: list[Strategy], workloads: list[WorkloadChoice], cluster: str,
          steps: int, warmup: int, repeats: int, timeout_s: float,
-         hosts: int = 1) -> list[Case]:
+         hosts: int = 1, pipeline: PipelineOptions | None = None) -> list[Case]:
     """Baselines first (per framework and workload), so every later case finds its baseline
     for scaling efficiency in the same run."""
     cases = []
@@ -79,13 +88,44 @@ def plan(strategies: list[Strategy], workloads: list[WorkloadChoice], cluster: s
                 options["workload_framework"] = choice.framework
             if strat.exchange == "parameter_server":
                 options["ps_shards"] = PS_SHARDS
+            replicas = replicas_for(strat, hosts)
+            if strat.exchange == "pipeline":
+                replicas = _pipeline_options(choice, hosts, pipeline or PipelineOptions(),
+                                             options)
             cases.append(Case(
                 framework=strat.framework, strategy=strat.name, workload=choice.ref,
-                cluster=cluster, replicas=replicas_for(strat, hosts), steps=steps, warmup=warmup,
+                cluster=cluster, replicas=replicas, steps=steps, warmup=warmup,
                 repeats=repeats, timeout_s=timeout_s, per_replica_batch=choice.batch,
                 options=options,
             ))
     return cases
+
+
+def _pipeline_options(choice: WorkloadChoice, hosts: int, asked: PipelineOptions,
+                      options: dict[str, Any]) -> int:
+    """Stages (the case's replicas) and micro-batches of a pipeline case, in ``options``;
+    InputError (one line) for a split the workload cannot take."""
+    from workloads import resolve_workload
+    from workloads.configs import TransformerConfig
+
+    config = getattr(resolve_workload(choice.ref), "config", None)
+    if not isinstance(config, TransformerConfig):
+        raise InputError(f"pipeline splits a model by its blocks: use the transformer family "
+                         f"(transformer:S|M|L), not {choice.ref}")
+    stages = asked.stages or (hosts if hosts > 1 else LOCAL_REPLICAS)
+    if hosts > 1 and stages != hosts:
+        raise InputError(f"on emulated hosts a pipeline runs one stage per host: --stages "
+                         f"{stages} must be the cluster's hosts={hosts}")
+    if stages < 2 or config.layers % stages:
+        raise InputError(f"{stages} stages do not divide the {config.layers} blocks of "
+                         f"{choice.ref} (choose a divisor of {config.layers} from 2)")
+    microbatches = asked.microbatches or stages
+    batch = choice.batch * stages  # each stage brings its share, as a data replica would
+    if batch % microbatches:
+        raise InputError(f"{microbatches} micro-batches do not divide the pipeline's batch "
+                         f"of {batch} ({choice.batch} per stage x {stages} stages)")
+    options.update(stages=stages, microbatches=microbatches, schedule=asked.schedule)
+    return stages
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from harness.execute import Where, execute
 from harness.launch import netns, slurm
 from harness.launch.slurm import SlurmTarget
 from harness.paths import results_dir
-from harness.plan import Case, plan, resolve_workloads
+from harness.plan import Case, PipelineOptions, plan, resolve_workloads
 from results.schema import ResultRow
 from results.store import ResultsStore
 
@@ -93,11 +93,18 @@ def run_cases(cases: list[Case], store: ResultsStore, run_id: str, skip: set[str
                    "run nothing.")
 @click.option("--script", type=click.Path(dir_okay=False), default="stratbench-run.sbatch",
               show_default=True, help="Where --dry-run writes the batch script.")
+@click.option("--stages", type=click.IntRange(min=1), default=None,
+              help="Pipeline stages (default: one per emulated host, else 2).")
+@click.option("--microbatches", type=click.IntRange(min=1), default=None,
+              help="Pipeline micro-batches per step (default: one per stage).")
+@click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), default="1f1b",
+              show_default=True, help="Pipeline schedule.")
 @results_option
 @json_option
 def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
             workloads: tuple[str, ...], cluster: str, steps: int, warmup: int, repeats: int,
-            timeout: float, resume: bool, dry_run: bool, script: str, results: str | None,
+            timeout: float, resume: bool, dry_run: bool, script: str, stages: int | None,
+            microbatches: int | None, schedule: str, results: str | None,
             as_json: bool) -> None:
     """Train workloads under each strategy and store one row per case."""
     store = ResultsStore(results_dir(results))
@@ -115,7 +122,8 @@ def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
         cluster_spec = specs.parse_cluster(cluster)
         names = list(workloads) or list(SUITES[suite or "quick"])
         cases = plan(strategies, resolve_workloads(names), cluster_spec.text, steps, warmup,
-                     repeats, timeout, hosts=cluster_spec.hosts)
+                     repeats, timeout, hosts=cluster_spec.hosts,
+                     pipeline=PipelineOptions(stages, microbatches, schedule))
         run_id = start_run(store, cases)
         skip = set()
     with on_cluster(cluster_spec, store, run_id) as emulated:

@@ -137,6 +137,12 @@ def run(case: Case, role: str, index: int, workdir: Path) -> dict[str, Any]:
         # worker ends with os._exit right after its report, so the OS closes the sockets.
         dist.barrier()
         return report
+    if case.strategy == "pipeline":
+        from harness.runners import torch_pipeline
+
+        torch.set_num_threads(_threads(case))
+        _init_group(case, index, case.replicas)
+        return torch_pipeline.run(case, index, workdir)
     if case.strategy in ("parameter_server", "parameter_server_async"):
         from harness.runners import torch_ps
 

@@ -1,0 +1,71 @@
+"""Pipeline parallelism for real: torch.distributed.pipelining stages over gloo."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from harness import catalog
+from harness.errors import InputError
+from harness.plan import PipelineOptions, plan, resolve_workloads
+
+
+def _plan(workload: str, hosts: int = 1, **asked) -> list:
+    return plan(catalog.strategies("torch", ["pipeline"]), resolve_workloads([workload]),
+                "local", 2, 1, 1, 60.0, hosts=hosts, pipeline=PipelineOptions(**asked))
+
+
+def test_a_pipeline_case_carries_its_stages_micro_batches_and_schedule():
+    (case,) = _plan("transformer:M", stages=4, microbatches=8, schedule="gpipe")
+    assert case.replicas == 4 and case.global_batch == 8 * 4
+    assert (case.options["stages"], case.options["microbatches"],
+            case.options["schedule"]) == (4, 8, "gpipe")
+    (default,) = _plan("transformer:M")
+    assert (default.replicas, default.options["microbatches"]) == (2, 2)
+    (emulated,) = _plan("transformer:M", hosts=4)
+    assert emulated.replicas == 4  # one stage per host
+
+
+@pytest.mark.parametrize("workload, asked, hosts, message", [
+    ("transformer:M", {"stages": 3}, 1, "3 stages do not divide the 4 blocks"),
+    ("transformer:M", {"stages": 2, "microbatches": 3}, 1,
+     "3 micro-batches do not divide the pipeline's batch of 16"),
+    ("mlp:S", {}, 1, "pipeline splits a model by its blocks"),
+    ("transformer:M", {"stages": 2}, 4, "one stage per host: --stages 2 must be"),
+])
+def test_a_split_the_workload_cannot_take_is_one_line(workload, asked, hosts, message):
+    with pytest.raises(InputError, match=message):
+        _plan(workload, hosts=hosts, **asked)
+
+
+def test_all_means_data_parallel_and_the_cli_refuses_a_bad_split_with_exit_2(tmp_path):
+    assert "pipeline" not in {s.name for s in catalog.strategies("torch", [])}
+    bad = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--framework", "torch",
+                          "--strategy", "pipeline", "--workload", "transformer:M",
+                          "--stages", "3", "--results", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0, bad.stderr
+    assert "3 stages do not divide the 4 blocks" in bad.stderr
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_a_pipeline_trains_to_one_devices_weights_and_measures_its_bubble(tmp_path, schedule):
+    from results.store import load
+
+    run = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--framework", "torch",
+                          "--strategy", "single_device", "--strategy", "pipeline",
+                          "--workload", "transformer:S", "--stages", "2", "--microbatches",
+                          "4", "--schedule", schedule, "--steps", "3", "--warmup", "1",
+                          "--repeats", "1", "--results", str(tmp_path)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    rows = load(tmp_path).set_index("strategy")
+    pipe = rows.loc["pipeline"]
+    assert pipe["status"] == "ok", pipe["reason"]
+    assert pipe["max_weight_diff"] <= 1e-5
+    assert 0 < pipe["extra"]["bubble_fraction"] < 1
+    assert pipe["extra"]["stages"] == 2 and pipe["extra"]["microbatches"] == 4
+    assert pipe["grad_bytes"] == rows.loc["single_device", "grad_bytes"]  # the whole model
