@@ -200,7 +200,7 @@ MODEL_PARALLEL_STRATEGIES = ("pipeline", "tensor_parallel")
 
 def predict_layout(workload: str, layout: Any, links: MeasuredLinks, batch: int,
                    one_replica_s: float, one_replica_batch: int, *, fits: pd.DataFrame,
-                   cores: int | None = None) -> dict[str, Any]:
+                   cores: int | None = None, pass_overhead_s: float = 0.0) -> dict[str, Any]:
     """The simulator's row for a pipeline / tensor-parallel run of ``workload`` on emulated
     hosts (one stage or tensor rank per host): compute from the run's one-replica step
     (``one_replica_s`` for ``one_replica_batch`` samples, the whole model on one process),
@@ -209,11 +209,49 @@ def predict_layout(workload: str, layout: Any, links: MeasuredLinks, batch: int,
     from harness.sim import simulate_layout
     from harness.structure import layered
 
+    # as harness/runners run it: the embeddings stay whole on every tensor rank (Megatron-LM
+    # splits them by vocabulary, at one more all-reduce per micro-batch)
     model = layered(workload)
+    model = dataclasses.replace(model, pre=tuple(dataclasses.replace(layer, tp_allreduces=0)
+                                                 for layer in model.pre))
     alpha, _ = software_costs(fits, "torch")
     topology = emulated_topology(links, (alpha, 0.0), LATENCY_TRIPS[("torch", "allreduce_ring")])
     compute = one_replica_s * model.batch_size / one_replica_batch
     row = simulate_layout(topology, model, layout, batch, None, step_compute_s=compute,
-                          optimizer="sgd", cores=cores or machine_cores())
+                          optimizer="sgd", cores=cores or machine_cores(),
+                          pass_overhead_s=pass_overhead_s)
     row.update(topology=topology, model=row["strategy"], framework="torch")
     return row
+
+
+def pass_overhead(measured: pd.DataFrame, fits: pd.DataFrame, workload: str,
+                  cores: int | None = None) -> float:
+    """The pipeline runtime's own time per forward or backward pass, from loopback: what the
+    local (one machine, no emulated links) pipeline runs of ``workload`` took beyond the
+    model with none, per pass on their critical path (2 (M + S - 1)); 0 without such runs.
+    The floor of a pipeline, as the loopback sweeps are the floor of a collective."""
+    from statistics import median as _median
+
+    from harness.validate import layout_of
+
+    if measured.empty or "strategy" not in measured:
+        return 0.0
+    family, _, size = workload.partition(":")
+    ok = measured[(measured["status"] == "ok") & (measured["cluster"] == "local")
+                  & (measured["workload"] == family) & (measured["size"] == size)]
+    samples = []
+    for r in ok[ok["strategy"] == "pipeline"].to_dict("records"):
+        base = ok[(ok["run_id"] == r["run_id"]) & (ok["replicas"] == 1)]
+        layout = layout_of({str(k): v for k, v in r.items()})
+        if base.empty or layout is None:
+            continue
+        beta = software_costs(fits, "torch")[1]
+        loopback = MeasuredLinks(layout.stages, 1.0 / beta if beta > 0 else 10e9, 0.0, 0.0,
+                                 source="loopback")
+        predicted = predict_layout(workload, layout, loopback, int(r["global_batch"]),
+                                   float(base["step_time_median_s"].iloc[0]),
+                                   int(base["global_batch"].iloc[0]), fits=fits, cores=cores)
+        passes = 2 * (layout.microbatches + layout.stages - 1)
+        samples.append((float(r["step_time_median_s"]) - predicted["step_time_median_s"])
+                       / passes)
+    return max(0.0, _median(samples)) if samples else 0.0

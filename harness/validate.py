@@ -27,6 +27,7 @@ from harness.predict import (
     MeasuredLinks,
     emulated_topology,
     machine_cores,
+    pass_overhead,
     predict_layout,
     predict_step,
     realtime_rows,
@@ -318,7 +319,7 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
             continue
         if r["strategy"] in MODEL_PARALLEL_STRATEGIES:
             row = _predict_layout_row(store, {str(k): v for k, v in r.items()},
-                                      base.iloc[0], links, fits)
+                                      base.iloc[0], links, fits, frame)
             if row is not None:
                 rows.append(row)
             continue
@@ -373,26 +374,29 @@ def layout_of(row: dict[str, Any]) -> Any:
 
 
 def _predict_layout_row(store: ResultsStore, r: dict[str, Any], base: Any,
-                        links: MeasuredLinks, fits: pd.DataFrame) -> dict[str, Any] | None:
+                        links: MeasuredLinks, fits: pd.DataFrame, measured: pd.DataFrame
+                        ) -> dict[str, Any] | None:
     layout = layout_of(r)
     if layout is None:
         return None
+    name = f"{r['workload']}:{r['size']}"
+    cores = run_cores(store, r["run_id"])
     try:
-        sim = predict_layout(f"{r['workload']}:{r['size']}", layout, links,
-                             int(r["global_batch"]), float(base["step_time_median_s"]),
-                             int(base["global_batch"]), fits=fits,
-                             cores=run_cores(store, r["run_id"]))
+        overhead = pass_overhead(measured, fits, name, cores)
+        sim = predict_layout(name, layout, links, int(r["global_batch"]),
+                             float(base["step_time_median_s"]), int(base["global_batch"]),
+                             fits=fits, cores=cores, pass_overhead_s=overhead)
     except (InputError, ValueError):
         return None
-    measured = float(r["step_time_median_s"])
+    step = float(r["step_time_median_s"])
     return {"kind": "step", "run_id": r["run_id"], "cluster": r["cluster"],
             "what": f"{r['framework']}/{r['strategy']}[{layout.describe()}]/"
                     f"{r['workload']}:{r['size']}",
             "bytes": float(sim["bytes_per_step"]), "replicas": r["replicas"],
-            "topology": sim["topology"], "model": sim["model"], "measured_s": measured,
+            "topology": sim["topology"], "model": sim["model"], "measured_s": step,
             "predicted_s": sim["step_time_median_s"],
-            "error": sim["step_time_median_s"] / measured - 1,
-            "bubble_predicted": sim["bubble_fraction"]}
+            "error": sim["step_time_median_s"] / step - 1,
+            "bubble_predicted": sim["bubble_fraction"], "pass_overhead_s": overhead}
 
 
 def summarize(table: pd.DataFrame) -> dict[str, float]:

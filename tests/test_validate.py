@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from harness.launch import netns
-from harness.validate import measured_topology, summarize, validate
+from harness.validate import measured_topology, summarize, validate, validate_steps
 from results import ResultsStore
 
 
@@ -490,3 +490,20 @@ def test_a_racked_cluster_is_predicted_on_the_topology_it_was_built_as(tmp_path)
     assert bottleneck_bits(links) == 190e6
     flat = measured_links(store, run_id, cluster)
     assert emulated_topology(dataclasses.replace(flat, hosts=3)).startswith("switch:n=3")
+
+
+PIPELINE_DATA = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-25-pipeline"
+
+
+def test_the_documented_pipeline_validation_reproduces_from_its_checked_in_data(monkeypatch):
+    """docs/SIMULATOR.md's pipeline table: 8 runs (2 and 4 stages, 4 and 8 micro-batches,
+    400 and 100 Mbit/s) predicted from their one-process baselines, gloo's loopback fit and
+    the loopback floor of a pass; the issue's target is a median |error| <= 15%."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    table = validate_steps(ResultsStore(PIPELINE_DATA))
+    pipeline = table[table["what"].str.startswith("torch/pipeline")]
+    assert len(pipeline) == 8
+    layouts = pipeline["what"].str.extract(r"pp=(\d+),tp=1,microbatches=(\d+)")
+    assert set(layouts[0]) == {"2", "4"} and set(layouts[1]) == {"4", "8"}
+    assert {c.split("rate=")[1] for c in pipeline["cluster"]} == {"400mbit", "100mbit"}
+    assert round(pipeline["error"].abs().median(), 3) == 0.133

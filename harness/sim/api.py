@@ -102,7 +102,8 @@ def simulate_layout(topology_spec: str, model: LayeredModel, layout: Layout,
                     calibration: cal.Calibration | None = None, *,
                     step_compute_s: float | None = None, optimizer: str = "adam",
                     recompute: bool = False, mode: str = "fast",
-                    cores: float | None = None) -> dict[str, Any]:
+                    cores: float | None = None, pass_overhead_s: float = 0.0
+                    ) -> dict[str, Any]:
     """One step of a data x pipeline x tensor layout as a results row (with the memory the
     fullest device needs). ``global_batch`` defaults to the model's batch per replica times
     the data-parallel degree, cut into ``layout.microbatches`` micro-batches per pipeline.
@@ -113,7 +114,7 @@ def simulate_layout(topology_spec: str, model: LayeredModel, layout: Layout,
     batch = global_batch if global_batch is not None else model.batch_size * layout.data
     result = model_parallel_step(topo, model, layout, batch, calib,
                                  step_compute_s=step_compute_s, recompute=recompute, mode=mode,
-                                 cores=cores)
+                                 cores=cores, pass_overhead_s=pass_overhead_s)
     micro = batch // (layout.data * layout.microbatches)
     single = (step_compute_s * micro / model.batch_size if step_compute_s is not None else
               cal.compute_seconds(WorkloadProfile(params=model.params, batch_per_replica=micro,

@@ -358,7 +358,8 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
                         global_batch: int, calibration: Calibration | None = None, *,
                         step_compute_s: float | None = None, optimizer_s: float = 0.0,
                         recompute: bool = False, mode: str = "fast",
-                        cores: float | None = None) -> StepResult:
+                        cores: float | None = None, pass_overhead_s: float = 0.0
+                        ) -> StepResult:
     """One step of ``layout`` (data x pipeline x tensor) training ``model`` on ``global_batch``
     samples. ``step_compute_s``: forward + backward of the whole model on one device for its
     ``model.batch_size`` samples, when measured; else FLOPs over the calibration's device.
@@ -368,6 +369,8 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
     simulated with all their concurrent groups, so shared hosts and links count.
     ``cores``: where all devices are processes of one thread on a machine with this many
     cores (emulated hosts), the computing ones share them (harness/sim/pipeline.py).
+    ``pass_overhead_s``: a runtime's own work per forward or backward pass of a micro-batch
+    (scheduling, messages, small-batch kernels), measured on loopback where it matters.
     """
     started = time.perf_counter()
     check_layout(model, layout, global_batch)
@@ -387,8 +390,8 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
     forward, backward, forward_comm, backward_comm, compute_only = [], [], [], [], []
     for s, layers in enumerate(stages):
         f = whole * sum(layer.flops_per_sample for layer in layers) / model.flops_per_sample / T
-        forward.append(f / 3)
-        backward.append(2 * f / 3 + (f / 3 if recompute else 0.0))
+        forward.append(f / 3 + pass_overhead_s)
+        backward.append(2 * f / 3 + (f / 3 if recompute else 0.0) + pass_overhead_s)
         compute_only.append((forward[-1] + backward[-1]) * M)
         fwd_comm = bwd_comm = 0.0
         if T > 1:
