@@ -44,6 +44,9 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("torch", "pipeline", "pipeline", True, True,
              "torch.distributed.pipelining: one stage per process, GPipe or 1F1B over "
              "micro-batches (transformer family; named, never part of 'all')."),
+    Strategy("torch", "tensor_parallel", "tensor", True, True,
+             "DTensor tensor parallelism: each block's attention heads and MLP split over "
+             "the ranks (transformer family; named, never part of 'all')."),
 )
 #: Model-parallel strategies split one model: they run only when named, on models with layers.
 MODEL_PARALLEL = ("pipeline", "tensor_parallel")

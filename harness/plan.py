@@ -72,6 +72,7 @@ class PipelineOptions:
     stages: int | None = None  # default: one per emulated host, else this machine's 2
     microbatches: int | None = None  # default: one per stage
     schedule: str = "1f1b"
+    tensor: int | None = None  # tensor_parallel's degree (same default as stages)
 
 
 def plan(strategies: list[Strategy], workloads: list[WorkloadChoice], cluster: str,
@@ -92,6 +93,9 @@ def plan(strategies: list[Strategy], workloads: list[WorkloadChoice], cluster: s
             if strat.exchange == "pipeline":
                 replicas = _pipeline_options(choice, hosts, pipeline or PipelineOptions(),
                                              options)
+            if strat.exchange == "tensor":
+                replicas = _tensor_options(choice, hosts, pipeline or PipelineOptions(),
+                                           options)
             cases.append(Case(
                 framework=strat.framework, strategy=strat.name, workload=choice.ref,
                 cluster=cluster, replicas=replicas, steps=steps, warmup=warmup,
@@ -101,17 +105,38 @@ def plan(strategies: list[Strategy], workloads: list[WorkloadChoice], cluster: s
     return cases
 
 
-def _pipeline_options(choice: WorkloadChoice, hosts: int, asked: PipelineOptions,
-                      options: dict[str, Any]) -> int:
-    """Stages (the case's replicas) and micro-batches of a pipeline case, in ``options``;
-    InputError (one line) for a split the workload cannot take."""
+def _transformer(choice: WorkloadChoice, what: str) -> Any:
     from workloads import resolve_workload
     from workloads.configs import TransformerConfig
 
     config = getattr(resolve_workload(choice.ref), "config", None)
     if not isinstance(config, TransformerConfig):
-        raise InputError(f"pipeline splits a model by its blocks: use the transformer family "
-                         f"(transformer:S|M|L), not {choice.ref}")
+        raise InputError(f"{what}: use the transformer family (transformer:S|M|L), not "
+                         f"{choice.ref}")
+    return config
+
+
+def _tensor_options(choice: WorkloadChoice, hosts: int, asked: PipelineOptions,
+                    options: dict[str, Any]) -> int:
+    """The tensor-parallel degree (the case's replicas); InputError for one the heads do
+    not divide."""
+    config = _transformer(choice, "tensor_parallel splits each block by its heads")
+    tensor = asked.tensor or (hosts if hosts > 1 else LOCAL_REPLICAS)
+    if hosts > 1 and tensor != hosts:
+        raise InputError(f"on emulated hosts tensor parallelism runs one rank per host: "
+                         f"--tensor-parallel {tensor} must be the cluster's hosts={hosts}")
+    if tensor < 2 or tensor > config.heads or config.heads % tensor:
+        raise InputError(f"tensor-parallel degree {tensor} must divide the {config.heads} "
+                         f"attention heads of {choice.ref} (and be at least 2)")
+    options.update(tensor_parallel=tensor)
+    return tensor
+
+
+def _pipeline_options(choice: WorkloadChoice, hosts: int, asked: PipelineOptions,
+                      options: dict[str, Any]) -> int:
+    """Stages (the case's replicas) and micro-batches of a pipeline case, in ``options``;
+    InputError (one line) for a split the workload cannot take."""
+    config = _transformer(choice, "pipeline splits a model by its blocks")
     stages = asked.stages or (hosts if hosts > 1 else LOCAL_REPLICAS)
     if hosts > 1 and stages != hosts:
         raise InputError(f"on emulated hosts a pipeline runs one stage per host: --stages "

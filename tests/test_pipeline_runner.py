@@ -69,3 +69,45 @@ def test_a_pipeline_trains_to_one_devices_weights_and_measures_its_bubble(tmp_pa
     assert 0 < pipe["extra"]["bubble_fraction"] < 1
     assert pipe["extra"]["stages"] == 2 and pipe["extra"]["microbatches"] == 4
     assert pipe["grad_bytes"] == rows.loc["single_device", "grad_bytes"]  # the whole model
+
+
+def test_qkv_rows_are_reordered_so_each_rank_holds_its_heads_q_k_and_v():
+    import numpy as np
+
+    from harness.runners.torch_tensor_parallel import qkv_order
+
+    d, heads, ranks = 8, 4, 2  # head width 2: rank 0 owns heads 0-1, columns 0-3 of each
+    order = qkv_order(d, heads, ranks)
+    assert sorted(order.tolist()) == list(range(3 * d))
+    assert order[:12].tolist() == [0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19]
+    assert np.array_equal(np.argsort(order)[order], np.arange(3 * d))
+
+
+def test_a_tensor_parallel_case_and_the_degrees_the_heads_refuse():
+    (case,) = plan(catalog.strategies("torch", ["tensor_parallel"]),
+                   resolve_workloads(["transformer:M"]), "local", 2, 1, 1, 60.0,
+                   pipeline=PipelineOptions(tensor=4))
+    assert case.replicas == 4 and case.options["tensor_parallel"] == 4
+    for tensor, workload in ((3, "transformer:M"), (8, "transformer:M"), (2, "mlp:S")):
+        with pytest.raises(InputError, match="tensor"):
+            plan(catalog.strategies("torch", ["tensor_parallel"]),
+                 resolve_workloads([workload]), "local", 2, 1, 1, 60.0,
+                 pipeline=PipelineOptions(tensor=tensor))
+
+
+@pytest.mark.heavy
+def test_tensor_parallelism_trains_to_one_devices_weights(tmp_path):
+    from results.store import load
+
+    run = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--framework", "torch",
+                          "--strategy", "single_device", "--strategy", "tensor_parallel",
+                          "--workload", "transformer:S", "--tensor-parallel", "2",
+                          "--steps", "3", "--warmup", "1", "--repeats", "1",
+                          "--results", str(tmp_path)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    rows = load(tmp_path).set_index("strategy")
+    tp = rows.loc["tensor_parallel"]
+    assert tp["status"] == "ok", tp["reason"]
+    assert tp["max_weight_diff"] <= 1e-5
+    assert tp["extra"]["tensor_parallel"] == 2

@@ -99,13 +99,15 @@ def run_cases(cases: list[Case], store: ResultsStore, run_id: str, skip: set[str
               help="Pipeline micro-batches per step (default: one per stage).")
 @click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), default="1f1b",
               show_default=True, help="Pipeline schedule.")
+@click.option("--tensor-parallel", "tensor", type=click.IntRange(min=1), default=None,
+              help="tensor_parallel's degree (default: one rank per emulated host, else 2).")
 @results_option
 @json_option
 def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
             workloads: tuple[str, ...], cluster: str, steps: int, warmup: int, repeats: int,
             timeout: float, resume: bool, dry_run: bool, script: str, stages: int | None,
-            microbatches: int | None, schedule: str, results: str | None,
-            as_json: bool) -> None:
+            microbatches: int | None, schedule: str, tensor: int | None,
+            results: str | None, as_json: bool) -> None:
     """Train workloads under each strategy and store one row per case."""
     store = ResultsStore(results_dir(results))
     if dry_run:
@@ -123,7 +125,7 @@ def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
         names = list(workloads) or list(SUITES[suite or "quick"])
         cases = plan(strategies, resolve_workloads(names), cluster_spec.text, steps, warmup,
                      repeats, timeout, hosts=cluster_spec.hosts,
-                     pipeline=PipelineOptions(stages, microbatches, schedule))
+                     pipeline=PipelineOptions(stages, microbatches, schedule, tensor))
         run_id = start_run(store, cases)
         skip = set()
     with on_cluster(cluster_spec, store, run_id) as emulated:

@@ -143,6 +143,12 @@ def run(case: Case, role: str, index: int, workdir: Path) -> dict[str, Any]:
         torch.set_num_threads(_threads(case))
         _init_group(case, index, case.replicas)
         return torch_pipeline.run(case, index, workdir)
+    if case.strategy == "tensor_parallel":
+        from harness.runners import torch_tensor_parallel
+
+        torch.set_num_threads(_threads(case))
+        _init_group(case, index, case.replicas)
+        return torch_tensor_parallel.run(case, index, workdir)
     if case.strategy in ("parameter_server", "parameter_server_async"):
         from harness.runners import torch_ps
 
