@@ -111,3 +111,24 @@ def test_tensor_parallelism_trains_to_one_devices_weights(tmp_path):
     assert tp["status"] == "ok", tp["reason"]
     assert tp["max_weight_diff"] <= 1e-5
     assert tp["extra"]["tensor_parallel"] == 2
+
+
+@pytest.mark.heavy
+def test_measured_memory_of_pipeline_and_tensor_parallel_stages_is_within_20_percent(tmp_path):
+    """transformer:L (203 MB of parameters and gradients) split two ways, against the memory
+    model plus the framework's working memory measured on transformer:S the same way."""
+    from harness.validate_memory import validate_memory
+    from results.store import load
+
+    for workload in ("transformer:S", "transformer:L"):
+        run = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--framework",
+                              "torch", "--strategy", "pipeline", "--strategy",
+                              "tensor_parallel", "--workload", workload, "--microbatches",
+                              "2", "--steps", "2", "--warmup", "1", "--repeats", "1",
+                              "--results", str(tmp_path)],
+                             capture_output=True, text=True, timeout=900)
+        assert run.returncode == 0, run.stderr
+    table = validate_memory(load(tmp_path)).set_index("what")
+    assert set(table.index) == {"torch/pipeline/transformer:L",
+                                "torch/tensor_parallel/transformer:L"}
+    assert (table["error"].abs() <= 0.20).all(), table[["measured_bytes", "predicted_bytes"]]

@@ -132,6 +132,7 @@ def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
             times.append(elapsed)
             bubbles.append(max(0.0, 1.0 - busy.seconds / elapsed))
         losses.append(float(loss))
+    gained = memory.peak_since(baseline, was_reset)  # before the weights are gathered
     mine = {names[id(p)]: p.detach().numpy().copy() for p in part.parameters()
             if id(p) in names}  # the last stage's head copy is the embedding's twin
     gathered: list[Any] = [None] * stages if index == 0 else []
@@ -143,7 +144,7 @@ def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
         # what this stage sends per step: activations forward, gradients back (4-byte floats)
         "bytes_sent_per_step": 4.0 * case.global_batch * config.context * config.d_model
         * ((not part.last) + (not part.first)),
-        "model_memory_bytes": memory.peak_since(baseline, was_reset),
+        "model_memory_bytes": gained,
         "details": {"stages": stages, "microbatches": microbatches,
                     "schedule": case.options.get("schedule", "1f1b")},
         "bubble_fraction": float(np.median(bubbles)) if bubbles else float("nan")}
