@@ -61,8 +61,10 @@ def exchange_kind(framework: str, strategy: str) -> str:
     """none | allreduce | central | parameter_server | sharded (as harness.catalog names)."""
     if strategy in ("single_device", "one_device"):
         return "none"
+    if strategy in ("pipeline", "tensor_parallel"):
+        return "model_parallel"
     if framework == "sim":
-        if strategy in ("pipeline", "tensor_parallel") or "+" in strategy:
+        if "+" in strategy:
             return "model_parallel"
         if strategy.startswith("allreduce"):
             return "allreduce"
@@ -145,7 +147,8 @@ def measured_points(ctx: Context, facts: WorkloadFacts, target: Target) -> list[
             bytes_per_worker=float(sent) if sent is not None else NAN, source="measured",
             device_memory_bytes=device_memory(target, ctx, n), price_per_device_hour=price,
             price_basis=basis, weights_match=_weights_match(r),
-            max_weight_diff=float(r.get("max_weight_diff", NAN))))
+            max_weight_diff=float(r.get("max_weight_diff", NAN)),
+            measured_memory_bytes=float(r.get("model_memory_bytes", NAN))))
     return out
 
 

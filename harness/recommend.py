@@ -103,6 +103,8 @@ def _reason(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits: fl
                 f"device for {what}, the device has {format_bytes(row['device_memory_bytes'])}")
     at = f" at {format_rate(bandwidth_bits)}" if math.isfinite(bandwidth_bits) else ""
     ex = row["exchange"]
+    if ex == "model_parallel":
+        return _split_reason(row, at)
     sparsity = row.get("sparsity", 1.0)
     if ex == "parameter_server" and sparsity < 0.5:
         ar = [r["bytes_per_worker"] for r in group if r["exchange"] == "allreduce"
@@ -117,12 +119,6 @@ def _reason(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits: fl
         return f"gradient exchange is {comm:.0%} of the step{at}"
     if ex == "none":
         return "one device: no gradient exchange at all"
-    if ex == "model_parallel":
-        bubble = row.get("bubble", NAN)
-        return (f"one replica does not fit a device: {row.get('layout', '')} needs "
-                f"{format_bytes(row['memory_per_device_bytes'])} per device"
-                + (f"; pipeline bubble {bubble:.0%}" if math.isfinite(bubble) and bubble > 0
-                   else ""))
     if ex == "sharded" and row["replicas"] > 1:
         others = [r for r in group if r["exchange"] != "sharded" and r["status"] == "ok"
                   and not r["fits"]]
@@ -136,13 +132,33 @@ def _reason(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits: fl
     return f"scaling efficiency {eff:.0%}" if math.isfinite(eff) else "ranked by throughput"
 
 
+def _split_reason(row: dict[str, Any], at: str) -> str:
+    """Why a model split over devices ranks where it does: what it needs per device, and
+    the step time that is not compute (bubble, tensor all-reduces, sends)."""
+    comm = row.get("comm_fraction", NAN)
+    idle = (f"; {comm:.0%} of the step is not compute (bubble and transfers{at})"
+            if math.isfinite(comm) else "")
+    layout = row.get("layout")
+    if isinstance(layout, str) and layout:
+        bubble = row.get("bubble", NAN)
+        return (f"one replica does not fit a device: {layout} needs "
+                f"{format_bytes(row['memory_per_device_bytes'])} per device"
+                + (f"; pipeline bubble {bubble:.0%}" if math.isfinite(bubble) and bubble > 0
+                   else ""))
+    return f"splits the model over {row['replicas']} devices" + idle
+
+
 def fill(points: list[dict[str, Any]], *, samples: float, price: float | None = None,
          optimizer_slots: int = 2) -> None:
     """Memory fit, time and cost to train ``samples``, in place."""
     for r in points:
         act = r.get("activation_bytes_per_sample")
         act_bytes = float(act) * int(r.get("batch") or 0) if act and math.isfinite(act) else 0.0
-        if r["exchange"] != "model_parallel":  # a layout's memory comes with its simulation
+        if r["exchange"] == "model_parallel" and "memory_per_device_bytes" not in r:
+            # a measured split model: what its fullest process measured (a simulated
+            # layout's memory comes with its simulation)
+            r["memory_per_device_bytes"] = r.get("measured_memory_bytes", NAN)
+        if r["exchange"] != "model_parallel":
             copies = GRADIENT_COPIES.get((r["framework"], r["strategy"]), 1)
             r["memory_per_device_bytes"] = (
                 data_parallel_memory(r["params"], r["exchange"], r["replicas"],

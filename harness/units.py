@@ -25,7 +25,7 @@ def format_rate(bits: float) -> str:
         return ""
     for scale, unit in ((1e9, "Gbit/s"), (1e6, "Mbit/s"), (1e3, "kbit/s")):
         if bits >= scale:
-            return f"{bits / scale:g} {unit}"
+            return f"{bits / scale:.3g} {unit}"
     return f"{bits:g} bit/s"
 
 
