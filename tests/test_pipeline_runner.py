@@ -111,6 +111,7 @@ def test_tensor_parallelism_trains_to_one_devices_weights(tmp_path):
     assert tp["status"] == "ok", tp["reason"]
     assert tp["max_weight_diff"] <= 1e-5
     assert tp["extra"]["tensor_parallel"] == 2
+    assert 0 < tp["extra"]["bubble_fraction"] < 1  # its idle share: waiting in all-reduces
 
 
 @pytest.mark.heavy

@@ -15,6 +15,7 @@ the weights are compared with one device's.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from pathlib import Path
@@ -51,6 +52,26 @@ def _local_attention(block: nn.Module, local_heads: int, x: torch.Tensor) -> tor
                for z in qkv.split(width, dim=-1))
     out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     return out.transpose(1, 2).reshape(b, t, width)
+
+
+class _Waits:
+    seconds = 0.0
+
+
+@contextlib.contextmanager
+def _collective_time() -> Any:
+    """Seconds this process spent in its all-reduces, torch.profiler's events: DTensor's are
+    functional (issued, then waited for: the wait is where the rank idles); a plain
+    c10d all-reduce (nested in the functional one when both appear) otherwise."""
+    from torch.profiler import ProfilerActivity, profile
+
+    waits = _Waits()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        yield waits
+    spent = {e.key: e.cpu_time_total for e in prof.key_averages()}
+    functional = (spent.get("_c10d_functional::all_reduce", 0.0)
+                  + spent.get("_c10d_functional::wait_tensor", 0.0))
+    waits.seconds = (functional or spent.get("c10d::allreduce_", 0.0)) / 1e6
 
 
 def _parallelize(model: nn.Module, config: TransformerConfig, ranks: int) -> None:
@@ -103,22 +124,31 @@ def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
     was_reset = memory.reset_peak()
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
     times, losses = [], []
+    waiting = float("nan")
     for step in range(case.total_steps):
         batch = tw.batch(spec, step, case.global_batch, case.seed)  # every rank: all of it
-        start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        loss = tw.loss(spec, model, batch)
-        loss.backward()
-        optimizer.step()
-        value = float(loss.detach())
+        profiled = step == case.warmup - 1  # the last untimed step: where waits are counted
+        with _collective_time() if profiled else contextlib.nullcontext() as waits:
+            start = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            loss = tw.loss(spec, model, batch)
+            loss.backward()
+            optimizer.step()
+            value = float(loss.detach())
+            elapsed = time.perf_counter() - start
+        if profiled and waits is not None:
+            waiting = min(1.0, waits.seconds / elapsed)
         if step >= case.warmup:
-            times.append(time.perf_counter() - start)
+            times.append(elapsed)
         losses.append(value)
     report: dict[str, Any] = {
         "step_times_s": times, "losses": losses, "rank": index, "world": ranks,
         "threads": torch.get_num_threads(), "grad_bytes": model_bytes,
         "model_memory_bytes": memory.peak_since(baseline, was_reset),
-        "details": {"tensor_parallel": ranks}}
+        "details": {"tensor_parallel": ranks},
+        # the rank's share of a step spent in the tensor all-reduces (its idle time: with
+        # one stage, the only bubble there is); from the last warm-up step, profiled
+        "bubble_fraction": waiting}
     weights = _full_weights(model, config, ranks)
     if index == 0:
         path = workdir / "weights-tensor_parallel-0.npz"
