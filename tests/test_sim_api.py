@@ -67,9 +67,13 @@ def test_real_strategy_names_map_onto_simulated_ones():
 
 
 def test_every_multi_device_catalog_strategy_has_a_simulation():
+    """Data-parallel strategies map onto a simulated exchange; model-parallel ones are
+    simulated as layouts (simulate_layout: pipeline stages, tensor ranks)."""
     catalog = pytest.importorskip("harness.catalog")
     for s in catalog.STRATEGIES:
-        if s.exchange != "none":
+        if s.name in catalog.MODEL_PARALLEL:
+            assert s.exchange in ("pipeline", "tensor"), s
+        elif s.exchange != "none":
             assert (s.framework, s.name) in REAL_TO_SIM, s
 
 
