@@ -28,7 +28,6 @@ from torch import nn
 from harness.measure import memory
 from harness.plan import Case
 from harness.runners import torch_workload as tw
-from workloads.configs import TransformerConfig
 
 LEARNING_RATE = 0.05  # as harness/runners/torch_runner.py
 
@@ -80,9 +79,7 @@ def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
     stages, microbatches = case.replicas, int(case.options["microbatches"])
-    spec = tw.spec(case)
-    config = getattr(spec, "config", None)
-    assert isinstance(config, TransformerConfig), "plan admits the transformer family only"
+    spec, config = tw.transformer(case)
     torch.manual_seed(case.seed)
     baseline = memory.current()
     full = tw.build(spec, case.seed)

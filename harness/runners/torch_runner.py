@@ -68,6 +68,19 @@ def _full_weights(case: Case, model: torch.nn.Module) -> dict[str, np.ndarray]:
     return {n: p.detach().cpu().numpy().copy() for n, p in inner.named_parameters()}
 
 
+def timed_step(spec: tw.Workload, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+               batch: Any) -> tuple[float, float]:
+    """One training step: (its loss, its seconds), the same for every strategy that trains
+    a whole model per process."""
+    start = time.perf_counter()
+    optimizer.zero_grad(set_to_none=True)
+    loss = tw.loss(spec, model, batch)
+    loss.backward()
+    optimizer.step()
+    value = float(loss.detach())
+    return value, time.perf_counter() - start
+
+
 def train(case: Case, rank: int, world: int, batch_per_rank: int,
           workdir: Path, save_weights: bool, distributed: bool = True) -> dict[str, Any]:
     """The timed loop shared by every synchronous torch strategy (and the reference)."""
@@ -87,13 +100,7 @@ def train(case: Case, rank: int, world: int, batch_per_rank: int,
     times, losses = [], []
     for step, batch in enumerate(batches):
         tw.inject_fault(case, rank, step)
-        start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        loss = tw.loss(spec, model, batch)
-        loss.backward()
-        optimizer.step()
-        value = float(loss.detach())
-        elapsed = time.perf_counter() - start
+        value, elapsed = timed_step(spec, model, optimizer, batch)
         if step >= case.warmup:
             times.append(elapsed)
         losses.append(value)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from torch import nn
 from harness.measure import memory
 from harness.plan import Case
 from harness.runners import torch_workload as tw
+from harness.runners.torch_runner import timed_step
 from workloads.configs import TransformerConfig
 
 LEARNING_RATE = 0.05  # as harness/runners/torch_runner.py
@@ -113,9 +113,7 @@ def _full_weights(model: nn.Module, config: TransformerConfig, ranks: int
 
 def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
     ranks = case.replicas
-    spec = tw.spec(case)
-    config = getattr(spec, "config", None)
-    assert isinstance(config, TransformerConfig), "plan admits the transformer family only"
+    spec, config = tw.transformer(case)
     torch.manual_seed(case.seed)
     baseline = memory.current()
     model = tw.build(spec, case.seed)
@@ -129,13 +127,7 @@ def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
         batch = tw.batch(spec, step, case.global_batch, case.seed)  # every rank: all of it
         profiled = step == case.warmup - 1  # the last untimed step: where waits are counted
         with _collective_time() if profiled else contextlib.nullcontext() as waits:
-            start = time.perf_counter()
-            optimizer.zero_grad(set_to_none=True)
-            loss = tw.loss(spec, model, batch)
-            loss.backward()
-            optimizer.step()
-            value = float(loss.detach())
-            elapsed = time.perf_counter() - start
+            value, elapsed = timed_step(spec, model, optimizer, batch)
         if profiled and waits is not None:
             waiting = min(1.0, waits.seconds / elapsed)
         if step >= case.warmup:

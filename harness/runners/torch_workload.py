@@ -16,6 +16,7 @@ from torch import nn
 from harness.plan import Case
 from workloads import UserWorkload, WorkloadSpec, data, resolve_workload
 from workloads import torch_models as models
+from workloads.configs import TransformerConfig
 
 shard = data.shard
 shard_units = models.shard_units  # [] for a user's model: sharded at its root
@@ -26,6 +27,15 @@ def spec(case: Case) -> Workload:
     workload = resolve_workload(case.workload)
     assert isinstance(workload, WorkloadSpec | UserWorkload), "profiles are never run"
     return workload
+
+
+def transformer(case: Case) -> tuple[Workload, TransformerConfig]:
+    """The workload of a model-parallel case and its architecture (plan admits only the
+    transformer family there)."""
+    workload = spec(case)
+    config = getattr(workload, "config", None)
+    assert isinstance(config, TransformerConfig), "plan admits the transformer family only"
+    return workload, config
 
 
 def build(workload: Workload, seed: int, sparse_embeddings: bool = False) -> nn.Module:
