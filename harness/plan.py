@@ -71,8 +71,22 @@ class PipelineOptions:
 
     stages: int | None = None  # default: one per emulated host, else this machine's 2
     microbatches: int | None = None  # default: one per stage
-    schedule: str = "1f1b"
+    schedule: str | None = None  # default 1f1b; None tells a schedule nobody asked for
     tensor: int | None = None  # tensor_parallel's degree (same default as stages)
+
+
+def _refuse_unused(strategies: list[Strategy], asked: PipelineOptions) -> None:
+    """An option for a layout no chosen strategy has would be silently ignored: refuse it."""
+    exchanges = {s.exchange for s in strategies}
+    flags = {"--stages": (asked.stages, "pipeline"),
+             "--microbatches": (asked.microbatches, "pipeline"),
+             "--schedule": (asked.schedule, "pipeline"),
+             "--tensor-parallel": (asked.tensor, "tensor")}
+    for flag, (value, exchange) in flags.items():
+        if value is not None and exchange not in exchanges:
+            owner = "tensor_parallel" if exchange == "tensor" else "pipeline"
+            raise InputError(f"{flag} applies to --strategy {owner}, which is not among the "
+                             f"strategies chosen ({', '.join(s.name for s in strategies)})")
 
 
 def plan(strategies: list[Strategy], workloads: list[WorkloadChoice], cluster: str,
@@ -81,6 +95,7 @@ def plan(strategies: list[Strategy], workloads: list[WorkloadChoice], cluster: s
     """Baselines first (per framework and workload), so every later case finds its baseline
     for scaling efficiency in the same run."""
     cases = []
+    _refuse_unused(strategies, pipeline or PipelineOptions())
     for choice in workloads:
         for strat in sorted(strategies, key=lambda s: (s.framework, s.exchange != "none")):
             options: dict[str, Any] = {"workload_label": choice.label,
@@ -149,7 +164,8 @@ def _pipeline_options(choice: WorkloadChoice, hosts: int, asked: PipelineOptions
     if batch % microbatches:
         raise InputError(f"{microbatches} micro-batches do not divide the pipeline's batch "
                          f"of {batch} ({choice.batch} per stage x {stages} stages)")
-    options.update(stages=stages, microbatches=microbatches, schedule=asked.schedule)
+    options.update(stages=stages, microbatches=microbatches,
+                   schedule=asked.schedule or "1f1b")
     return stages
 
 

@@ -97,8 +97,8 @@ def run_cases(cases: list[Case], store: ResultsStore, run_id: str, skip: set[str
               help="Pipeline stages (default: one per emulated host, else 2).")
 @click.option("--microbatches", type=click.IntRange(min=1), default=None,
               help="Pipeline micro-batches per step (default: one per stage).")
-@click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), default="1f1b",
-              show_default=True, help="Pipeline schedule.")
+@click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), default=None,
+              help="Pipeline schedule (default: 1f1b).")
 @click.option("--tensor-parallel", "tensor", type=click.IntRange(min=1), default=None,
               help="tensor_parallel's degree (default: one rank per emulated host, else 2).")
 @results_option
@@ -106,13 +106,14 @@ def run_cases(cases: list[Case], store: ResultsStore, run_id: str, skip: set[str
 def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
             workloads: tuple[str, ...], cluster: str, steps: int, warmup: int, repeats: int,
             timeout: float, resume: bool, dry_run: bool, script: str, stages: int | None,
-            microbatches: int | None, schedule: str, tensor: int | None,
+            microbatches: int | None, schedule: str | None, tensor: int | None,
             results: str | None, as_json: bool) -> None:
     """Train workloads under each strategy and store one row per case."""
     store = ResultsStore(results_dir(results))
     if dry_run:
         write_batch_script(specs.parse_cluster(cluster), framework, strategy_names,
-                           workloads, suite, steps, warmup, repeats, timeout, store, script)
+                           workloads, suite, steps, warmup, repeats, timeout, store, script,
+                           PipelineOptions(stages, microbatches, schedule, tensor))
         return
     if resume:
         run_id, cases = _resume_target(store)
@@ -142,18 +143,26 @@ def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
 def write_batch_script(cluster_spec: specs.ClusterSpec, framework: str,
                        strategy_names: tuple[str, ...], workloads: tuple[str, ...],
                        suite: str | None, steps: int, warmup: int, repeats: int,
-                       timeout: float, store: ResultsStore, script: str) -> None:
+                       timeout: float, store: ResultsStore, script: str,
+                       layout: PipelineOptions | None = None) -> None:
     if cluster_spec.kind != "slurm":
         raise InputError("--dry-run writes a Slurm batch script: use it with --cluster slurm")
     names = list(workloads) or list(SUITES[suite or "quick"])
     cases = plan(catalog.strategies(framework, strategy_names), resolve_workloads(names),
-                 cluster_spec.text, steps, warmup, repeats, timeout, hosts=cluster_spec.hosts)
+                 cluster_spec.text, steps, warmup, repeats, timeout, hosts=cluster_spec.hosts,
+                 pipeline=layout)
     argv = [sys.executable, "-m", "harness.cli", "run", "--cluster", cluster_spec.text,
             "--framework", framework, "--steps", str(steps), "--warmup", str(warmup),
             "--repeats", str(repeats), "--timeout", f"{timeout:g}",
             "--results", str(store.root.resolve())]
     argv += [a for name in strategy_names for a in ("--strategy", name)]
     argv += [a for name in names for a in ("--workload", name)]
+    layout = layout or PipelineOptions()
+    argv += [a for flag, value in (("--stages", layout.stages),
+                                   ("--microbatches", layout.microbatches),
+                                   ("--schedule", layout.schedule),
+                                   ("--tensor-parallel", layout.tensor))
+             if value is not None for a in (flag, str(value))]
     text = slurm.batch_script(cases, SlurmTarget(cluster_spec), argv)
     path = Path(script)
     try:
