@@ -50,19 +50,25 @@ def test_all_means_data_parallel_and_the_cli_refuses_a_bad_split_with_exit_2(tmp
     assert "3 stages do not divide the 4 blocks" in bad.stderr
 
 
-@pytest.mark.heavy
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-def test_a_pipeline_trains_to_one_devices_weights_and_measures_its_bubble(tmp_path, schedule):
+def _beside_one_device(tmp_path, strategy: str, *options: str):
+    """transformer:S trained a few steps by ``strategy`` and by one device; rows by strategy."""
     from results.store import load
 
     run = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--framework", "torch",
-                          "--strategy", "single_device", "--strategy", "pipeline",
-                          "--workload", "transformer:S", "--stages", "2", "--microbatches",
-                          "4", "--schedule", schedule, "--steps", "3", "--warmup", "1",
-                          "--repeats", "1", "--results", str(tmp_path)],
+                          "--strategy", "single_device", "--strategy", strategy,
+                          "--workload", "transformer:S", *options, "--steps", "3",
+                          "--warmup", "1", "--repeats", "1", "--results", str(tmp_path)],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
-    rows = load(tmp_path).set_index("strategy")
+    return load(tmp_path).set_index("strategy")
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_a_pipeline_trains_to_one_devices_weights_and_measures_its_bubble(tmp_path, schedule):
+
+    rows = _beside_one_device(tmp_path, "pipeline", "--stages", "2", "--microbatches", "4",
+                              "--schedule", schedule)
     pipe = rows.loc["pipeline"]
     assert pipe["status"] == "ok", pipe["reason"]
     assert pipe["max_weight_diff"] <= 1e-5
@@ -97,16 +103,8 @@ def test_a_tensor_parallel_case_and_the_degrees_the_heads_refuse():
 
 @pytest.mark.heavy
 def test_tensor_parallelism_trains_to_one_devices_weights(tmp_path):
-    from results.store import load
 
-    run = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--framework", "torch",
-                          "--strategy", "single_device", "--strategy", "tensor_parallel",
-                          "--workload", "transformer:S", "--tensor-parallel", "2",
-                          "--steps", "3", "--warmup", "1", "--repeats", "1",
-                          "--results", str(tmp_path)],
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
-    rows = load(tmp_path).set_index("strategy")
+    rows = _beside_one_device(tmp_path, "tensor_parallel", "--tensor-parallel", "2")
     tp = rows.loc["tensor_parallel"]
     assert tp["status"] == "ok", tp["reason"]
     assert tp["max_weight_diff"] <= 1e-5
