@@ -46,3 +46,33 @@ def test_model_parallel_bench_times_every_3d_layout_of_gpt3_on_1024_devices(caps
     assert len(rows) == len(MODEL_PARALLEL_LAYOUTS)
     assert {r["devices"] for r in rows} == {1024}
     assert all(r["step_s"] > 0 and 0 < r["bubble"] < 1 and r["wall_s"] > 0 for r in rows)
+
+
+def test_parameter_server_bench_reports_time_and_memory_per_worker_count(capsys):
+    import json
+
+    assert main(["--parameter-server", "--workers", "64", "512", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["workers"], r["shards"]) for r in rows] == [(64, 8), (512, 64)]
+    # every worker pushes and pulls its whole gradient (100 MB) once
+    assert [r["bytes_per_step"] for r in rows] == pytest.approx([2 * 64 * 100e6,
+                                                                  2 * 512 * 100e6])
+    assert all(r["step_s"] > 0.1 and r["peak_alloc_bytes"] > 0 for r in rows)
+
+
+def test_a_fanned_parameter_server_round_times_like_every_transfer_written_out():
+    """At 512 workers and 64 servers: one server's flows standing for all against the
+    detailed engine, which writes out all 2 x 512 x 64 transfers."""
+    from harness.sim.bench import two_level
+    from harness.sim.engine import run_collective
+    from harness.sim.ps import ps_sync
+    from harness.sim.spec import parse_topology
+    from harness.sim.topology import with_servers
+
+    topo = with_servers(parse_topology(two_level(512)), 64)
+    devices = [*range(512), *range(512, 576)]
+    schedule = ps_sync(512, 64)
+    fast = run_collective(schedule, topo, 100e6, mode="fast", devices=devices)
+    detailed = run_collective(schedule, topo, 100e6, mode="detailed", devices=devices)
+    assert fast.time_s == pytest.approx(detailed.time_s, rel=1e-9)
+    assert fast.transfers == detailed.transfers == 2 * 512 * 64

@@ -19,7 +19,7 @@ from harness.sim.collectives import (
     ring_reduce_scatter,
     tree_broadcast,
 )
-from harness.sim.engine import run_collective
+from harness.sim.engine import fan_weights, run_collective
 from harness.sim.flow import fluid_step, maxmin_rates, maxmin_rates_plain
 from harness.sim.ps import ps_sync
 from harness.sim.schedule import Schedule, pipelined
@@ -218,3 +218,34 @@ def test_oversubscribed_spine_is_slower():
     s = ring_allreduce(8)
     assert run_collective(s, parse_topology(spec(4)), 1e8).time_s > \
         run_collective(s, parse_topology(spec(1)), 1e8).time_s * 1.5
+
+
+def _ps_on(spec: str, workers: int, shards: int, slow_server: bool = False
+           ) -> tuple[Schedule, Topology, list[int]]:
+    topo = with_servers(parse_topology(spec), shards)
+    n = n_devices(topo) - shards
+    if slow_server:
+        topo = degrade(topo, n + shards - 1, 4.0)
+    return ps_sync(workers, shards), topo, [*range(workers), *range(n, n + shards)]
+
+
+@pytest.mark.parametrize("spec,symmetric,slow_server", [
+    ("two_level:hosts=4,gpus=2,intra=100GB/s,inter=10Gbit", True, False),
+    ("two_level:hosts=4,gpus=2,intra=100GB/s,inter=10Gbit,nic=shared", True, False),
+    ("two_level:hosts=4,gpus=2,intra=100GB/s,inter=10Gbit", False, True),
+    ("leaf_spine:hosts=6,gpus=1,hosts_per_leaf=2,inter=10Gbit,oversub=2", False, False),
+])
+def test_a_parameter_server_round_is_timed_from_one_server_where_they_are_alike(
+        spec, symmetric, slow_server):
+    """One server's flows stand for all K where the servers are interchangeable; anywhere
+    else (servers under different leaves, a slow server) every flow is timed, and either way
+    the time is the detailed engine's, which writes every transfer out."""
+    schedule, topo, devices = _ps_on(spec, 6, 3, slow_server)
+    push = schedule.steps[0]
+    assert push.fan == 3 and len(push) == 6
+    assert (fan_weights(push, topo, np.asarray(devices)) is not None) == symmetric
+    fast = run_collective(schedule, topo, 1e8, mode="fast", devices=devices)
+    slow = run_collective(schedule, topo, 1e8, mode="detailed", devices=devices)
+    assert fast.time_s == pytest.approx(slow.time_s, rel=1e-9)
+    assert fast.transfers == slow.transfers == 2 * 6 * 3
+    assert fast.bytes_sent == pytest.approx(slow.bytes_sent, rel=1e-9)

@@ -3,6 +3,7 @@
     python -m harness.sim.bench [--workers 64 1024 8192] [--algorithms ring hierarchical]
                                 [--detailed-max 64] [--size 100MB] [--json]
     python -m harness.sim.bench --model-parallel [--json]
+    python -m harness.sim.bench --parameter-server [--workers ...] [--json]
 
 For each worker count and algorithm: wall time (schedule construction + simulation),
 simulated time, SimPy events processed, events per second, and the transfers the schedule
@@ -13,14 +14,21 @@ in <= 5 s and 8192 in <= 60 s of wall time.
 ``--model-parallel`` times instead a whole training step of the catalog's 175-billion-
 parameter GPT-3 on 1024 H100s (128 DGX hosts) in several data x pipeline x tensor layouts
 with Megatron-LM's global batch of 1536 (target: <= 2 s each).
+
+``--parameter-server`` times a whole synchronous parameter-server step (default shards: one
+per 8 workers, dedicated servers) of a 100 MB model on the same two-level topology, with the
+peak memory the simulation allocated (tracemalloc, numpy included) and the process's peak RSS
+(target: 8192 workers in <= 1 s and < 1 GB).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import time
+import tracemalloc
 from typing import Any
 
 from harness.sim.engine import run_collective
@@ -34,9 +42,7 @@ DEFAULT_WORKERS = (64, 256, 1024, 2048, 4096, 8192)
 def measure(workers: int, algorithm: str, nbytes: float, mode: str, per_host: int = 8
             ) -> dict[str, Any]:
     """Build and time one all-reduce; returns one row of the benchmark table."""
-    hosts = max(1, workers // per_host)
-    topo = parse_topology(f"two_level:hosts={hosts},gpus={per_host},intra=450GB/s,"
-                          f"inter=400Gbit,nic=per_device")
+    topo = parse_topology(two_level(workers, per_host))
     started = time.perf_counter()
     schedule = allreduce_schedule(f"allreduce_{algorithm}", topo, workers, nbytes)
     result = run_collective(schedule, topo, nbytes, mode=mode)
@@ -45,6 +51,30 @@ def measure(workers: int, algorithm: str, nbytes: float, mode: str, per_host: in
             "sim_time_s": result.time_s, "events": result.events,
             "events_per_s": result.events / wall if wall > 0 else float("inf"),
             "steps": result.steps, "transfers": result.transfers}
+
+
+def two_level(workers: int, per_host: int = 8) -> str:
+    return (f"two_level:hosts={max(1, workers // per_host)},gpus={per_host},intra=450GB/s,"
+            f"inter=400Gbit,nic=per_device")
+
+
+def measure_parameter_server(workers: int) -> dict[str, Any]:
+    """One synchronous parameter-server step with the default shards; wall time and memory."""
+    from harness.sim.profile import WorkloadProfile
+    from harness.sim.step_model import simulate_step
+
+    topo = parse_topology(two_level(workers))
+    profile = WorkloadProfile(params=25_000_000, step_compute_s=0.1)
+    tracemalloc.start()
+    started = time.perf_counter()
+    r = simulate_step("parameter_server", topo, workers, profile)
+    wall = time.perf_counter() - started
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return {"workers": workers, "shards": -(-workers // 8), "wall_s": wall,
+            "step_s": r.step_time_s, "bytes_per_step": r.bytes_per_step,
+            "peak_alloc_bytes": peak,
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
 MODEL_PARALLEL_LAYOUTS = ((8, 16, 8), (16, 8, 8), (4, 32, 8), (32, 4, 8), (16, 16, 4))
@@ -80,7 +110,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="rows as JSON on stdout")
     parser.add_argument("--model-parallel", action="store_true",
                         help="time 3D-parallel steps of GPT-3 175B on 1024 devices instead")
+    parser.add_argument("--parameter-server", action="store_true",
+                        help="time synchronous parameter-server steps (default shards) instead")
     args = parser.parse_args(argv)
+    if args.parameter_server:
+        rows = [measure_parameter_server(w) for w in args.workers]
+        if args.json:
+            json.dump(rows, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            print(f"{'workers':>7}{'shards':>7}{'wall_s':>8}{'step_ms':>9}{'alloc_MB':>10}"
+                  f"{'rss_MB':>8}")
+            for r in rows:
+                print(f"{r['workers']:>7}{r['shards']:>7}{r['wall_s']:>8.3f}"
+                      f"{r['step_s'] * 1e3:>9.2f}{r['peak_alloc_bytes'] / 1e6:>10.1f}"
+                      f"{r['peak_rss_bytes'] / 1e6:>8.0f}")
+        return 0
     if args.model_parallel:
         layouts = [measure_layout(*layout) for layout in MODEL_PARALLEL_LAYOUTS]
         if args.json:

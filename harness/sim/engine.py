@@ -117,19 +117,70 @@ def _fast(env: simpy.Environment, schedule: Schedule, topology: Topology, nbytes
     table = link_table(topology)
     chunk = nbytes / schedule.n_chunks if schedule.n_chunks else 0.0
     for s in schedule.steps:
+        weight = None
+        if s.fan > 1:
+            weight = fan_weights(s, topology, place)
+            if weight is None:  # the copies are not symmetric here: time them all
+                s = s.expanded()
         src, dst, size = _step_flows(s, place, chunk)
         if src.size == 0:
             continue
         routes = route(topology, src, dst)
-        duration, _, _ = fluid_step(routes.links, size, routes.latency, table.capacity)
-        stats.transfers += src.size * s.repeat
-        stats.bytes_sent += float(size.sum()) * s.repeat
+        duration, _, _ = fluid_step(routes.links, size, routes.latency, table.capacity,
+                                    weight)
+        times = s.repeat * (s.fan if weight is not None else 1)  # instances it stands for
+        stats.transfers += src.size * times
+        stats.bytes_sent += float(size.sum()) * times
         klass = np.where(routes.links >= 0, table.klass[np.maximum(routes.links, 0)], -1)
         for c in range(len(table.class_names)):
             on = klass == c
-            stats.class_bytes[c] += float(size[on.any(axis=1)].sum()) * s.repeat
-            stats.link_bytes[c] += float((on.sum(axis=1) * size).sum()) * s.repeat
+            stats.class_bytes[c] += float(size[on.any(axis=1)].sum()) * times
+            stats.link_bytes[c] += float((on.sum(axis=1) * size).sum()) * times
         yield env.timeout(duration * s.repeat)
+
+
+def fan_weights(s: Step, topology: Topology, place: np.ndarray) -> np.ndarray | None:
+    """Per route slot of copy 0's flows, how many copies' flows cross that link: ``fan`` where
+    every copy takes the same link (a worker's NIC that pushes to every server), 1 where each
+    copy takes its own (a server's NIC). None when the copies are not symmetric images of
+    copy 0 (servers under different leaves, a slow server): checked on copies 0, 1 and the
+    last for every flow, and on every copy for the first and last flow."""
+    def links(j: int) -> np.ndarray | None:
+        src, dst, _ = s.copy(j)
+        a, b = place[src], place[dst]
+        if not (a != b).all():
+            return None  # a copy that stays on its device: not a symmetric image
+        return route(topology, a, b).links
+
+    sampled = [links(j) for j in sorted({0, 1, s.fan - 1})]
+    if any(x is None for x in sampled):
+        return None
+    first = sampled[0]
+    assert first is not None
+    shared = np.ones(first.shape, dtype=bool)
+    for other in sampled[1:]:
+        shared &= other == first
+    own = [x[~shared] for x in sampled if x is not None]
+    common = set(np.unique(first[shared & (first >= 0)]).tolist())
+    sets = [set(np.unique(x).tolist()) for x in own]
+    if any(-1 in a for a in sets) or any(
+            a & common or any(a & b for b in sets[i + 1:]) for i, a in enumerate(sets)):
+        return None  # a hop some copies skip, or a link one copy owns is another's too
+    capacity = link_table(topology).capacity
+    ends = np.array([0, len(s) - 1])
+    j = np.arange(s.fan)[:, None]  # every copy of the first and last flow
+    a = place[s.src[ends][None, :] + j * s.fan_src].reshape(-1)
+    b = place[s.dst[ends][None, :] + j * s.fan_dst].reshape(-1)
+    if not (a != b).all():
+        return None
+    every = route(topology, a, b).links.reshape(s.fan, 2, -1)
+    base, mine = first[ends], ~shared[ends]
+    if ((every != base) & ~mine).any() or (capacity[every[:, mine]] != capacity[base[mine]]).any():
+        return None  # a copy leaves the shared path, or owns a faster or slower link
+    owned = every[:, mine]  # copies x owned links: no link may belong to two copies
+    if len(np.unique(owned)) != len(np.unique(owned[0])) * s.fan:
+        return None
+    return np.where(shared, float(s.fan), 1.0)
 
 
 def _detailed(env: simpy.Environment, schedule: Schedule, topology: Topology, nbytes: float,

@@ -19,8 +19,12 @@ SATURATED = 1e-9
 DONE = 1e-9
 
 
-def maxmin_rates(links: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+def maxmin_rates(links: np.ndarray, capacity: np.ndarray,
+                 weight: np.ndarray | None = None) -> np.ndarray:
     """Max-min fair rate of every flow; ``links`` is F x L link ids padded with -1.
+
+    ``weight`` (F x L): how many flows of equal rate each entry stands for on that link
+    (a representative of flows that are symmetric copies of each other); 1 when None.
 
     Every round raises all unfrozen flows by the largest amount the tightest link allows and
     freezes the flows on the links that filled up; rounds = distinct bottleneck levels, which
@@ -36,7 +40,8 @@ def maxmin_rates(links: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     active = np.ones(n_flows, dtype=bool)
     while active.any():
         used = safe[active][valid[active]]
-        count = np.bincount(used, minlength=left.size)
+        count = (np.bincount(used, minlength=left.size) if weight is None else
+                 np.bincount(used, weights=weight[active][valid[active]], minlength=left.size))
         busy = count > 0
         if not busy.any():  # flows that cross no link: unbounded, should not happen
             rate[active] = np.inf
@@ -81,12 +86,14 @@ def maxmin_rates_plain(paths: Sequence[Sequence[int]], capacity: Sequence[float]
 
 
 def fluid_step(links: np.ndarray, nbytes: np.ndarray, latency: np.ndarray,
-               capacity: np.ndarray) -> tuple[float, int, np.ndarray]:
+               capacity: np.ndarray, weight: np.ndarray | None = None
+               ) -> tuple[float, int, np.ndarray]:
     """Run flows that all start together until the last one lands.
 
     Returns (duration, rounds, finish time of each flow). A flow transmits its bytes at its
     max-min fair rate, re-computed whenever some flow finishes, and lands ``latency`` after
-    its last byte left. ``rounds`` is the number of distinct finishing moments.
+    its last byte left. ``rounds`` is the number of distinct finishing moments. ``weight``:
+    as for :func:`maxmin_rates`.
     """
     n = nbytes.size
     finish = np.zeros(n)
@@ -95,7 +102,8 @@ def fluid_step(links: np.ndarray, nbytes: np.ndarray, latency: np.ndarray,
     t = 0.0
     rounds = 0
     while active.size:
-        rate = maxmin_rates(links[active], capacity)
+        rate = maxmin_rates(links[active], capacity,
+                            None if weight is None else weight[active])
         dt = float((remaining[active] / rate).min())
         t += dt
         remaining[active] -= rate * dt

@@ -51,6 +51,13 @@ def ps_sync(workers: int, shards: int, colocated: bool = False,
         raise ValueError(f"{shards} colocated shards need at least as many workers ({workers})")
     if weights is not None and len(weights) != shards:
         raise ValueError(f"{len(weights)} shard weights for {shards} shards")
+    world = workers if colocated else workers + shards
+    if weights is None and not colocated:  # servers W..W+K-1 are images of server W
+        ranks = np.arange(workers)
+        push = step(ranks, workers, 0, reduce=True, fan=shards, fan_dst=1, fan_lo=1)
+        pull = step(np.full(workers, workers), ranks, 0, reduce=False, fan=shards, fan_src=1,
+                    fan_lo=1)
+        return Schedule(name, "allreduce", world, shards, (push, pull), contributors=workers)
     sizes = np.ones(shards, np.int64) if weights is None else shard_chunks(weights)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     servers = server_ranks(workers, shards, colocated)
@@ -59,7 +66,6 @@ def ps_sync(workers: int, shards: int, colocated: bool = False,
     keep = w != servers[k]
     push = step(w[keep], servers[k][keep], starts[k][keep], sizes[k][keep], reduce=True)
     pull = step(servers[k][keep], w[keep], starts[k][keep], sizes[k][keep], reduce=False)
-    world = workers if colocated else workers + shards
     return Schedule(name, "allreduce", world, int(sizes.sum()),
                     tuple(s for s in (push, pull) if len(s)), contributors=workers)
 

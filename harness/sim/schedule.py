@@ -13,7 +13,12 @@ all-gather, a reduce-scatter, a broadcast, a parameter-server round).
 Structure that keeps large schedules small: a step may stand for ``repeat`` consecutive steps
 whose transfers are the same except that every chunk index moves by ``shift`` (within the
 window ``[base, base + period)``) each time: the p-1 steps of a ring phase are one Step.
-Timing needs only the first of them; execution expands them.
+Timing needs only the first of them; execution expands them. Likewise a step may stand for
+``fan`` copies of its transfers side by side, copy j with its sources moved by ``j *
+fan_src`` ranks, its destinations by ``j * fan_dst`` and its chunks by ``j * fan_lo``: the K
+servers of a parameter-server round are one Step of W transfers, not W x K. The fast engine
+times copy 0 with every link the copies share weighted K times (their rates are equal by
+symmetry); execution and the detailed engine expand them.
 """
 
 from __future__ import annotations
@@ -64,9 +69,34 @@ class Step:
     base: np.ndarray
     period: np.ndarray
     repeat: int = 1
+    fan: int = 1
+    fan_src: int = 0
+    fan_dst: int = 0
+    fan_lo: int = 0
 
     def __len__(self) -> int:
+        """Transfers of copy 0 (the copies a fan stands for are not counted)."""
         return int(self.src.size)
+
+    def copy(self, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sources, destinations and first chunks of fan copy j (repetition 0)."""
+        return (self.src + j * self.fan_src, self.dst + j * self.fan_dst,
+                self.lo + j * self.fan_lo)
+
+    def expanded(self) -> Step:
+        """The same transfers with every fan copy written out (itself when fan is 1)."""
+        if self.fan == 1:
+            return self
+        copies = [self.copy(j) for j in range(self.fan)]
+
+        def cat(a: np.ndarray) -> np.ndarray:
+            return np.tile(a, self.fan)
+        return step(np.concatenate([c[0] for c in copies]),
+                    np.concatenate([c[1] for c in copies]),
+                    np.concatenate([c[2] for c in copies]), cat(self.size),
+                    reduce=cat(self.reduce), repeat=self.repeat, shift=cat(self.shift),
+                    base=np.concatenate([self.base + j * self.fan_lo for j in range(self.fan)]),
+                    period=cat(self.period))
 
     def chunks(self, k: int) -> np.ndarray:
         """First chunk of every transfer in the k-th repetition."""
@@ -82,15 +112,19 @@ class Step:
 
 
 def step(src: object, dst: object, lo: object, size: object = 1, *, reduce: object,
-         repeat: int = 1, shift: object = 0, base: object = 0, period: object = 1) -> Step:
+         repeat: int = 1, shift: object = 0, base: object = 0, period: object = 1,
+         fan: int = 1, fan_src: int = 0, fan_dst: int = 0, fan_lo: int = 0) -> Step:
     """Build a Step, broadcasting scalars; an empty step is allowed (and ignored later)."""
     src_a = np.asarray(src, dtype=np.int64).reshape(-1)
     n = src_a.size
     s = Step(_arr(src_a, n, np.int64), _arr(dst, n, np.int64), _arr(lo, n, np.int64),
              _arr(size, n, np.int64), _arr(reduce, n, bool), _arr(shift, n, np.int64),
-             _arr(base, n, np.int64), _arr(period, n, np.int64), int(repeat))
-    if s.repeat < 1:
-        raise ScheduleError(f"repeat {repeat} must be >= 1")
+             _arr(base, n, np.int64), _arr(period, n, np.int64), int(repeat), int(fan),
+             int(fan_src), int(fan_dst), int(fan_lo))
+    if s.repeat < 1 or s.fan < 1:
+        raise ScheduleError(f"repeat {repeat} and fan {fan} must be >= 1")
+    if s.fan > 1 and (s.shift.any() or not (s.fan_src or s.fan_dst)):
+        raise ScheduleError("fan copies must move ranks and cannot rotate")
     if n and ((s.size < 1).any() or (s.period < 1).any()):
         raise ScheduleError("chunk ranges and periods must be non-empty")
     return s
@@ -121,11 +155,14 @@ class Schedule:
         if self.contributors == 0:
             object.__setattr__(self, "contributors", self.world)
         for s in self.steps:
-            if len(s) and (s.src.max() >= self.world or s.dst.max() >= self.world
-                           or s.src.min() < 0 or s.dst.min() < 0):
-                raise ScheduleError(f"{self.name}: a transfer names a rank outside the world")
-            if len(s) and ((s.lo < 0).any() or (s.lo + s.size > self.n_chunks).any()):
-                raise ScheduleError(f"{self.name}: a transfer names a chunk outside the buffer")
+            for src, dst, lo in (s.copy(0), s.copy(s.fan - 1)):  # linear in the copy
+                if len(s) and (src.max() >= self.world or dst.max() >= self.world
+                               or src.min() < 0 or dst.min() < 0):
+                    raise ScheduleError(f"{self.name}: a transfer names a rank outside the "
+                                        f"world")
+                if len(s) and ((lo < 0).any() or (lo + s.size > self.n_chunks).any()):
+                    raise ScheduleError(f"{self.name}: a transfer names a chunk outside the "
+                                        f"buffer")
 
     @property
     def n_steps(self) -> int:
@@ -133,13 +170,14 @@ class Schedule:
 
     @property
     def n_transfers(self) -> int:
-        return sum(len(s) * s.repeat for s in self.steps)
+        return sum(len(s) * s.repeat * s.fan for s in self.steps)
 
     def instances(self) -> Iterator[tuple[Step, int]]:
-        """Every step instance in order, as (step, repetition index)."""
+        """Every step instance in order, as (step, repetition index), fans written out."""
         for s in self.steps:
+            whole = s.expanded()
             for k in range(s.repeat):
-                yield s, k
+                yield whole, k
 
 
 # ---------------------------------------------------------------- execution on numbers
@@ -200,7 +238,7 @@ def offset(schedule_steps: tuple[Step, ...], chunks: int, ranks: np.ndarray | No
            ) -> tuple[Step, ...]:
     """The same steps on chunks moved by ``chunks`` (and ranks renamed through ``ranks``)."""
     out = []
-    for s in schedule_steps:
+    for s in (s.expanded() for s in schedule_steps):
         src, dst = (s.src, s.dst) if ranks is None else (ranks[s.src], ranks[s.dst])
         out.append(step(src, dst, s.lo + chunks, s.size, reduce=s.reduce, repeat=s.repeat,
                         shift=s.shift, base=s.base + chunks, period=s.period))
@@ -209,6 +247,7 @@ def offset(schedule_steps: tuple[Step, ...], chunks: int, ranks: np.ndarray | No
 
 def _advance(s: Step, k: int, repeat: int) -> Step:
     """Repetitions k .. k+repeat-1 of s, as a step of its own."""
+    s = s.expanded()
     return step(s.src, s.dst, s.chunks(k), s.size, reduce=s.reduce, repeat=repeat,
                 shift=s.shift, base=s.base, period=s.period)
 
@@ -217,6 +256,7 @@ def merge(a: Step, b: Step) -> Step:
     """Two steps with the same repeat run as one (their transfers side by side)."""
     if a.repeat != b.repeat:
         raise ScheduleError("merge needs equal repeats")
+    a, b = a.expanded(), b.expanded()
     cat = np.concatenate
     return step(cat([a.src, b.src]), cat([a.dst, b.dst]), cat([a.lo, b.lo]),
                 cat([a.size, b.size]), reduce=cat([a.reduce, b.reduce]), repeat=a.repeat,
