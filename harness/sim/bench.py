@@ -29,6 +29,7 @@ import resource
 import sys
 import time
 import tracemalloc
+from collections.abc import Callable
 from typing import Any
 
 from harness.sim.engine import run_collective
@@ -114,30 +115,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="time synchronous parameter-server steps (default shards) instead")
     args = parser.parse_args(argv)
     if args.parameter_server:
-        rows = [measure_parameter_server(w) for w in args.workers]
-        if args.json:
-            json.dump(rows, sys.stdout, indent=2)
-            sys.stdout.write("\n")
-        else:
-            print(f"{'workers':>7}{'shards':>7}{'wall_s':>8}{'step_ms':>9}{'alloc_MB':>10}"
-                  f"{'rss_MB':>8}")
-            for r in rows:
-                print(f"{r['workers']:>7}{r['shards']:>7}{r['wall_s']:>8.3f}"
-                      f"{r['step_s'] * 1e3:>9.2f}{r['peak_alloc_bytes'] / 1e6:>10.1f}"
-                      f"{r['peak_rss_bytes'] / 1e6:>8.0f}")
-        return 0
+        return _table([measure_parameter_server(w) for w in args.workers], args.json,
+                      f"{'workers':>7}{'shards':>7}{'wall_s':>8}{'step_ms':>9}{'alloc_MB':>10}"
+                      f"{'rss_MB':>8}",
+                      lambda r: f"{r['workers']:>7}{r['shards']:>7}{r['wall_s']:>8.3f}"
+                                f"{r['step_s'] * 1e3:>9.2f}{r['peak_alloc_bytes'] / 1e6:>10.1f}"
+                                f"{r['peak_rss_bytes'] / 1e6:>8.0f}")
     if args.model_parallel:
-        layouts = [measure_layout(*layout) for layout in MODEL_PARALLEL_LAYOUTS]
-        if args.json:
-            json.dump(layouts, sys.stdout, indent=2)
-            sys.stdout.write("\n")
-        else:
-            print(f"{'layout':<44}{'devices':>8}{'wall_s':>8}{'step_s':>8}{'bubble':>8}"
-                  f"{'collectives':>12}")
-            for r in layouts:
-                print(f"{r['layout']:<44}{r['devices']:>8}{r['wall_s']:>8.3f}"
-                      f"{r['step_s']:>8.2f}{r['bubble']:>8.1%}{r['collectives']:>12}")
-        return 0
+        return _table([measure_layout(*layout) for layout in MODEL_PARALLEL_LAYOUTS], args.json,
+                      f"{'layout':<44}{'devices':>8}{'wall_s':>8}{'step_s':>8}{'bubble':>8}"
+                      f"{'collectives':>12}",
+                      lambda r: f"{r['layout']:<44}{r['devices']:>8}{r['wall_s']:>8.3f}"
+                                f"{r['step_s']:>8.2f}{r['bubble']:>8.1%}{r['collectives']:>12}")
     nbytes = parse_size(args.size)
     rows = []
     for workers in args.workers:
@@ -150,6 +139,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         json.dump(rows, sys.stdout, indent=2)
         sys.stdout.write("\n")
+    return 0
+
+
+def _table(rows: list[dict[str, Any]], as_json: bool, header: str,
+           line: Callable[[dict[str, Any]], str]) -> int:
+    """Rows as JSON, or as a table under ``header``, one ``line`` each."""
+    if as_json:
+        json.dump(rows, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print(header)
+    for r in rows:
+        print(line(r))
     return 0
 
 
