@@ -29,7 +29,12 @@ from harness.sim.ps import central_storage, ps_sync
 from harness.sim.schedule import Schedule
 from harness.sim.spec import SpecError, parse_topology
 from harness.sim.step_model import StepResult, model_parallel_step, simulate_step
-from harness.sim.strategies import ALLREDUCE, allreduce_schedule, expand_strategies
+from harness.sim.strategies import (
+    ALLREDUCE,
+    allreduce_schedule,
+    channel_rings,
+    expand_strategies,
+)
 from harness.sim.topology import Hierarchy, Topology, TopologyError, n_devices, with_servers
 
 NAN = float("nan")
@@ -199,9 +204,9 @@ def simulate_collective(topology_spec: str, workers: int, algorithm: str, nbytes
         if algorithm in ALLREDUCE:
             schedule = allreduce_schedule(algorithm, topo, workers, nbytes)
         elif algorithm == "reduce_scatter_ring":
-            schedule = ring_reduce_scatter(workers)
+            schedule = channel_rings(ring_reduce_scatter, topo, workers)
         elif algorithm == "all_gather_ring":
-            schedule = ring_all_gather(workers)
+            schedule = channel_rings(ring_all_gather, topo, workers)
         elif algorithm == "broadcast_tree":
             schedule = tree_broadcast(workers, 0, max(1, min(64, int(nbytes // 2**20))))
         elif algorithm == "broadcast_binomial":

@@ -24,6 +24,20 @@ class Price:
 
 
 @dataclass(frozen=True)
+class PublishedBusbw:
+    """A collective's bus bandwidth as published for such a cluster (nccl-tests' units): the
+    figure the simulator is held to."""
+
+    collective: str
+    algorithm: str
+    hosts: int
+    nbytes: float
+    busbw: float  # bytes/s
+    basis: str
+    source: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Preset:
     name: str
     description: str
@@ -34,6 +48,7 @@ class Preset:
     price: Price | None
     source: tuple[str, ...]
     assumptions: tuple[str, ...]
+    published: tuple[PublishedBusbw, ...] = ()
 
     @property
     def device_flops(self) -> float:
@@ -73,6 +88,11 @@ def _from_json(data: dict[str, Any]) -> Preset:
                                                    tuple(price["source"])),
             source=tuple(data["source"]),
             assumptions=tuple(data.get("assumptions", ())),
+            published=tuple(
+                PublishedBusbw(b["collective"], b["algorithm"], int(b["hosts"]),
+                               float(b["bytes"]), float(b["busbw_bytes_s"]), b["basis"],
+                               tuple(b["source"]))
+                for b in data.get("published_busbw", ())),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"preset {data.get('name', '?')!r} is malformed: {exc}") from None

@@ -56,6 +56,7 @@ from harness.sim.strategies import (
     AFTER_BACKWARD,
     ALLREDUCE,
     allreduce_schedule,
+    channel_rings,
     fsdp_schedules,
 )
 from harness.sim.topology import Hierarchy, Topology, n_devices, with_servers
@@ -170,10 +171,10 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
         finish = _allreduce_step(env, strategy, topology, workers, profile, compute, classes,
                                  colls)
     elif strategy == AFTER_BACKWARD:
-        finish = _after_backward_step(env, workers, profile, compute, classes, colls)
+        finish = _after_backward_step(env, topology, workers, profile, compute, classes, colls)
     elif strategy == "fsdp":
         optimizer = after = profile.optimizer_s / workers  # each rank updates its shard
-        finish = _fsdp_step(env, workers, profile, compute, classes, colls)
+        finish = _fsdp_step(env, topology, workers, profile, compute, classes, colls)
     elif strategy in ("parameter_server", "central_storage"):
         colocated = ps_colocated or strategy == "central_storage"
         if ps_shard_weights is not None and strategy == "parameter_server":
@@ -258,25 +259,29 @@ def _allreduce_step(env: simpy.Environment, strategy: str, topology: Topology, w
     return lambda: finish
 
 
-def _after_backward_step(env: simpy.Environment, workers: int, profile: WorkloadProfile,
+def _after_backward_step(env: simpy.Environment, topology: Topology, workers: int,
+                         profile: WorkloadProfile,
                          compute: float, classes: list[tuple[int, float]], colls: _Collectives
                          ) -> Callable[[], float]:
     state = {"end": 0.0}
     dense, rows = profile.dense_bytes, profile.sparse_rows_bytes
+    rings = (channel_rings(ring_allreduce, topology, workers),
+             channel_rings(ring_all_gather, topology, workers))
 
     def run() -> Process:
         yield env.timeout(compute * max(f for _, f in classes))
         if workers > 1 and dense > 0:
-            yield env.timeout(colls.time(ring_allreduce(workers), dense))
+            yield env.timeout(colls.time(rings[0], dense))
         if workers > 1 and rows > 0:  # every replica's rows to every replica
-            yield env.timeout(colls.time(ring_all_gather(workers), rows * workers))
+            yield env.timeout(colls.time(rings[1], rows * workers))
         state["end"] = env.now
 
     env.process(run())
     return lambda: state["end"]
 
 
-def _fsdp_step(env: simpy.Environment, workers: int, profile: WorkloadProfile, compute: float,
+def _fsdp_step(env: simpy.Environment, topology: Topology, workers: int,
+               profile: WorkloadProfile, compute: float,
                classes: list[tuple[int, float]], colls: _Collectives) -> Callable[[], float]:
     """Units of ``bucket_bytes``: forward gathers unit i once unit i-1 has started; backward
     prefetches unit i-1's parameters once unit i's backward has started, then reduce-scatters
@@ -289,7 +294,7 @@ def _fsdp_step(env: simpy.Environment, workers: int, profile: WorkloadProfile, c
     units = buckets(profile.gradient_bytes, profile.bucket_bytes)
     total = profile.gradient_bytes
     factor = max(f for _, f in classes)
-    gather, scatter = fsdp_schedules(workers)
+    gather, scatter = fsdp_schedules(topology, workers)
 
     def comm(schedule: Schedule, size: float) -> float:
         return colls.time(schedule, size) if workers > 1 else 0.0

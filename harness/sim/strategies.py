@@ -11,7 +11,9 @@ all-reduces along the torus dimensions.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+import numpy as np
 
 from harness.errors import choices_message
 from harness.sim.collectives import (
@@ -23,7 +25,7 @@ from harness.sim.collectives import (
     ring_allreduce,
     ring_reduce_scatter,
 )
-from harness.sim.schedule import Schedule
+from harness.sim.schedule import Schedule, parallel
 from harness.sim.spec import SpecError
 from harness.sim.topology import Hierarchy, Topology, TopologyError, Torus, n_devices
 
@@ -95,7 +97,7 @@ def allreduce_schedule(strategy: str, topology: Topology, workers: int, nbytes: 
                        ) -> Schedule:
     """The all-reduce schedule of a strategy for ``workers`` ranks on devices 0..W-1."""
     if strategy == "allreduce_ring":
-        return ring_allreduce(workers)
+        return channel_rings(ring_allreduce, topology, workers)
     if strategy == "allreduce_tree":
         return double_binary_tree_allreduce(workers, tree_chunks(nbytes))
     if strategy == "allreduce_binary_tree":
@@ -125,6 +127,39 @@ def hierarchy_dims(topology: Topology, workers: int) -> tuple[int, ...]:
     return (g, workers // g)
 
 
-def fsdp_schedules(workers: int) -> tuple[Schedule, Schedule]:
-    """FSDP's two collectives: all-gather parameters, reduce-scatter gradients (rings)."""
-    return ring_all_gather(workers), ring_reduce_scatter(workers)
+def fsdp_schedules(topology: Topology, workers: int) -> tuple[Schedule, Schedule]:
+    """FSDP's two collectives: all-gather parameters, reduce-scatter gradients (rings, one
+    per rail where NCCL would run several)."""
+    return (channel_rings(ring_all_gather, topology, workers),
+            channel_rings(ring_reduce_scatter, topology, workers))
+
+
+def rail_orders(topology: Topology, workers: int) -> list[np.ndarray]:
+    """The rings NCCL builds on hosts of several GPUs with a NIC each (DGX-style rails):
+    one channel per GPU position c, entering every host at GPU c and leaving it from GPU
+    c-1, so that each channel crosses the network through its own NIC and all NICs carry a
+    ring at once. One plain ring anywhere else (one device per host, a shared NIC, a single
+    host, or workers that do not fill whole hosts): gloo and TF's CPU collectives build one.
+
+    NCCL's graph search is richer (two channels per NIC, trees for small messages, NVLink
+    SHARP); what matters for large messages is that every NIC carries bytes, which a single
+    ring cannot do: its host boundaries all pass one NIC each.
+    """
+    if (not isinstance(topology, Hierarchy) or topology.per_host < 2 or topology.nic != "per_device"
+            or workers <= topology.per_host or workers % topology.per_host):
+        return [np.arange(workers)]
+    g, hosts = topology.per_host, workers // topology.per_host
+    local = np.arange(g)
+    return [(np.arange(hosts)[:, None] * g + (c + local)[None, :] % g).reshape(-1)
+            for c in range(g)]
+
+
+def channel_rings(ring: Callable[[int, np.ndarray], Schedule], topology: Topology,
+                  workers: int) -> Schedule:
+    """``ring`` (an all-reduce, reduce-scatter or all-gather) run once per channel on its own
+    slice of the buffer, all channels at the same time."""
+    orders = rail_orders(topology, workers)
+    rings = [ring(workers, order) for order in orders]
+    if len(rings) == 1:
+        return rings[0]
+    return parallel(rings[0].name, *rings)
