@@ -51,6 +51,17 @@ STRATEGIES: tuple[Strategy, ...] = (
 #: Model-parallel strategies split one model: they run only when named, on models with layers.
 MODEL_PARALLEL = ("pipeline", "tensor_parallel")
 
+#: `run --tf-loop`: TensorFlow's two ways to train under a strategy.
+TF_LOOPS = ("custom", "fit")
+#: Why Keras 3's `model.fit` cannot train under these strategies on TF 2.21 (checked here,
+#: ../shared/ENVIRONMENT.md); tf-keras could, but stratbench's TF models are Keras 3 models.
+FIT_UNAVAILABLE = {
+    "multi_worker_mirrored": "Keras 3's model.fit does not support MultiWorkerMirroredStrategy "
+                             "(keras-team/keras#20585); --tf-loop custom trains it",
+    "parameter_server": "Keras 3's model.fit has no ClusterCoordinator support for "
+                        "ParameterServerStrategy; --tf-loop custom trains it",
+}
+
 FRAMEWORKS = ("tf", "torch")
 # A synchronous strategy's weights must end this close to one device trained on the global
 # batch (float32 reductions in another order); farther is a mismatch every output shows.

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from harness import environment
-from harness.catalog import STRATEGIES, WEIGHT_TOLERANCE
+from harness.catalog import FIT_UNAVAILABLE, STRATEGIES, WEIGHT_TOLERANCE
 from harness.launch import netns, slurm
 from harness.launch.netns import Cluster
 from harness.launch.processes import GroupResult, run_group
@@ -54,6 +54,8 @@ def unavailable_reason(case: Case, cluster: Where = None) -> str | None:
     if owner and owner != case.framework:
         return (f"user workload {case.options.get('workload_label')!r} is a {owner} model; "
                 f"it runs only under {owner} strategies")
+    if case.options.get("tf_loop") == "fit" and case.strategy in FIT_UNAVAILABLE:
+        return FIT_UNAVAILABLE[case.strategy]
     if case.strategy == "tpu":
         hints = environment.tpu_hints()
         if not hints["present"]:

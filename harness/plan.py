@@ -40,7 +40,11 @@ class Case:
 
     @property
     def case_id(self) -> str:
-        return f"{self.framework}/{self.strategy}/{self.workload}/{self.cluster}/{self.replicas}"
+        """Unique within a run; a TF case trained by Keras fit ends in /fit, so its history
+        never mixes with the custom loop's."""
+        loop = "/fit" if self.options.get("tf_loop") == "fit" else ""
+        return (f"{self.framework}/{self.strategy}/{self.workload}/{self.cluster}/"
+                f"{self.replicas}{loop}")
 
     @property
     def global_batch(self) -> int:
@@ -66,22 +70,27 @@ def replicas_for(strategy: Strategy, hosts: int = 1) -> int:
 
 
 @dataclass(frozen=True)
-class PipelineOptions:
-    """`run --stages/--microbatches/--schedule`: how a pipeline case splits its model."""
+class CaseOptions:
+    """`run --stages/--microbatches/--schedule/--tensor-parallel/--tf-loop`: how a
+    model-parallel case splits its model, and how a TF case trains."""
 
     stages: int | None = None  # default: one per emulated host, else this machine's 2
     microbatches: int | None = None  # default: one per stage
     schedule: str | None = None  # default 1f1b; None tells a schedule nobody asked for
     tensor: int | None = None  # tensor_parallel's degree (same default as stages)
+    tf_loop: str | None = None  # TF cases: custom (the default) or Keras fit
 
 
-def _refuse_unused(strategies: list[Strategy], asked: PipelineOptions) -> None:
+def _refuse_unused(strategies: list[Strategy], asked: CaseOptions) -> None:
     """An option for a layout no chosen strategy has would be silently ignored: refuse it."""
     exchanges = {s.exchange for s in strategies}
     flags = {"--stages": (asked.stages, "pipeline"),
              "--microbatches": (asked.microbatches, "pipeline"),
              "--schedule": (asked.schedule, "pipeline"),
              "--tensor-parallel": (asked.tensor, "tensor")}
+    if asked.tf_loop is not None and not any(s.framework == "tf" for s in strategies):
+        raise InputError(f"--tf-loop applies to TensorFlow strategies, which are not among "
+                         f"the strategies chosen ({', '.join(s.name for s in strategies)})")
     for flag, (value, exchange) in flags.items():
         if value is not None and exchange not in exchanges:
             owner = "tensor_parallel" if exchange == "tensor" else "pipeline"
@@ -91,11 +100,11 @@ def _refuse_unused(strategies: list[Strategy], asked: PipelineOptions) -> None:
 
 def plan(strategies: list[Strategy], workloads: list[WorkloadChoice], cluster: str,
          steps: int, warmup: int, repeats: int, timeout_s: float,
-         hosts: int = 1, pipeline: PipelineOptions | None = None) -> list[Case]:
+         hosts: int = 1, pipeline: CaseOptions | None = None) -> list[Case]:
     """Baselines first (per framework and workload), so every later case finds its baseline
     for scaling efficiency in the same run."""
     cases = []
-    _refuse_unused(strategies, pipeline or PipelineOptions())
+    _refuse_unused(strategies, pipeline or CaseOptions())
     for choice in workloads:
         for strat in sorted(strategies, key=lambda s: (s.framework, s.exchange != "none")):
             options: dict[str, Any] = {"workload_label": choice.label,
@@ -104,12 +113,14 @@ def plan(strategies: list[Strategy], workloads: list[WorkloadChoice], cluster: s
                 options["workload_framework"] = choice.framework
             if strat.exchange == "parameter_server":
                 options["ps_shards"] = PS_SHARDS
+            if strat.framework == "tf" and (pipeline or CaseOptions()).tf_loop == "fit":
+                options["tf_loop"] = "fit"  # custom, the default, stays out of the case id
             replicas = replicas_for(strat, hosts)
             if strat.exchange == "pipeline":
-                replicas = _pipeline_options(choice, hosts, pipeline or PipelineOptions(),
+                replicas = _pipeline_options(choice, hosts, pipeline or CaseOptions(),
                                              options)
             if strat.exchange == "tensor":
-                replicas = _tensor_options(choice, hosts, pipeline or PipelineOptions(),
+                replicas = _tensor_options(choice, hosts, pipeline or CaseOptions(),
                                            options)
             cases.append(Case(
                 framework=strat.framework, strategy=strat.name, workload=choice.ref,
@@ -131,7 +142,7 @@ def _transformer(choice: WorkloadChoice, what: str) -> Any:
     return config
 
 
-def _tensor_options(choice: WorkloadChoice, hosts: int, asked: PipelineOptions,
+def _tensor_options(choice: WorkloadChoice, hosts: int, asked: CaseOptions,
                     options: dict[str, Any]) -> int:
     """The tensor-parallel degree (the case's replicas); InputError for one the heads do
     not divide."""
@@ -147,7 +158,7 @@ def _tensor_options(choice: WorkloadChoice, hosts: int, asked: PipelineOptions,
     return tensor
 
 
-def _pipeline_options(choice: WorkloadChoice, hosts: int, asked: PipelineOptions,
+def _pipeline_options(choice: WorkloadChoice, hosts: int, asked: CaseOptions,
                       options: dict[str, Any]) -> int:
     """Stages (the case's replicas) and micro-batches of a pipeline case, in ``options``;
     InputError (one line) for a split the workload cannot take."""

@@ -9,12 +9,12 @@ import pytest
 
 from harness import catalog
 from harness.errors import InputError
-from harness.plan import PipelineOptions, plan, resolve_workloads
+from harness.plan import CaseOptions, plan, resolve_workloads
 
 
 def _plan(workload: str, hosts: int = 1, **asked) -> list:
     return plan(catalog.strategies("torch", ["pipeline"]), resolve_workloads([workload]),
-                "local", 2, 1, 1, 60.0, hosts=hosts, pipeline=PipelineOptions(**asked))
+                "local", 2, 1, 1, 60.0, hosts=hosts, pipeline=CaseOptions(**asked))
 
 
 def test_a_pipeline_case_carries_its_stages_micro_batches_and_schedule():
@@ -92,13 +92,13 @@ def test_qkv_rows_are_reordered_so_each_rank_holds_its_heads_q_k_and_v():
 def test_a_tensor_parallel_case_and_the_degrees_the_heads_refuse():
     (case,) = plan(catalog.strategies("torch", ["tensor_parallel"]),
                    resolve_workloads(["transformer:M"]), "local", 2, 1, 1, 60.0,
-                   pipeline=PipelineOptions(tensor=4))
+                   pipeline=CaseOptions(tensor=4))
     assert case.replicas == 4 and case.options["tensor_parallel"] == 4
     for tensor, workload in ((3, "transformer:M"), (8, "transformer:M"), (2, "mlp:S")):
         with pytest.raises(InputError, match="tensor"):
             plan(catalog.strategies("torch", ["tensor_parallel"]),
                  resolve_workloads([workload]), "local", 2, 1, 1, 60.0,
-                 pipeline=PipelineOptions(tensor=tensor))
+                 pipeline=CaseOptions(tensor=tensor))
 
 
 @pytest.mark.heavy

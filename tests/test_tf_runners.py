@@ -255,3 +255,35 @@ def test_a_killed_parameter_server_task_ends_the_case_failed_naming_it(store, ro
     assert f"{role}1 exited with code -9" in row.reason and "InjectedFaultError" in row.reason
     assert time.monotonic() - started < killed.timeout_s
     assert not case_processes()
+
+
+@pytest.mark.heavy
+def test_keras_fit_trains_where_keras_3_can_and_says_why_where_it_cannot(store):
+    """`run --tf-loop fit`: one_device, mirrored and central_storage train with model.fit and
+    end at one device's weights (the sparse embedding of recsys included); Keras 3 cannot fit
+    MultiWorkerMirrored or ParameterServer, and those rows say so."""
+    from harness.plan import CaseOptions
+
+    cases = plan(strategies("tf", ["all"]), resolve_workloads(["mlp:S", "recsys:S"]), "local",
+                 steps=STEPS, warmup=WARMUP, repeats=1, timeout_s=180,
+                 pipeline=CaseOptions(tf_loop="fit"))
+    rows = execute([c for c in cases if c.strategy != "tpu"], store, "fit")
+    for row in rows:
+        assert row.case_id.endswith("/fit"), row.case_id
+        if row.strategy in ("multi_worker_mirrored", "parameter_server"):
+            assert row.status == "unavailable" and "model.fit" in row.reason, row.reason
+            continue
+        assert row.status == "ok", (row.case_id, row.reason)
+        assert row.extra["loss_decreased"] is True, row.case_id
+        if row.strategy != "one_device":
+            assert row.max_weight_diff < 1e-4, (row.case_id, row.max_weight_diff)
+    assert not case_processes()
+
+
+def test_tf_loop_needs_a_tf_strategy():
+    from harness.errors import InputError
+    from harness.plan import CaseOptions
+
+    with pytest.raises(InputError, match="--tf-loop applies to TensorFlow strategies"):
+        plan(strategies("torch", ["ddp"]), resolve_workloads(["mlp:S"]), "local", steps=1,
+             warmup=0, repeats=1, timeout_s=10, pipeline=CaseOptions(tf_loop="fit"))

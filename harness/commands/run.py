@@ -18,7 +18,7 @@ from harness.execute import Where, execute
 from harness.launch import netns, slurm
 from harness.launch.slurm import SlurmTarget
 from harness.paths import results_dir
-from harness.plan import Case, PipelineOptions, plan, resolve_workloads
+from harness.plan import Case, CaseOptions, plan, resolve_workloads
 from results.schema import ResultRow
 from results.store import ResultsStore
 
@@ -101,19 +101,21 @@ def run_cases(cases: list[Case], store: ResultsStore, run_id: str, skip: set[str
               help="Pipeline schedule (default: 1f1b).")
 @click.option("--tensor-parallel", "tensor", type=click.IntRange(min=1), default=None,
               help="tensor_parallel's degree (default: one rank per emulated host, else 2).")
+@click.option("--tf-loop", "tf_loop", type=click.Choice(["custom", "fit"]), default=None,
+              help="How TF cases train: custom (strategy.run, the default) or Keras fit.")
 @results_option
 @json_option
 def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
             workloads: tuple[str, ...], cluster: str, steps: int, warmup: int, repeats: int,
             timeout: float, resume: bool, dry_run: bool, script: str, stages: int | None,
             microbatches: int | None, schedule: str | None, tensor: int | None,
-            results: str | None, as_json: bool) -> None:
+            tf_loop: str | None, results: str | None, as_json: bool) -> None:
     """Train workloads under each strategy and store one row per case."""
     store = ResultsStore(results_dir(results))
     if dry_run:
         write_batch_script(specs.parse_cluster(cluster), framework, strategy_names,
                            workloads, suite, steps, warmup, repeats, timeout, store, script,
-                           PipelineOptions(stages, microbatches, schedule, tensor))
+                           CaseOptions(stages, microbatches, schedule, tensor, tf_loop))
         return
     if resume:
         run_id, cases = _resume_target(store)
@@ -126,7 +128,7 @@ def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
         names = list(workloads) or list(SUITES[suite or "quick"])
         cases = plan(strategies, resolve_workloads(names), cluster_spec.text, steps, warmup,
                      repeats, timeout, hosts=cluster_spec.hosts,
-                     pipeline=PipelineOptions(stages, microbatches, schedule, tensor))
+                     pipeline=CaseOptions(stages, microbatches, schedule, tensor, tf_loop))
         run_id = start_run(store, cases)
         skip = set()
     with on_cluster(cluster_spec, store, run_id) as emulated:
@@ -144,7 +146,7 @@ def write_batch_script(cluster_spec: specs.ClusterSpec, framework: str,
                        strategy_names: tuple[str, ...], workloads: tuple[str, ...],
                        suite: str | None, steps: int, warmup: int, repeats: int,
                        timeout: float, store: ResultsStore, script: str,
-                       layout: PipelineOptions | None = None) -> None:
+                       layout: CaseOptions | None = None) -> None:
     if cluster_spec.kind != "slurm":
         raise InputError("--dry-run writes a Slurm batch script: use it with --cluster slurm")
     names = list(workloads) or list(SUITES[suite or "quick"])
@@ -157,11 +159,12 @@ def write_batch_script(cluster_spec: specs.ClusterSpec, framework: str,
             "--results", str(store.root.resolve())]
     argv += [a for name in strategy_names for a in ("--strategy", name)]
     argv += [a for name in names for a in ("--workload", name)]
-    layout = layout or PipelineOptions()
+    layout = layout or CaseOptions()
     argv += [a for flag, value in (("--stages", layout.stages),
                                    ("--microbatches", layout.microbatches),
                                    ("--schedule", layout.schedule),
-                                   ("--tensor-parallel", layout.tensor))
+                                   ("--tensor-parallel", layout.tensor),
+                                   ("--tf-loop", layout.tf_loop))
              if value is not None for a in (flag, str(value))]
     text = slurm.batch_script(cases, SlurmTarget(cluster_spec), argv)
     path = Path(script)

@@ -75,6 +75,35 @@ def scaled_loss(workload: Workload, model: Any, batch: Any, global_batch: int) -
     return tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
 
 
+def keras_loss(workload: WorkloadSpec) -> Any:
+    """The Keras loss whose mean over a batch equals scaled_loss's global-batch mean (a
+    language model's mean over positions and sequences is the mean of per-sequence means:
+    every sequence has the same length)."""
+    import keras
+
+    if workload.task == CLICK:
+        def click_loss(labels: Any, logits: Any) -> Any:
+            # per example, on (batch, 1): fed (batch,) tensors, Keras 3 reduces the batch
+            # away inside the loss and, under MirroredStrategy, no longer divides it by the
+            # replicas (measured here: twice one device's update on 2 replicas)
+            return keras.losses.binary_crossentropy(labels[:, None], logits[:, None],
+                                                    from_logits=True)
+        return click_loss
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def fit_dataset(workload: WorkloadSpec, steps: int, global_batch: int, seed: int) -> Any:
+    """The same global batches as the custom loop, in order, as the (inputs, labels) dataset
+    `model.fit` takes; the strategy splits each batch across its replicas."""
+    batches = [data.batch(workload, step, global_batch, seed) for step in range(steps)]
+    inputs = tf.nest.map_structure(lambda *a: np.concatenate(a),
+                                   *[models.model_inputs(workload, b) for b in batches])
+    labels = np.concatenate([b["y"] for b in batches])
+    if workload.task == CLICK:
+        labels = labels.astype(np.float32)
+    return tf.data.Dataset.from_tensor_slices((inputs, labels)).batch(global_batch)
+
+
 def weights(model: Any) -> dict[str, np.ndarray]:
     """Final weights under the workloads' canonical names (the same in every strategy)."""
     return {name: np.array(v.numpy()) for name, v in named_weights(model)}
