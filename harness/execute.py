@@ -28,7 +28,7 @@ from harness.launch import netns, slurm
 from harness.launch.netns import Cluster
 from harness.launch.processes import GroupResult, run_group
 from harness.launch.slurm import SlurmTarget
-from harness.measure import stats
+from harness.measure import stats, wire
 from harness.plan import Case
 from harness.runners import layout
 from results.schema import ResultRow, Status
@@ -155,6 +155,10 @@ def _start(case: Case, case_file: Path, workdir: Path, cluster: Where) -> GroupR
                               cluster, workdir)
     with confined(case, cluster) as where:
         specs = layout.processes(case, case_file, where)
+        if isinstance(cluster, Cluster) and where is cluster:  # the timing rank reads the wire
+            links = wire.env_value([(h.namespace, h.interface) for h in cluster.hosts])
+            for spec in specs:
+                spec.env[wire.ENV] = links
         group = run_group(specs, workdir, case.timeout_s)
     if isinstance(cluster, Cluster) and where is cluster:
         host_of = {h.address: h.index for h in cluster.hosts}
@@ -188,6 +192,7 @@ def execute_case(case: Case, run_id: str, workdir: Path,
     losses: list[float] = []
     weights: str | None = None
     placed: list[dict[str, Any]] = []  # where each task ran (Slurm's word, or our host)
+    wires: list[dict[str, Any]] = []  # each repetition's bytes on the wire per host
     for repeat in range(case.repeats):
         group = _run_repeat(case, case_file, workdir / f"r{repeat}", cluster)
         last = group
@@ -199,6 +204,7 @@ def execute_case(case: Case, run_id: str, workdir: Path,
                          key=lambda r: r.get("rank", 0))
         rss += [o.report["peak_rss_bytes"] for o in group.outcomes if o.report]
         placed += group.placements
+        wires += [r["wire"] for r in reports if "wire" in r][:1]
         per_rank = np.array([r["step_times_s"] for r in reports])
         # A synchronous step ends when its slowest rank ends.
         slowest = per_rank.max(axis=0) if per_rank.size else np.array([])
@@ -249,6 +255,12 @@ def execute_case(case: Case, run_id: str, workdir: Path,
     row.model_memory_bytes = max(gained) if gained else math.nan
     row.bytes_sent_per_step, extra["bytes_sent_method"] = _bytes_sent(case, strat.exchange,
                                                                      first)
+    if wires:  # per host, the median over the repetitions
+        tx = np.median([w["tx_bytes_per_step"] for w in wires], axis=0)
+        extra["wire_tx_bytes_per_step_by_host"] = [float(b) for b in tx]
+        extra["wire_rx_bytes_per_step_by_host"] = [
+            float(b) for b in np.median([w["rx_bytes_per_step"] for w in wires], axis=0)]
+        row.wire_bytes_per_step = float(np.mean(tx))
     for server in first.get("servers", []):
         for key in ("staleness_mean", "staleness_max"):
             extra[key] = max(extra.get(key, 0), server[key])

@@ -338,6 +338,10 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
                            cores=run_cores(store, r["run_id"]), ps=ps)
         if sim is None or sim["status"] != "ok":
             continue
+        wire = r.get("wire_bytes_per_step")
+        if isinstance(wire, float) and math.isfinite(wire) and wire > 0:
+            rows.append(_wire_row({str(k): v for k, v in r.items()}, sim, facts.grad_bytes,
+                                  links.hosts, wire))
         measured = float(r["step_time_median_s"])
         rows.append({"kind": "step", "run_id": r["run_id"], "cluster": r["cluster"],
                      "what": f"{r['framework']}/{r['strategy']}/{r['workload']}:{r['size']}",
@@ -458,6 +462,19 @@ def cached_validation(store: ResultsStore, fingerprint: str) -> tuple[str, pd.Da
     return stored_in, table.drop(columns=["stored_in_run", "name"], errors="ignore")
 
 
+def _wire_row(r: dict[str, Any], sim: dict[str, Any], grad_bytes: float, hosts: int,
+              wire: float) -> dict[str, Any]:
+    """The simulator's bytes per host per step (all its transfers over the hosts: servers
+    share the workers' hosts here) against what the hosts' interfaces sent."""
+    predicted = float(sim["bytes_per_step"]) / hosts
+    return {"kind": "wire", "run_id": r["run_id"], "cluster": r["cluster"],
+            "what": f"{r['framework']}/{r['strategy']}/{r['workload']}:{r['size']}",
+            "bytes": grad_bytes, "replicas": r["replicas"], "topology": sim["topology"],
+            "model": sim["model"], "measured_s": math.nan, "predicted_s": math.nan,
+            "measured_bytes": wire, "predicted_bytes": predicted,
+            "error": predicted / wire - 1}
+
+
 def validate(store: ResultsStore) -> pd.DataFrame:
     """Every prediction with its error; `inputs` is the fingerprint it was computed from."""
     from harness.validate_memory import validate_memory
@@ -481,6 +498,9 @@ def format_table(table: pd.DataFrame) -> str:
         if r["kind"] == "memory":  # bytes, not milliseconds
             measured = f"{r['measured_bytes'] / 1e6:>10.0f} MB"
             predicted = f"{r['predicted_bytes'] / 1e6:>11.0f} MB"
+        elif r["kind"] == "wire":  # bytes per host per step
+            measured = f"{r['measured_bytes'] / 1e3:>10.0f} kB"
+            predicted = f"{r['predicted_bytes'] / 1e3:>11.0f} kB"
         else:
             measured, predicted = f"{r['measured_s'] * 1e3:>13.2f}", \
                 f"{r['predicted_s'] * 1e3:>14.2f}"

@@ -92,6 +92,10 @@ COLUMNS: tuple[Column, ...] = (
        "memory, not the interpreter (harness/measure/memory.py); NaN where not measured."),
     _c("bytes_sent_per_step", "float64", "bytes", "Bytes each replica sends per step "
        "(measured where the transport allows, else from the algorithm)."),
+    _c("wire_bytes_per_step", "float64", "bytes", "Measured on emulated hosts: bytes each "
+       "host's interface transmitted per timed step (kernel counters read around the timed "
+       "steps; TCP/IP and framework headers included), mean over the hosts; per host in "
+       "extra (wire_tx/rx_bytes_per_step_by_host). NaN elsewhere."),
     _c("grad_bytes", "float64", "bytes", "Bytes of one dense fp32 gradient of the model as "
        "the runner built it (= 4 x parameters): how the recommender and the simulator size a "
        "user's own model after one run."),
@@ -143,6 +147,7 @@ class ResultRow:
     gpu_peak_bytes: float = NAN
     model_memory_bytes: float = NAN
     bytes_sent_per_step: float = NAN
+    wire_bytes_per_step: float = NAN
     grad_bytes: float = NAN
     keras_impl: str = ""
     env_fingerprint: str = ""

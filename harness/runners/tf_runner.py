@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from harness.measure.wire import WireMeter
 from harness.plan import Case
 
 LEARNING_RATE = 0.05  # the torch runners' rate, so the frameworks' results compare
@@ -217,8 +218,11 @@ def train_sync(case: Case, strategy: Any, rank: int, global_batch: int,
                            replicas) for step in range(case.total_steps)]
     times: list[float] = []
     losses: list[float] = []
+    meter = WireMeter(active=rank == 0)
     for step, batch in enumerate(batches):
         tw.inject_fault(case, rank, step)
+        if step == case.warmup:
+            meter.start()
         start = time.perf_counter()
         with _step_errors(step):
             value = float(train_step(batch))  # float() waits for the step to finish
@@ -226,6 +230,7 @@ def train_sync(case: Case, strategy: Any, rank: int, global_batch: int,
         if step >= case.warmup:
             times.append(elapsed)
         losses.append(value)
+    meter.stop()
     if case.strategy == "multi_worker_mirrored" and replicas > 1:
         _leave_together(rank, replicas, _collective_timeout(case))
     report: dict[str, Any] = {"step_times_s": times, "losses": losses, "rank": rank,
@@ -233,7 +238,7 @@ def train_sync(case: Case, strategy: Any, rank: int, global_batch: int,
                               .get_intra_op_parallelism_threads(),
                               "grad_bytes": tw.weight_bytes(model),
                               "timing": "per step: strategy.run + reduce of the loss, until "
-                                        "the loss is on the host"}
+                                        "the loss is on the host", **meter.report(len(times))}
     if replicas > 1 and case.strategy in ("mirrored", "central_storage"):
         report["replica_copies_max_diff"] = _replica_copies_diff(model)
     if save_weights:
@@ -361,10 +366,13 @@ def train_parameter_server(case: Case, workdir: Path) -> dict[str, Any]:
     times: list[float] = []
     losses: list[float] = []
     pushed: list[float] = []
+    meter = WireMeter(active=True)  # the chief
     for step in range(case.total_steps):
         global_batch = tw.batch(workload, step, case.global_batch, case.seed)
         shards_of_step = [tw.to_tensors(tw.shard(global_batch, r, workers))
                           for r in range(workers)]
+        if step == case.warmup:
+            meter.start()
         start = time.perf_counter()
         with _step_errors(step):
             results = [coordinator.schedule(worker_fn, args=(b,)) for b in shards_of_step]
@@ -375,12 +383,14 @@ def train_parameter_server(case: Case, workdir: Path) -> dict[str, Any]:
         if step >= case.warmup:
             times.append(elapsed)
             pushed.append(float(np.mean([b for _, b in fetched])))
+    meter.stop()
     layout = {name: [[s.device, list(s.shape)] for s in _shard_variables(v)]
               for name, v in named}
     return {"step_times_s": times, "losses": losses, "rank": 0, "world": workers,
             "threads": tf.config.threading.get_intra_op_parallelism_threads(),
             "grad_bytes": tw.weight_bytes(model),
             "bytes_pushed_per_step": float(np.median(pushed)) if pushed else 0.0,
+            **meter.report(len(times)),
             "timing": PS_TIMING,
             "details": {"ps_shards": shards, "workers": workers,
                         "partitioner": f"FixedShardsPartitioner({shards})",

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.measure import memory
+from harness.measure.wire import WireMeter
 from harness.plan import Case
 from harness.runners import torch_workload as tw
 
@@ -104,8 +105,11 @@ def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
     optimizer = torch.optim.SGD(part.parameters(), lr=LEARNING_RATE)
     tied = dist.new_group([0, stages - 1]) if stages > 1 else None  # every rank must call it
     times, losses, bubbles = [], [], []
+    meter = WireMeter(active=index == 0)
     for step in range(case.total_steps):
         batch = tw.batch(spec, step, case.global_batch, case.seed)
+        if step == case.warmup:
+            meter.start()
         busy.seconds = 0.0
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
@@ -129,12 +133,14 @@ def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
             times.append(elapsed)
             bubbles.append(max(0.0, 1.0 - busy.seconds / elapsed))
         losses.append(float(loss))
+    meter.stop()
     gained = memory.peak_since(baseline, was_reset)  # before the weights are gathered
     mine = {names[id(p)]: p.detach().numpy().copy() for p in part.parameters()
             if id(p) in names}  # the last stage's head copy is the embedding's twin
     gathered: list[Any] = [None] * stages if index == 0 else []
     dist.gather_object(mine, gathered if index == 0 else None, dst=0)
     report: dict[str, Any] = {
+        **meter.report(len(times)),
         "step_times_s": times, "losses": losses, "rank": index, "world": stages,
         "threads": torch.get_num_threads(),
         "grad_bytes": model_bytes,

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.distributed.rpc as rpc
 
+from harness.measure.wire import WireMeter
 from harness.plan import Case
 from harness.runners import torch_workload as tw
 
@@ -198,10 +199,13 @@ def run_worker(case: Case, index: int, workdir: Path) -> dict[str, Any]:
     times: list[float] = []
     losses: list[float] = []
     pushed: list[int] = []
+    meter = WireMeter(active=index == 0)
     try:
         for step in range(case.total_steps):
             batch = tw.shard(tw.batch(spec, step, case.global_batch, case.seed), index, workers)
             tw.inject_fault(case, index, step)
+            if step == case.warmup:
+                meter.start()
             start = time.perf_counter()
             pulls = [rpc.rpc_async(s, _rpc_pull, args=(index,)) for s in servers]
             with torch.no_grad():
@@ -239,6 +243,7 @@ def run_worker(case: Case, index: int, workdir: Path) -> dict[str, Any]:
                 times.append(elapsed)
                 pushed.append(sent)
             losses.append(value)
+        meter.stop()
         # one last pull so the saved weights are the servers' weights
         with torch.no_grad():
             for s in servers:
@@ -254,7 +259,7 @@ def run_worker(case: Case, index: int, workdir: Path) -> dict[str, Any]:
     report: dict[str, Any] = {"step_times_s": times, "losses": losses, "rank": index,
                               "world": workers, "threads": torch.get_num_threads(),
                               "bytes_pushed_per_step": float(np.median(pushed)) if pushed
-                              else 0.0, "servers": server_stats}
+                              else 0.0, "servers": server_stats, **meter.report(len(times))}
     if index == 0:
         path = workdir / f"weights-{case.strategy}-0.npz"
         np.savez(path, **{n: p.detach().numpy().copy() for n, p in params.items()})

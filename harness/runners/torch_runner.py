@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from harness.measure import memory
+from harness.measure.wire import WireMeter
 from harness.plan import LOCAL_REPLICAS, Case
 from harness.runners import torch_workload as tw
 
@@ -98,16 +99,21 @@ def train(case: Case, rank: int, world: int, batch_per_rank: int,
     batches = [tw.shard(tw.batch(spec, step, global_batch, case.seed), rank, world)
                for step in range(case.total_steps)]
     times, losses = [], []
+    meter = WireMeter(active=distributed and rank == 0)
     for step, batch in enumerate(batches):
         tw.inject_fault(case, rank, step)
+        if step == case.warmup:
+            meter.start()
         value, elapsed = timed_step(spec, model, optimizer, batch)
         if step >= case.warmup:
             times.append(elapsed)
         losses.append(value)
+    meter.stop()
     report: dict[str, Any] = {"step_times_s": times, "losses": losses, "rank": rank,
                               "world": world, "threads": torch.get_num_threads(),
                               "grad_bytes": tw.grad_bytes(model),
-                              "model_memory_bytes": memory.peak_since(baseline, was_reset)}
+                              "model_memory_bytes": memory.peak_since(baseline, was_reset),
+                              **meter.report(len(times))}
     # gathering full weights is a collective under FSDP: every rank takes part
     weights = _full_weights(case, model) if distributed else {
         n: p.detach().cpu().numpy().copy() for n, p in model.named_parameters()}

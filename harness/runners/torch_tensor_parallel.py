@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.measure import memory
+from harness.measure.wire import WireMeter
 from harness.plan import Case
 from harness.runners import torch_workload as tw
 from harness.runners.torch_runner import timed_step
@@ -123,8 +124,11 @@ def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
     times, losses = [], []
     waiting = float("nan")
+    meter = WireMeter(active=index == 0)
     for step in range(case.total_steps):
         batch = tw.batch(spec, step, case.global_batch, case.seed)  # every rank: all of it
+        if step == case.warmup:
+            meter.start()
         profiled = step == case.warmup - 1  # the last untimed step: where waits are counted
         with _collective_time() if profiled else contextlib.nullcontext() as waits:
             value, elapsed = timed_step(spec, model, optimizer, batch)
@@ -133,7 +137,9 @@ def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
         if step >= case.warmup:
             times.append(elapsed)
         losses.append(value)
+    meter.stop()
     report: dict[str, Any] = {
+        **meter.report(len(times)),
         "step_times_s": times, "losses": losses, "rank": index, "world": ranks,
         "threads": torch.get_num_threads(), "grad_bytes": model_bytes,
         "model_memory_bytes": memory.peak_since(baseline, was_reset),
