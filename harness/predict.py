@@ -187,7 +187,8 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
     # the emulated hosts share the machine's cores: compute slows when they are oversold
     compute = one_replica_s * max(1.0, processes / (cores or machine_cores()))
     (row,) = simulate(topology, replicas, model, dataclasses.replace(
-        profile, step_compute_s=compute), None, **options)
+        profile, step_compute_s=compute), None, library="gloo",
+        ps_pull="whole" if framework == "tf" else "changed", **options)
     row.update(topology=topology, model=model, framework=framework, strategy=strategy)
     return row
 

@@ -59,7 +59,8 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
              calibration: cal.Calibration | None = None, *, workload: str | None = None,
              stragglers: int = 0, straggler_factor: float = 1.0, mode: str = "fast",
              ps_shards: int | None = None, ps_colocated: bool = False,
-             ps_shard_weights: Sequence[float] | None = None) -> list[dict[str, Any]]:
+             ps_shard_weights: Sequence[float] | None = None,
+             library: str = "nccl", ps_pull: str = "changed") -> list[dict[str, Any]]:
     """Simulate one training step of each strategy; one results row per strategy.
 
     ``strategy``: 'all', a simulator name (allreduce_ring, allreduce_tree,
@@ -68,7 +69,9 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
     multi_worker_mirrored, fsdp, 'tf:parameter_server', ...), or a list of those.
     ``calibration``: link and compute costs (e.g. measured ones); whatever it leaves out comes
     from the preset (``preset:NAME``: links, device speed, price) or the spec's own bandwidths
-    and latencies.
+    and latencies. ``library``: nccl (GPUs) or gloo (CPUs, emulated hosts): whose collectives
+    the strategies run. ``ps_pull``: what a parameter-server worker pulls back, "changed"
+    rows or "whole" variables (TF's ParameterServerStrategy).
     """
     if profile is None:
         raise SpecError("simulate needs a workload profile (e.g. params=25M,batch=32,"
@@ -94,7 +97,8 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
             result = simulate_step(sim, topo, workers, profile, calib, stragglers=stragglers,
                                    straggler_factor=straggler_factor, mode=mode,
                                    ps_shards=ps_shards, ps_colocated=ps_colocated,
-                                   ps_shard_weights=ps_shard_weights)
+                                   ps_shard_weights=ps_shard_weights, library=library,
+                                   ps_pull=ps_pull)
         except TopologyError as exc:
             rows.append(base | _unavailable(str(exc)))
             continue

@@ -46,7 +46,8 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadProfile
                       colocated: bool = False, stragglers: int = 0,
                       straggler_factor: float = 1.0, iterations: int = 16,
                       max_explicit_workers: int = 32,
-                      shard_weights: Sequence[float] | None = None) -> StepResult:
+                      shard_weights: Sequence[float] | None = None,
+                      pull: str = "changed") -> StepResult:
     """Simulate ``iterations`` asynchronous steps per worker; see the module docstring."""
     started = time.perf_counter()
     if not 1 <= workers <= n_devices(topology):
@@ -84,7 +85,9 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadProfile
     weights = [1.0] * k if shard_weights is None else [float(x) for x in shard_weights]
     if min(weights) <= 0:
         raise SpecError(f"shard weights {weights} must be positive")
-    shard_bytes = [profile.touched_bytes * x / sum(weights) for x in weights]
+    pushed, pulled = profile.ps_bytes(workers, pull)
+    shard_bytes = [pushed * x / sum(weights) for x in weights]
+    pull_bytes = [pulled * x / sum(weights) for x in weights]
     update_s = profile.optimizer_s / k * scale
     version = [0] * k
     locks = [simpy.Resource(env, capacity=1) for _ in range(k)]
@@ -114,7 +117,7 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadProfile
     def worker(i: int, factor: float) -> Process:
         while not finished.triggered:
             begin = env.now
-            yield env.all_of([env.process(move(server_devices[j], i, shard_bytes[j]))
+            yield env.all_of([env.process(move(server_devices[j], i, pull_bytes[j]))
                               for j in range(k)])
             read = list(version)
             yield env.timeout(compute * factor)
@@ -145,7 +148,7 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadProfile
         strategy="parameter_server_async", workers=workers, step_time_s=median,
         compute_s=compute, optimizer_s=profile.optimizer_s / k,
         comm_s=max(0.0, median - compute), exposed_comm_s=max(0.0, median - compute),
-        bytes_per_step=2 * profile.touched_bytes * workers, throughput_samples_s=throughput,
+        bytes_per_step=(pushed + pulled) * workers, throughput_samples_s=throughput,
         collectives=0, events=env.events_processed, mode="detailed",
         class_bytes={n: crossed[i] * per_step for i, n in enumerate(names)},
         utilisation={n: carried[i] / (capacity[n] * end) if capacity[n] and end else 0.0

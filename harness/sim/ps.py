@@ -70,6 +70,17 @@ def ps_sync(workers: int, shards: int, colocated: bool = False,
                     tuple(s for s in (push, pull) if len(s)), contributors=workers)
 
 
+def phases(schedule: Schedule) -> tuple[Schedule, Schedule]:
+    """A synchronous round's push and pull as schedules of their own, to be timed with
+    different sizes (a worker pulls every row any worker changed, not only its own)."""
+    if len(schedule.steps) != 2:
+        raise ValueError(f"{schedule.name} is not a push and a pull")
+    push, pull = (Schedule(f"{schedule.name}_{part}", "allreduce", schedule.world,
+                           schedule.n_chunks, (s,), schedule.contributors)
+                  for part, s in zip(("push", "pull"), schedule.steps, strict=True))
+    return push, pull
+
+
 def central_storage(workers: int) -> Schedule:
     """Reduce everything to device 0 and broadcast it back (K=1, colocated)."""
     return ps_sync(workers, 1, colocated=True, name="central_storage")

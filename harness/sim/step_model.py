@@ -49,7 +49,7 @@ from harness.sim.layered import LayeredModel, Layout, check_layout, stage_layers
 from harness.sim.network import CountingEnvironment
 from harness.sim.pipeline import run_pipeline, stage_order
 from harness.sim.profile import WorkloadProfile
-from harness.sim.ps import central_storage, ps_sync
+from harness.sim.ps import central_storage, phases, ps_sync
 from harness.sim.schedule import Schedule
 from harness.sim.spec import SpecError
 from harness.sim.strategies import (
@@ -141,8 +141,13 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
                   calibration: Calibration | None = None, *, stragglers: int = 0,
                   straggler_factor: float = 1.0, mode: str = "fast",
                   ps_shards: int | None = None, ps_colocated: bool = False,
-                  ps_shard_weights: Sequence[float] | None = None) -> StepResult:
+                  ps_shard_weights: Sequence[float] | None = None,
+                  library: str = "nccl", ps_pull: str = "changed") -> StepResult:
     """Simulate one step of ``strategy`` (a simulator name) on the first ``workers`` devices.
+
+    ``library``: whose collectives run them, "nccl" (GPUs) or "gloo" (CPUs, emulated hosts),
+    where they differ in bytes (gloo's reduce-scatter is an all-reduce). ``ps_pull``: what
+    a parameter-server worker pulls (WorkloadProfile.ps_bytes).
 
     ``ps_shard_weights``: the parameter servers' relative shard sizes (one per shard; equal
     shards when None), as a real run's greedy placement of whole tensors left them.
@@ -159,7 +164,7 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
         return simulate_async_ps(topology, workers, profile, calibration, shards=ps_shards,
                                  colocated=ps_colocated, stragglers=stragglers,
                                  straggler_factor=straggler_factor,
-                                 shard_weights=ps_shard_weights)
+                                 shard_weights=ps_shard_weights, pull=ps_pull)
     started = time.perf_counter()
     compute, source = compute_seconds(profile, calibration)
     classes = worker_classes(workers, stragglers, straggler_factor)
@@ -174,7 +179,7 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
         finish = _after_backward_step(env, topology, workers, profile, compute, classes, colls)
     elif strategy == "fsdp":
         optimizer = after = profile.optimizer_s / workers  # each rank updates its shard
-        finish = _fsdp_step(env, topology, workers, profile, compute, classes, colls)
+        finish = _fsdp_step(env, topology, workers, profile, compute, classes, colls, library)
     elif strategy in ("parameter_server", "central_storage"):
         colocated = ps_colocated or strategy == "central_storage"
         if ps_shard_weights is not None and strategy == "parameter_server":
@@ -186,7 +191,7 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
         schedule = (central_storage(workers) if strategy == "central_storage"
                     else ps_sync(workers, shards, colocated, weights=ps_shard_weights))
         optimizer, after = profile.optimizer_s / shards, 0.0  # on the servers, mid-exchange
-        finish = _ps_step(env, schedule, profile, compute, classes, colls, optimizer)
+        finish = _ps_step(env, schedule, profile, compute, classes, colls, optimizer, ps_pull)
     else:
         raise SpecError(f"unknown simulator strategy {strategy!r}")
     env.run()
@@ -273,7 +278,13 @@ def _after_backward_step(env: simpy.Environment, topology: Topology, workers: in
         if workers > 1 and dense > 0:
             yield env.timeout(colls.time(rings[0], dense))
         if workers > 1 and rows > 0:  # every replica's rows to every replica
-            yield env.timeout(colls.time(rings[1], rows * workers))
+            # TF gathers each table's IndexedSlices on its own: their lengths (they differ
+            # between replicas), then the values, then the int64 indices
+            tables = max(1, profile.embedding_tables)
+            index = rows * 8 / (profile.embedding_row_bytes + 8)
+            for _ in range(tables):
+                for size in (8.0, (rows - index) / tables, index / tables):
+                    yield env.timeout(colls.time(rings[1], size * workers))
         state["end"] = env.now
 
     env.process(run())
@@ -282,10 +293,14 @@ def _after_backward_step(env: simpy.Environment, topology: Topology, workers: in
 
 def _fsdp_step(env: simpy.Environment, topology: Topology, workers: int,
                profile: WorkloadProfile, compute: float,
-               classes: list[tuple[int, float]], colls: _Collectives) -> Callable[[], float]:
-    """Units of ``bucket_bytes``: forward gathers unit i once unit i-1 has started; backward
-    prefetches unit i-1's parameters once unit i's backward has started, then reduce-scatters
-    unit i's gradient once it is done; one collective at a time.
+               classes: list[tuple[int, float]], colls: _Collectives,
+               library: str = "nccl") -> Callable[[], float]:
+    """Units of ``bucket_bytes``: forward gathers unit i once unit i-1 has started; every
+    unit is resharded after its forward (FSDP2's default), so backward gathers the last unit
+    again at once and prefetches unit i-1's parameters once unit i's backward has started,
+    then reduce-scatters unit i's gradient once it is done; one collective at a time. On
+    gloo (``library``) a reduce-scatter is an all-reduce whose result each rank slices: it
+    moves twice the bytes (measured on the wire, 2-4 ranks).
 
     Computed pass by pass rather than as SimPy processes (a 175B model has 28,000 units): a
     collective waits for every worker, and the slowest worker class is always the last to
@@ -295,6 +310,8 @@ def _fsdp_step(env: simpy.Environment, topology: Topology, workers: int,
     total = profile.gradient_bytes
     factor = max(f for _, f in classes)
     gather, scatter = fsdp_schedules(topology, workers)
+    if library == "gloo":
+        scatter = channel_rings(ring_allreduce, topology, workers)
 
     def comm(schedule: Schedule, size: float) -> float:
         return colls.time(schedule, size) if workers > 1 else 0.0
@@ -305,7 +322,8 @@ def _fsdp_step(env: simpy.Environment, topology: Topology, workers: int,
         link = max(link, previous_start) + comm(gather, unit)  # its parameters are there
         fwd_start = previous_start = max(worker, link)
         worker = fwd_start + compute * factor / 3 * unit / total
-    gathered = link  # the last unit is still gathered from its forward
+    link = max(link, worker) + comm(gather, units[-1])  # resharded: gathered again
+    gathered = link
     for i in reversed(range(len(units))):  # backward
         bwd_start = max(worker, gathered)
         if i > 0:
@@ -319,14 +337,17 @@ def _fsdp_step(env: simpy.Environment, topology: Topology, workers: int,
 
 def _ps_step(env: simpy.Environment, schedule: Schedule, profile: WorkloadProfile,
              compute: float, classes: list[tuple[int, float]], colls: _Collectives,
-             server_optimizer: float) -> Callable[[], float]:
+             server_optimizer: float, pull: str) -> Callable[[], float]:
     state = {"end": 0.0}
     workers = sum(count for count, _ in classes)
 
     def run() -> Process:
         yield env.timeout(compute * max(f for _, f in classes))
         if workers > 1:  # push, update on the servers, pull
-            yield env.timeout(colls.time(schedule, profile.touched_bytes))
+            pushed, pulled = profile.ps_bytes(workers, pull)
+            push, back = phases(schedule)
+            yield env.timeout(colls.time(push, pushed))
+            yield env.timeout(colls.time(back, pulled))
         yield env.timeout(server_optimizer)
         state["end"] = env.now
 

@@ -1,0 +1,57 @@
+"""What the step model puts on the wire follows what the frameworks were measured sending
+(validate's kind `wire`): gloo's reduce-scatter, FSDP2's re-gather, the parameter servers'
+pulls, TF's per-table sparse gathers."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.sim.profile import WorkloadProfile
+from harness.sim.spec import SpecError, parse_topology
+from harness.sim.step_model import simulate_step
+
+TOPO = parse_topology("switch:n=4,bw=1GB/s")
+DENSE = WorkloadProfile(params=1_000_000, step_compute_s=0.01, bucket_bytes=10**9)
+
+
+def sparse(sparsity: float, dense: float = 0.2, tables: int = 4) -> WorkloadProfile:
+    return WorkloadProfile(params=1_000_000, step_compute_s=0.01, gradient_sparsity=sparsity,
+                           dense_fraction=dense, embedding_row_bytes=64.0,
+                           embedding_tables=tables)
+
+
+def test_fsdp_on_gloo_moves_a_third_more_than_on_nccl():
+    """Per unit: gather for forward, gather again for backward (resharded), and a
+    reduce-scatter that gloo runs as an all-reduce: 4 shares of (n-1)/n against 3."""
+    nccl = simulate_step("fsdp", TOPO, 4, DENSE)
+    gloo = simulate_step("fsdp", TOPO, 4, DENSE, library="gloo")
+    share = DENSE.gradient_bytes * 3 / 4 * 4  # (n-1)/n of the model, from every rank
+    assert nccl.bytes_per_step == pytest.approx(3 * share)
+    assert gloo.bytes_per_step == pytest.approx(4 * share)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.floats(0.21, 1.0), st.integers(1, 64))
+def test_a_worker_pulls_its_own_rows_and_more_as_workers_grow(sparsity, workers):
+    p = sparse(sparsity)
+    push, pull = p.ps_bytes(workers)
+    assert p.ps_bytes(1)[1] == pytest.approx(push)  # alone: back what it pushed
+    assert push - 1e-6 <= pull <= p.ps_bytes(workers + 1)[1] + 1e-6
+    whole_tables = p.gradient_bytes - p.dense_bytes
+    assert pull <= p.dense_bytes + whole_tables * (1 + 8 / 64) + 1e-6
+    assert p.ps_bytes(workers, "whole")[1] == p.gradient_bytes  # TF reads variables whole
+
+
+def test_an_unknown_pull_is_refused():
+    with pytest.raises(SpecError, match="parameter-server pull"):
+        sparse(0.5).ps_bytes(2, "some")
+
+
+def test_tf_gathers_every_table_apart_in_three_collectives():
+    one = simulate_step("allreduce_after_backward", TOPO, 4, sparse(0.3, tables=1))
+    four = simulate_step("allreduce_after_backward", TOPO, 4, sparse(0.3, tables=4))
+    assert one.collectives == 1 + 3 and four.collectives == 1 + 3 * 4
+    assert four.bytes_per_step == pytest.approx(one.bytes_per_step, rel=1e-4)  # + lengths
+    assert four.step_time_s > one.step_time_s  # more messages, the same bytes
