@@ -37,6 +37,7 @@ class WorkloadFacts:
     dense_fraction: float = 1.0  # of the gradient; the rest is embedding tables
     embedding_row_bytes: float = 0.0
     embedding_tables: int = 1
+    embedding_lookups: float = 0.0  # per sample, all tables
 
     @property
     def grad_bytes(self) -> float:
@@ -52,7 +53,8 @@ class WorkloadFacts:
             gradient_sparsity=self.sparsity, name=self.name.partition(":")[0],
             size=self.name.partition(":")[2], dense_fraction=self.dense_fraction,
             embedding_row_bytes=self.embedding_row_bytes,
-            embedding_tables=self.embedding_tables)
+            embedding_tables=self.embedding_tables,
+            embedding_lookups=self.embedding_lookups)
 
 
 def row_names(frame: pd.DataFrame) -> pd.Series:
@@ -94,25 +96,26 @@ def workload_facts(text: str, measured: pd.DataFrame | None = None) -> WorkloadF
                              workload.sparsity, workload.flops_per_sample,
                              sized_by="declared by the workload")
     spec = workload.spec() if hasattr(workload, "spec") else workload
-    dense, row, tables = _embedding_split(spec)
+    dense, row, tables, lookups = _embedding_split(spec)
     return WorkloadFacts(spec.name, float(spec.params), spec.batch_size,
                          spec.expected_sparsity(), spec.flops_per_sample,
                          getattr(spec, "activation_bytes_per_sample", None),
                          step_time_s=spec.step_time_s, dense_fraction=dense,
-                         embedding_row_bytes=row, embedding_tables=tables)
+                         embedding_row_bytes=row, embedding_tables=tables,
+                         embedding_lookups=lookups)
 
 
-def _embedding_split(spec: Any) -> tuple[float, float, int]:
-    """(fraction of the gradient in dense tensors, bytes of one embedding row, tables) of a
-    built-in recommender; (1, 0, 1) for everything else."""
+def _embedding_split(spec: Any) -> tuple[float, float, int, float]:
+    """(fraction of the gradient in dense tensors, bytes of one embedding row, tables, rows
+    looked up per sample) of a built-in recommender; (1, 0, 1, 0) for everything else."""
     from workloads.configs import RecsysConfig
 
     config = getattr(spec, "config", None)
     if not isinstance(config, RecsysConfig):
-        return 1.0, 0.0, 1
+        return 1.0, 0.0, 1, 0.0
     embedding = sum(config.table_rows) * config.dim
     return (max(0.0, 1 - embedding / spec.params), float(config.dim * BYTES_PER_PARAM),
-            len(config.table_rows))
+            len(config.table_rows), float(config.hotness * len(config.table_rows)))
 
 
 def _rows_named(measured: pd.DataFrame, name: str) -> pd.DataFrame:

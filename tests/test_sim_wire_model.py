@@ -55,3 +55,14 @@ def test_tf_gathers_every_table_apart_in_three_collectives():
     assert one.collectives == 1 + 3 and four.collectives == 1 + 3 * 4
     assert four.bytes_per_step == pytest.approx(one.bytes_per_step, rel=1e-4)  # + lengths
     assert four.step_time_s > one.step_time_s  # more messages, the same bytes
+
+
+def test_tf_hands_over_a_row_per_lookup_not_per_distinct_row():
+    from harness.profiles import workload_facts
+    from workloads import parse_workload
+
+    config = parse_workload("recsys:S").config
+    p = workload_facts("recsys:S").profile(batch=64)
+    per_lookup = 64 * config.hotness * len(config.table_rows) * (config.dim * 4 + 8)
+    assert p.lookup_rows_bytes == pytest.approx(per_lookup)
+    assert p.lookup_rows_bytes > p.sparse_rows_bytes  # popular ids repeat within a batch

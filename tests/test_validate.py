@@ -507,3 +507,24 @@ def test_the_documented_pipeline_validation_reproduces_from_its_checked_in_data(
     assert set(layouts[0]) == {"2", "4"} and set(layouts[1]) == {"4", "8"}
     assert {c.split("rate=")[1] for c in pipeline["cluster"]} == {"400mbit", "100mbit"}
     assert round(pipeline["error"].abs().median(), 3) == 0.133
+
+
+WIRE_DATA = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-25-wire"
+
+
+def test_the_simulators_bytes_follow_the_wire_on_the_checked_in_runs(monkeypatch):
+    """docs/SIMULATOR.md's wire table: every multi-process strategy of both frameworks, a
+    dense (mlp:M) and an embedding-heavy model (recsys:S), 3 hosts at 1 Gbit/s and 4 at 250
+    Mbit/s; the simulator's bytes per host and step against each host's interface counters
+    (campaign.sh beside the data)."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    table = validate_steps(ResultsStore(WIRE_DATA))
+    wire = table[table["kind"] == "wire"]
+    strategy = wire["what"].str.rsplit("/", n=1).str[0]
+    assert set(strategy) == {"torch/ddp", "torch/fsdp", "torch/parameter_server",
+                             "torch/parameter_server_async", "tf/multi_worker_mirrored",
+                             "tf/parameter_server"}
+    assert len(wire) == 6 * 2 * 2
+    per_strategy = wire["error"].abs().groupby(strategy).median()
+    assert (per_strategy <= 0.10).all(), per_strategy.to_dict()
+    assert wire["error"].abs().median() <= 0.05

@@ -82,6 +82,7 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadProfile
     table = link_table(topo)
     net = FluidNetwork(env, table.capacity.tolist())
     crossed = [0.0] * len(table.class_names)  # bytes of messages that crossed each class
+    moved = [0.0]  # bytes of messages that left their device (a colocated shard's do not)
     weights = [1.0] * k if shard_weights is None else [float(x) for x in shard_weights]
     if min(weights) <= 0:
         raise SpecError(f"shard weights {weights} must be positive")
@@ -96,6 +97,7 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadProfile
 
     def move(a: int, b: int, nbytes: float) -> Process:
         if a != b:
+            moved[0] += nbytes
             links, latency = path(topo, a, b)
             for c in {int(table.klass[link]) for link in links}:
                 crossed[c] += nbytes
@@ -148,7 +150,7 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadProfile
         strategy="parameter_server_async", workers=workers, step_time_s=median,
         compute_s=compute, optimizer_s=profile.optimizer_s / k,
         comm_s=max(0.0, median - compute), exposed_comm_s=max(0.0, median - compute),
-        bytes_per_step=(pushed + pulled) * workers, throughput_samples_s=throughput,
+        bytes_per_step=moved[0] * per_step, throughput_samples_s=throughput,
         collectives=0, events=env.events_processed, mode="detailed",
         class_bytes={n: crossed[i] * per_step for i, n in enumerate(names)},
         utilisation={n: carried[i] / (capacity[n] * end) if capacity[n] and end else 0.0

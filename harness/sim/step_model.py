@@ -269,7 +269,7 @@ def _after_backward_step(env: simpy.Environment, topology: Topology, workers: in
                          compute: float, classes: list[tuple[int, float]], colls: _Collectives
                          ) -> Callable[[], float]:
     state = {"end": 0.0}
-    dense, rows = profile.dense_bytes, profile.sparse_rows_bytes
+    dense, rows = profile.dense_bytes, profile.lookup_rows_bytes
     rings = (channel_rings(ring_allreduce, topology, workers),
              channel_rings(ring_all_gather, topology, workers))
 
