@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -109,6 +110,10 @@ def test_every_multi_process_strategy_of_both_frameworks_runs_across_hosts(tmp_p
     # mlp:S's 0.9 MB, 0.2% on mlp:M's 12.6 MB); every strategy put something on it
     ddp = got[("torch", "ddp")]
     assert ddp.wire_bytes_per_step == pytest.approx(ddp.bytes_sent_per_step, rel=0.10)
+    for key in (("tf", "multi_worker_mirrored"), ("torch", "ddp")):  # measured apart, too
+        extra = got[key].extra
+        assert extra["compute_only_s"] > 0 and extra["exchange_only_s"] > 0, key
+        assert math.isfinite(extra["measured_overlap"]), key
     for key, row in got.items():
         hosts = row.extra["wire_tx_bytes_per_step_by_host"]
         assert len(hosts) == 4 and min(hosts) > 0, key

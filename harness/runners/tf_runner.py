@@ -187,6 +187,56 @@ def _leave_together(rank: int, workers: int, timeout_s: float) -> None:
         ctx.set_config_key_value(f"stratbench/leaving/{rank}", "1")
 
 
+OVERLAP_ROUNDS = 3
+
+
+def measure_overlap(strategy: Any, workload: Any, model: Any, variables: list[Any],
+                    batch: Any, global_batch: int, step_s: float) -> dict[str, float]:
+    """How much of the gradient exchange hides under compute in TF's custom loop, measured:
+    the gradients alone (no all-reduce), then those gradients alone all-reduced in the
+    replica context (what apply_gradients does), each the median of a few rounds; overlap =
+    (compute + exchange - step) / min(compute, exchange), as for torch DDP. Weights are left
+    as they are."""
+    import statistics
+
+    from harness.runners import tf_workload as tw
+
+    def gradients(b: Any) -> Any:
+        with tf.GradientTape() as tape:
+            loss = tw.scaled_loss(workload, model, b, global_batch)
+        return tape.gradient(loss, variables)  # embedding ones stay IndexedSlices
+
+    def local(value: Any) -> Any:  # this worker's own gradient (one replica per worker)
+        return strategy.experimental_local_results(value)[0]
+
+    def exchange() -> Any:  # the last gradients again: sparse ones as IndexedSlices
+        grads = [tf.IndexedSlices(tf.identity(g.values), tf.identity(g.indices),
+                                  g.dense_shape) if isinstance(g, tf.IndexedSlices)
+                 else tf.identity(g) for g in mine]
+        return tf.distribute.get_replica_context().all_reduce(
+            tf.distribute.ReduceOp.SUM, grads)
+
+    def done(values: Any) -> float:  # a number from every local tensor: waits for all
+        local = [t for v in values for t in strategy.experimental_local_results(v)]
+        return float(sum(float(tf.reduce_sum(getattr(t, "values", t))) for t in local))
+
+    compute_fn = tf.function(lambda b: strategy.run(gradients, args=(b,)))
+    exchange_fn = tf.function(lambda: strategy.run(exchange))
+    mine = [local(g) for g in compute_fn(batch)]
+    done(exchange_fn())  # traced once before timing
+    compute, moved = [], []
+    for _ in range(OVERLAP_ROUNDS):
+        start = time.perf_counter()
+        done(compute_fn(batch))
+        compute.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        done(exchange_fn())
+        moved.append(time.perf_counter() - start)
+    c, e = statistics.median(compute), statistics.median(moved)
+    return {"compute_only_s": c, "exchange_only_s": e,
+            "measured_overlap": (c + e - step_s) / min(c, e) if min(c, e) > 0 else 0.0}
+
+
 def train_sync(case: Case, strategy: Any, rank: int, global_batch: int,
                workdir: Path, save_weights: bool) -> dict[str, Any]:
     """The timed loop of every synchronous strategy and of the one-device reference."""
@@ -231,6 +281,9 @@ def train_sync(case: Case, strategy: Any, rank: int, global_batch: int,
             times.append(elapsed)
         losses.append(value)
     meter.stop()
+    overlap = (measure_overlap(strategy, workload, model, variables, batches[-1],
+                               global_batch, float(np.median(times)))
+               if case.strategy == "multi_worker_mirrored" and replicas > 1 and times else {})
     if case.strategy == "multi_worker_mirrored" and replicas > 1:
         _leave_together(rank, replicas, _collective_timeout(case))
     report: dict[str, Any] = {"step_times_s": times, "losses": losses, "rank": rank,
@@ -238,7 +291,8 @@ def train_sync(case: Case, strategy: Any, rank: int, global_batch: int,
                               .get_intra_op_parallelism_threads(),
                               "grad_bytes": tw.weight_bytes(model),
                               "timing": "per step: strategy.run + reduce of the loss, until "
-                                        "the loss is on the host", **meter.report(len(times))}
+                                        "the loss is on the host", **meter.report(len(times)),
+                              "details": overlap}
     if replicas > 1 and case.strategy in ("mirrored", "central_storage"):
         report["replica_copies_max_diff"] = _replica_copies_diff(model)
     if save_weights:

@@ -82,6 +82,41 @@ def timed_step(spec: tw.Workload, model: torch.nn.Module, optimizer: torch.optim
     return value, time.perf_counter() - start
 
 
+OVERLAP_ROUNDS = 3
+
+
+def measure_overlap(case: Case, model: torch.nn.Module, spec: tw.Workload, batch: Any,
+                    step_s: float) -> dict[str, float]:
+    """How much of DDP's gradient all-reduce hides under backward, measured on this case:
+    forward + backward alone (``no_sync``: no all-reduce), then the gradient alone
+    all-reduced in DDP's bucket sizes, each the median of a few rounds started together;
+    overlap = (compute + exchange - step) / min(compute, exchange): 1 when the shorter one
+    hides entirely under the longer, 0 when they run one after the other. Weights are left
+    as they are (no optimizer step; the all-reduced buffer is a copy)."""
+    import statistics
+
+    assert isinstance(model, torch.nn.parallel.DistributedDataParallel)
+    grads = [p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]
+    flat = torch.cat(grads) if grads else torch.zeros(1)
+    bucket = max(1, int(float(case.options.get("bucket_mb", 25)) * 2**20
+                        / flat.element_size()))
+    compute, exchange = [], []
+    for _ in range(OVERLAP_ROUNDS):
+        dist.barrier()
+        start = time.perf_counter()
+        with model.no_sync():
+            tw.loss(spec, model, batch).backward()
+        compute.append(time.perf_counter() - start)
+        dist.barrier()
+        start = time.perf_counter()
+        for chunk in flat.split(bucket):
+            dist.all_reduce(chunk)
+        exchange.append(time.perf_counter() - start)
+    c, e = statistics.median(compute), statistics.median(exchange)
+    return {"compute_only_s": c, "exchange_only_s": e,
+            "measured_overlap": (c + e - step_s) / min(c, e) if min(c, e) > 0 else 0.0}
+
+
 def train(case: Case, rank: int, world: int, batch_per_rank: int,
           workdir: Path, save_weights: bool, distributed: bool = True) -> dict[str, Any]:
     """The timed loop shared by every synchronous torch strategy (and the reference)."""
@@ -109,11 +144,13 @@ def train(case: Case, rank: int, world: int, batch_per_rank: int,
             times.append(elapsed)
         losses.append(value)
     meter.stop()
+    overlap = (measure_overlap(case, model, spec, batches[-1], float(np.median(times)))
+               if distributed and case.strategy == "ddp" and world > 1 and times else {})
     report: dict[str, Any] = {"step_times_s": times, "losses": losses, "rank": rank,
                               "world": world, "threads": torch.get_num_threads(),
                               "grad_bytes": tw.grad_bytes(model),
                               "model_memory_bytes": memory.peak_since(baseline, was_reset),
-                              **meter.report(len(times))}
+                              **meter.report(len(times)), "details": overlap}
     # gathering full weights is a collective under FSDP: every rank takes part
     weights = _full_weights(case, model) if distributed else {
         n: p.detach().cpu().numpy().copy() for n, p in model.named_parameters()}
