@@ -59,3 +59,11 @@ def test_the_uncontended_time_stays_with_the_fast_mode_when_the_median_flips():
     point = stats.summarize_rounds(medians, quartiles)
     assert point["time_s"] == 4.0 and point["fast_s"] == 0.46
     assert stats.summarize_rounds([1.0, 2.0, 3.0, 4.0, 5.0])["fast_s"] == 2.0
+
+
+def test_overlap_is_one_when_the_shorter_part_hides_and_zero_when_they_queue():
+    from harness.measure.stats import overlap
+
+    assert overlap([1.0, 1.0, 3.0], [0.5], 1.0)["measured_overlap"] == pytest.approx(1.0)
+    assert overlap([1.0], [0.5], 1.5)["measured_overlap"] == pytest.approx(0.0)
+    assert overlap([1.0], [0.5], 2.0)["measured_overlap"] < 0  # slower together than apart

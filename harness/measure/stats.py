@@ -8,6 +8,7 @@ distribution (no normality assumed), as in pyperf and nccl-tests practice.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,3 +80,13 @@ def summarize_rounds(round_times_s: list[float],
             else float(np.percentile(x, 25)))
     return {"time_s": mid, "fast_s": fast,
             "spread_rel": float((x.max() - x.min()) / mid) if mid > 0 else 0.0}
+
+
+def overlap(compute_s: list[float], exchange_s: list[float], step_s: float) -> dict[str, float]:
+    """Compute and exchange timed apart (medians of their rounds) against the step that does
+    both: overlap = (compute + exchange - step) / min(compute, exchange), 1 when the shorter
+    hides entirely under the longer, 0 when they run one after the other, below 0 when
+    together they cost more than apart (both fighting for the same cores)."""
+    c, e = statistics.median(compute_s), statistics.median(exchange_s)
+    return {"compute_only_s": c, "exchange_only_s": e,
+            "measured_overlap": (c + e - step_s) / min(c, e) if min(c, e) > 0 else 0.0}

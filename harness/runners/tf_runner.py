@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
 from harness.plan import Case
 
@@ -197,8 +198,6 @@ def measure_overlap(strategy: Any, workload: Any, model: Any, variables: list[An
     replica context (what apply_gradients does), each the median of a few rounds; overlap =
     (compute + exchange - step) / min(compute, exchange), as for torch DDP. Weights are left
     as they are."""
-    import statistics
-
     from harness.runners import tf_workload as tw
 
     def gradients(b: Any) -> Any:
@@ -232,9 +231,7 @@ def measure_overlap(strategy: Any, workload: Any, model: Any, variables: list[An
         start = time.perf_counter()
         done(exchange_fn())
         moved.append(time.perf_counter() - start)
-    c, e = statistics.median(compute), statistics.median(moved)
-    return {"compute_only_s": c, "exchange_only_s": e,
-            "measured_overlap": (c + e - step_s) / min(c, e) if min(c, e) > 0 else 0.0}
+    return measured_overlap(compute, moved, step_s)
 
 
 def train_sync(case: Case, strategy: Any, rank: int, global_batch: int,

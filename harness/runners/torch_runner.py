@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from harness.measure import memory
+from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
 from harness.plan import LOCAL_REPLICAS, Case
 from harness.runners import torch_workload as tw
@@ -93,8 +94,6 @@ def measure_overlap(case: Case, model: torch.nn.Module, spec: tw.Workload, batch
     overlap = (compute + exchange - step) / min(compute, exchange): 1 when the shorter one
     hides entirely under the longer, 0 when they run one after the other. Weights are left
     as they are (no optimizer step; the all-reduced buffer is a copy)."""
-    import statistics
-
     assert isinstance(model, torch.nn.parallel.DistributedDataParallel)
     grads = [p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]
     flat = torch.cat(grads) if grads else torch.zeros(1)
@@ -112,9 +111,7 @@ def measure_overlap(case: Case, model: torch.nn.Module, spec: tw.Workload, batch
         for chunk in flat.split(bucket):
             dist.all_reduce(chunk)
         exchange.append(time.perf_counter() - start)
-    c, e = statistics.median(compute), statistics.median(exchange)
-    return {"compute_only_s": c, "exchange_only_s": e,
-            "measured_overlap": (c + e - step_s) / min(c, e) if min(c, e) > 0 else 0.0}
+    return measured_overlap(compute, exchange, step_s)
 
 
 def train(case: Case, rank: int, world: int, batch_per_rank: int,
