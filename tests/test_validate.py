@@ -249,7 +249,9 @@ def test_nightly_emulated_stage_validates_the_simulator_into_its_run(tmp_path):
     assert not load_table(tmp_path, "comm").empty
     validation = latest_validation(tmp_path)
     assert set(validation["stored_in_run"]) == {run_id}
-    assert set(validation["kind"]) == {"collective", "step"}
+    assert set(validation["kind"]) == {"collective", "step", "wire"}
+    wire = validation[validation["kind"] == "wire"]  # the hosts' counters, both strategies
+    assert len(wire) == 2 and (wire["error"].abs() <= 0.10).all(), wire
     collectives = validation[validation["kind"] == "collective"]
     assert set(collectives["floor_source"]) == {"unshaped"}  # the stage's own floor sweep
     assert not netns.leftovers()

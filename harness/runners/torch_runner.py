@@ -141,12 +141,13 @@ def train(case: Case, rank: int, world: int, batch_per_rank: int,
             times.append(elapsed)
         losses.append(value)
     meter.stop()
+    gained = memory.peak_since(baseline, was_reset)  # before the probe's gradient copy
     overlap = (measure_overlap(case, model, spec, batches[-1], float(np.median(times)))
                if distributed and case.strategy == "ddp" and world > 1 and times else {})
     report: dict[str, Any] = {"step_times_s": times, "losses": losses, "rank": rank,
                               "world": world, "threads": torch.get_num_threads(),
                               "grad_bytes": tw.grad_bytes(model),
-                              "model_memory_bytes": memory.peak_since(baseline, was_reset),
+                              "model_memory_bytes": gained,
                               **meter.report(len(times)), "details": overlap}
     # gathering full weights is a collective under FSDP: every rank takes part
     weights = _full_weights(case, model) if distributed else {
