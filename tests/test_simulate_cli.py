@@ -103,3 +103,24 @@ def test_a_deployment_as_described_framework_shards_placement_bucket_precision()
         bad = stratbench("simulate", *SLOW_DENSE, *args)
         assert bad.returncode == 2 and bad.stdout == ""
         assert bad.stderr.strip().count("\n") == 0 and "applies to" in bad.stderr
+
+
+def test_framework_picks_that_frameworks_own_measured_compute(tmp_path):
+    """TF's and torch's kernels differ: `simulate --framework tf` takes TF's one-device run,
+    not torch's."""
+    from harness.commands.simulate import _profile
+    from results.schema import ResultRow
+    from results.store import ResultsStore
+
+    store = ResultsStore(tmp_path)
+    run_id = store.start_run({"kind": "run"})
+    for framework, strategy, step in (("torch", "single_device", 0.129),
+                                      ("tf", "one_device", 0.077)):
+        store.write_case(ResultRow(
+            run_id=run_id, case_id=f"{framework}/{strategy}/mlp:S/local/1",
+            framework=framework, strategy=strategy, workload="mlp", size="S", cluster="local",
+            replicas=1, status="ok", global_batch=64, step_time_median_s=step), None)
+    topo = "switch:n=4,bw=1Gbit"
+    for framework, step in (("tf", 0.077), ("torch", 0.129), (None, 0.129)):
+        prof = _profile("mlp:S", None, tmp_path, topo, None, framework)
+        assert prof.step_compute_s == pytest.approx(step), framework
