@@ -165,6 +165,7 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
     harness.sim WorkloadProfile (its compute time is replaced by ``one_replica_s`` slowed
     by oversold cores); ``ps``: the shard weights and placement of a parameter server."""
     from harness.sim import simulate
+    from harness.sim.strategies import PS_PULL
 
     model = simulated_as(framework, strategy)
     if model is None:
@@ -188,7 +189,7 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
     compute = one_replica_s * max(1.0, processes / (cores or machine_cores()))
     (row,) = simulate(topology, replicas, model, dataclasses.replace(
         profile, step_compute_s=compute), None, library="gloo",
-        ps_pull="whole" if framework == "tf" else "changed", **options)
+        ps_pull=PS_PULL[framework], **options)
     row.update(topology=topology, model=model, framework=framework, strategy=strategy)
     return row
 
@@ -225,6 +226,31 @@ def predict_layout(workload: str, layout: Any, links: MeasuredLinks, batch: int,
     return row
 
 
+def layout_of(row: dict[str, Any]) -> Any:
+    """The model-parallel layout a run recorded (its columns, else its `extra`); None if it
+    recorded none."""
+    from harness.sim.layered import Layout
+
+    extra: dict[str, Any] = row["extra"] if isinstance(row.get("extra"), dict) else {}
+
+    def field(*names: str) -> Any:
+        for name in names:
+            for source in (row, extra):
+                value = source.get(name)
+                if value is not None and not (isinstance(value, float) and math.isnan(value)):
+                    return value
+        return None
+
+    stages = field("pipeline_stages", "stages")
+    tensor = field("tensor_parallel", "tensor_parallel_degree")
+    if stages is None and tensor is None:
+        return None
+    stages, tensor = int(stages or 1), int(tensor or 1)
+    return Layout(data=max(1, int(row["replicas"]) // (stages * tensor)), stages=stages,
+                  tensor=tensor, microbatches=int(field("microbatches") or 1),
+                  schedule=str(field("pipeline_schedule", "schedule") or "1f1b"))
+
+
 def pass_overhead(measured: pd.DataFrame, fits: pd.DataFrame, workload: str,
                   cores: int | None = None) -> float:
     """The pipeline runtime's own time per forward or backward pass, from loopback: what the
@@ -232,8 +258,6 @@ def pass_overhead(measured: pd.DataFrame, fits: pd.DataFrame, workload: str,
     model with none, per pass on their critical path (2 (M + S - 1)); 0 without such runs.
     The floor of a pipeline, as the loopback sweeps are the floor of a collective."""
     from statistics import median as _median
-
-    from harness.validate import layout_of
 
     if measured.empty or "strategy" not in measured:
         return 0.0

@@ -26,6 +26,7 @@ from harness.predict import (
     SERIAL_SOFTWARE,
     MeasuredLinks,
     emulated_topology,
+    layout_of,
     machine_cores,
     pass_overhead,
     predict_layout,
@@ -310,7 +311,8 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
     ok = frame[(frame["status"] == "ok") & frame["cluster"].str.startswith("netns")]
     rows: list[dict[str, Any]] = []
     fits = _comm_table(store, "calibration")
-    for r in ok[ok["replicas"] > 1].to_dict("records"):
+    for record in ok[ok["replicas"] > 1].to_dict("records"):
+        r = {str(k): v for k, v in record.items()}
         base = ok[(ok["run_id"] == r["run_id"]) & (ok["framework"] == r["framework"]) &
                   (ok["workload"] == r["workload"]) & (ok["size"] == r["size"]) &
                   (ok["replicas"] == 1)]
@@ -318,8 +320,7 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
         if base.empty or links is None:
             continue
         if r["strategy"] in MODEL_PARALLEL_STRATEGIES:
-            row = _predict_layout_row(store, {str(k): v for k, v in r.items()},
-                                      base.iloc[0], links, fits, frame)
+            row = _predict_layout_row(store, r, base.iloc[0], links, fits, frame)
             if row is not None:
                 rows.append(row)
             continue
@@ -329,7 +330,7 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
             continue
         ps = None
         if "parameter_server" in r["strategy"]:
-            ps = ps_layout({str(k): v for k, v in r.items()})
+            ps = ps_layout(r)
             if ps is None:
                 continue
         profile = facts.profile(batch=r["global_batch"] // r["replicas"])
@@ -340,8 +341,7 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
             continue
         wire = r.get("wire_bytes_per_step")
         if isinstance(wire, float) and math.isfinite(wire) and wire > 0:
-            rows.append(_wire_row({str(k): v for k, v in r.items()}, sim, facts.grad_bytes,
-                                  links.hosts, wire))
+            rows.append(_wire_row(r, sim, facts.grad_bytes, links.hosts, wire))
         measured = float(r["step_time_median_s"])
         rows.append({"kind": "step", "run_id": r["run_id"], "cluster": r["cluster"],
                      "what": f"{r['framework']}/{r['strategy']}/{r['workload']}:{r['size']}",
@@ -350,31 +350,6 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
                      "predicted_s": sim["step_time_median_s"],
                      "error": sim["step_time_median_s"] / measured - 1})
     return pd.DataFrame(rows)
-
-
-def layout_of(row: dict[str, Any]) -> Any:
-    """The model-parallel layout a run recorded (its columns, else its `extra`); None if it
-    recorded none."""
-    from harness.sim.layered import Layout
-
-    extra: dict[str, Any] = row["extra"] if isinstance(row.get("extra"), dict) else {}
-
-    def field(*names: str) -> Any:
-        for name in names:
-            for source in (row, extra):
-                value = source.get(name)
-                if value is not None and not (isinstance(value, float) and math.isnan(value)):
-                    return value
-        return None
-
-    stages = field("pipeline_stages", "stages")
-    tensor = field("tensor_parallel", "tensor_parallel_degree")
-    if stages is None and tensor is None:
-        return None
-    stages, tensor = int(stages or 1), int(tensor or 1)
-    return Layout(data=max(1, int(row["replicas"]) // (stages * tensor)), stages=stages,
-                  tensor=tensor, microbatches=int(field("microbatches") or 1),
-                  schedule=str(field("pipeline_schedule", "schedule") or "1f1b"))
 
 
 def _predict_layout_row(store: ResultsStore, r: dict[str, Any], base: Any,

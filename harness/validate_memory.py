@@ -42,8 +42,8 @@ def framework_memory(rows: pd.DataFrame, framework: str, strategy: str) -> float
 
 def predicted_memory(row: dict[str, Any]) -> float | None:
     """The memory model's bytes for one device of the run (SGD: no optimizer state)."""
+    from harness.predict import layout_of
     from harness.profiles import workload_facts
-    from harness.validate import layout_of
 
     name = f"{row['workload']}:{row['size']}"
     strategy = str(row["strategy"])

@@ -145,36 +145,28 @@ def fan_weights(s: Step, topology: Topology, place: np.ndarray) -> np.ndarray | 
     copy takes its own (a server's NIC). None when the copies are not symmetric images of
     copy 0 (servers under different leaves, a slow server): checked on copies 0, 1 and the
     last for every flow, and on every copy for the first and last flow."""
-    def links(j: int) -> np.ndarray | None:
-        src, dst, _ = s.copy(j)
-        a, b = place[src], place[dst]
-        if not (a != b).all():
-            return None  # a copy that stays on its device: not a symmetric image
-        return route(topology, a, b).links
+    def routes(flows: np.ndarray, copies: np.ndarray) -> np.ndarray | None:
+        """copies x flows x slots of links, or None if some copy stays on its device."""
+        a = place[s.src[flows][None, :] + copies[:, None] * s.fan_src]
+        b = place[s.dst[flows][None, :] + copies[:, None] * s.fan_dst]
+        if (a == b).any():
+            return None
+        return route(topology, a.reshape(-1), b.reshape(-1)).links.reshape(
+            copies.size, flows.size, -1)
 
-    sampled = [links(j) for j in sorted({0, 1, s.fan - 1})]
-    if any(x is None for x in sampled):
+    sampled = routes(np.arange(len(s)), np.array(sorted({0, 1, s.fan - 1})))
+    every = routes(np.array([0, len(s) - 1]), np.arange(s.fan))
+    if sampled is None or every is None:
         return None
     first = sampled[0]
-    assert first is not None
-    shared = np.ones(first.shape, dtype=bool)
-    for other in sampled[1:]:
-        shared &= other == first
-    own = [x[~shared] for x in sampled if x is not None]
+    shared = (sampled == first).all(axis=0)
+    sets = [set(np.unique(x[~shared]).tolist()) for x in sampled]
     common = set(np.unique(first[shared & (first >= 0)]).tolist())
-    sets = [set(np.unique(x).tolist()) for x in own]
     if any(-1 in a for a in sets) or any(
             a & common or any(a & b for b in sets[i + 1:]) for i, a in enumerate(sets)):
         return None  # a hop some copies skip, or a link one copy owns is another's too
     capacity = link_table(topology).capacity
-    ends = np.array([0, len(s) - 1])
-    j = np.arange(s.fan)[:, None]  # every copy of the first and last flow
-    a = place[s.src[ends][None, :] + j * s.fan_src].reshape(-1)
-    b = place[s.dst[ends][None, :] + j * s.fan_dst].reshape(-1)
-    if not (a != b).all():
-        return None
-    every = route(topology, a, b).links.reshape(s.fan, 2, -1)
-    base, mine = first[ends], ~shared[ends]
+    base, mine = first[[0, len(s) - 1]], ~shared[[0, len(s) - 1]]
     if ((every != base) & ~mine).any() or (capacity[every[:, mine]] != capacity[base[mine]]).any():
         return None  # a copy leaves the shared path, or owns a faster or slower link
     owned = every[:, mine]  # copies x owned links: no link may belong to two copies

@@ -87,16 +87,10 @@ class Step:
         """The same transfers with every fan copy written out (itself when fan is 1)."""
         if self.fan == 1:
             return self
-        copies = [self.copy(j) for j in range(self.fan)]
-
-        def cat(a: np.ndarray) -> np.ndarray:
-            return np.tile(a, self.fan)
-        return step(np.concatenate([c[0] for c in copies]),
-                    np.concatenate([c[1] for c in copies]),
-                    np.concatenate([c[2] for c in copies]), cat(self.size),
-                    reduce=cat(self.reduce), repeat=self.repeat, shift=cat(self.shift),
-                    base=np.concatenate([self.base + j * self.fan_lo for j in range(self.fan)]),
-                    period=cat(self.period))
+        src, dst, lo = (np.concatenate(parts)
+                        for parts in zip(*(self.copy(j) for j in range(self.fan)), strict=True))
+        return step(src, dst, lo, np.tile(self.size, self.fan),
+                    reduce=np.tile(self.reduce, self.fan), repeat=self.repeat)  # fans never rotate
 
     def chunks(self, k: int) -> np.ndarray:
         """First chunk of every transfer in the k-th repetition."""

@@ -270,13 +270,13 @@ def _after_backward_step(env: simpy.Environment, topology: Topology, workers: in
                          ) -> Callable[[], float]:
     state = {"end": 0.0}
     dense, rows = profile.dense_bytes, profile.lookup_rows_bytes
-    rings = (channel_rings(ring_allreduce, topology, workers),
-             channel_rings(ring_all_gather, topology, workers))
+    allreduce = channel_rings(ring_allreduce, topology, workers)
+    gather = channel_rings(ring_all_gather, topology, workers)
 
     def run() -> Process:
         yield env.timeout(compute * max(f for _, f in classes))
         if workers > 1 and dense > 0:
-            yield env.timeout(colls.time(rings[0], dense))
+            yield env.timeout(colls.time(allreduce, dense))
         if workers > 1 and rows > 0:  # every replica's rows to every replica
             # TF gathers each table's IndexedSlices on its own: their lengths (they differ
             # between replicas), then the values, then the int64 indices
@@ -284,7 +284,7 @@ def _after_backward_step(env: simpy.Environment, topology: Topology, workers: in
             index = rows * 8 / (profile.embedding_row_bytes + 8)
             for _ in range(tables):
                 for size in (8.0, (rows - index) / tables, index / tables):
-                    yield env.timeout(colls.time(rings[1], size * workers))
+                    yield env.timeout(colls.time(gather, size * workers))
         state["end"] = env.now
 
     env.process(run())
@@ -298,9 +298,8 @@ def _fsdp_step(env: simpy.Environment, topology: Topology, workers: int,
     """Units of ``bucket_bytes``: forward gathers unit i once unit i-1 has started; every
     unit is resharded after its forward (FSDP2's default), so backward gathers the last unit
     again at once and prefetches unit i-1's parameters once unit i's backward has started,
-    then reduce-scatters unit i's gradient once it is done; one collective at a time. On
-    gloo (``library``) a reduce-scatter is an all-reduce whose result each rank slices: it
-    moves twice the bytes (measured on the wire, 2-4 ranks).
+    then reduce-scatters unit i's gradient once it is done (as ``library`` does it: see
+    fsdp_schedules); one collective at a time.
 
     Computed pass by pass rather than as SimPy processes (a 175B model has 28,000 units): a
     collective waits for every worker, and the slowest worker class is always the last to
@@ -309,9 +308,7 @@ def _fsdp_step(env: simpy.Environment, topology: Topology, workers: int,
     units = buckets(profile.gradient_bytes, profile.bucket_bytes)
     total = profile.gradient_bytes
     factor = max(f for _, f in classes)
-    gather, scatter = fsdp_schedules(topology, workers)
-    if library == "gloo":
-        scatter = channel_rings(ring_allreduce, topology, workers)
+    gather, scatter = fsdp_schedules(topology, workers, library)
 
     def comm(schedule: Schedule, size: float) -> float:
         return colls.time(schedule, size) if workers > 1 else 0.0

@@ -127,11 +127,20 @@ def hierarchy_dims(topology: Topology, workers: int) -> tuple[int, ...]:
     return (g, workers // g)
 
 
-def fsdp_schedules(topology: Topology, workers: int) -> tuple[Schedule, Schedule]:
+def fsdp_schedules(topology: Topology, workers: int, library: str = "nccl"
+                   ) -> tuple[Schedule, Schedule]:
     """FSDP's two collectives: all-gather parameters, reduce-scatter gradients (rings, one
-    per rail where NCCL would run several)."""
+    per rail where NCCL would run several). gloo's reduce-scatter is an all-reduce whose
+    result each rank slices: twice the bytes (measured on the wire, 2-4 ranks)."""
+    scatter = ring_allreduce if library == "gloo" else ring_reduce_scatter
     return (channel_rings(ring_all_gather, topology, workers),
-            channel_rings(ring_reduce_scatter, topology, workers))
+            channel_rings(scatter, topology, workers))
+
+
+#: What a parameter-server worker pulls back, per framework (WorkloadProfile.ps_bytes):
+#: the torch RPC servers here send the rows any worker changed, TF's ParameterServerStrategy
+#: reads variables whole (both measured on the wire).
+PS_PULL = {"torch": "changed", "tf": "whole"}
 
 
 def rail_orders(topology: Topology, workers: int) -> list[np.ndarray]:
