@@ -124,3 +124,18 @@ def test_framework_picks_that_frameworks_own_measured_compute(tmp_path):
     for framework, step in (("tf", 0.077), ("torch", 0.129), (None, 0.129)):
         prof = _profile("mlp:S", None, tmp_path, topo, None, framework)
         assert prof.step_compute_s == pytest.approx(step), framework
+
+
+def test_tf_parameter_server_reads_variables_whole_where_torch_pulls_changed_rows():
+    """As measured on the wire: TF's ParameterServerStrategy moves whole variables back to a
+    worker, the torch RPC servers only the rows some worker changed."""
+    from click.testing import CliRunner
+
+    from harness.cli import cli
+
+    args = ["simulate", "--topology", "switch:n=4,bw=10Gbit", "--workers", "4", "--profile",
+            "params=10M,batch=32,step_compute=10ms,sparsity=0.01", "--strategy",
+            "parameter_server", "--json"]
+    rows = {fw: json.loads(CliRunner().invoke(cli, [*args, "--framework", fw]).output)[0]
+            for fw in ("tf", "torch")}
+    assert rows["tf"]["bytes_per_step"] > 10 * rows["torch"]["bytes_per_step"]

@@ -282,6 +282,7 @@ def command(topology: str, workers: int, workload: str | None, profile: str | No
     With --strategy pipeline|tensor_parallel, --stages or --tensor-parallel, one step of
     that model-parallel layout instead (the workers left over are data-parallel replicas)."""
     from harness.sim import simulate
+    from harness.sim.strategies import PS_PULL
 
     calib = load_calibration(calibration, topology)
     names = _strategy_names(strategies, framework)
@@ -302,7 +303,8 @@ def command(topology: str, workers: int, workload: str | None, profile: str | No
     rows = simulate(topology, workers, names, prof, calib,
                     workload=workload, stragglers=stragglers,
                     straggler_factor=straggler_factor, ps_shards=ps_shards,
-                    ps_colocated=ps_placement == "colocated")
+                    ps_colocated=ps_placement == "colocated",
+                    ps_pull=PS_PULL[framework or "torch"])
     if as_json:
         print_json(rows)
         return
