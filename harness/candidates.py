@@ -260,8 +260,8 @@ def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
                 hosts_links = dataclasses.replace(links, hosts=n)
                 ps = (runner_ps_layout(fw, n, n, PS_SHARDS)
                       if model.startswith("parameter_server") else None)
-                row = predict_step(fw, strategy, profile, hosts_links, n, t1, fits=ctx.fits,
-                                   cores=machine_cores(), ps=ps)
+                row = predict_step(fw, strategy, profile, hosts_links, n, compute.replica_s,
+                                   fits=ctx.fits, cores=machine_cores(), ps=ps)
                 if row is None:
                     continue
                 out.append(_sim_point(ctx, facts, target, row, framework=fw, strategy=strategy,

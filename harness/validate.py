@@ -33,6 +33,7 @@ from harness.predict import (
     predict_step,
     realtime_rows,
 )
+from harness.profiles import replica_compute_s
 from harness.specs import parse_cluster
 from results.store import MANIFEST, ResultsStore, load, load_table, load_table_safe
 
@@ -335,7 +336,7 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
                 continue
         profile = facts.profile(batch=r["global_batch"] // r["replicas"])
         sim = predict_step(r["framework"], r["strategy"], profile, links, int(r["replicas"]),
-                           float(base["step_time_median_s"].iloc[0]), fits=fits,
+                           replica_compute_s(base.iloc[0]), fits=fits,
                            cores=run_cores(store, r["run_id"]), ps=ps)
         if sim is None or sim["status"] != "ok":
             continue

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from harness.measure.cpu import CpuMeter
 from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
 from harness.plan import Case
@@ -266,10 +267,12 @@ def train_sync(case: Case, strategy: Any, rank: int, global_batch: int,
     times: list[float] = []
     losses: list[float] = []
     meter = WireMeter(active=rank == 0)
+    cpu = CpuMeter()
     for step, batch in enumerate(batches):
         tw.inject_fault(case, rank, step)
         if step == case.warmup:
             meter.start()
+            cpu.start()
         start = time.perf_counter()
         with _step_errors(step):
             value = float(train_step(batch))  # float() waits for the step to finish
@@ -278,6 +281,7 @@ def train_sync(case: Case, strategy: Any, rank: int, global_batch: int,
             times.append(elapsed)
         losses.append(value)
     meter.stop()
+    cpu.stop()
     overlap = (measure_overlap(strategy, workload, model, variables, batches[-1],
                                global_batch, float(np.median(times)))
                if case.strategy == "multi_worker_mirrored" and replicas > 1 and times else {})
@@ -289,7 +293,7 @@ def train_sync(case: Case, strategy: Any, rank: int, global_batch: int,
                               "grad_bytes": tw.weight_bytes(model),
                               "timing": "per step: strategy.run + reduce of the loss, until "
                                         "the loss is on the host", **meter.report(len(times)),
-                              "details": overlap}
+                              "details": {**overlap, **cpu.report(len(times))}}
     if replicas > 1 and case.strategy in ("mirrored", "central_storage"):
         report["replica_copies_max_diff"] = _replica_copies_diff(model)
     if save_weights:

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from harness.measure import memory
+from harness.measure.cpu import CpuMeter
 from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
 from harness.plan import LOCAL_REPLICAS, Case
@@ -132,15 +133,18 @@ def train(case: Case, rank: int, world: int, batch_per_rank: int,
                for step in range(case.total_steps)]
     times, losses = [], []
     meter = WireMeter(active=distributed and rank == 0)
+    cpu = CpuMeter()
     for step, batch in enumerate(batches):
         tw.inject_fault(case, rank, step)
         if step == case.warmup:
             meter.start()
+            cpu.start()
         value, elapsed = timed_step(spec, model, optimizer, batch)
         if step >= case.warmup:
             times.append(elapsed)
         losses.append(value)
     meter.stop()
+    cpu.stop()
     gained = memory.peak_since(baseline, was_reset)  # before the probe's gradient copy
     overlap = (measure_overlap(case, model, spec, batches[-1], float(np.median(times)))
                if distributed and case.strategy == "ddp" and world > 1 and times else {})
@@ -148,7 +152,8 @@ def train(case: Case, rank: int, world: int, batch_per_rank: int,
                               "world": world, "threads": torch.get_num_threads(),
                               "grad_bytes": tw.grad_bytes(model),
                               "model_memory_bytes": gained,
-                              **meter.report(len(times)), "details": overlap}
+                              **meter.report(len(times)),
+                              "details": {**overlap, **cpu.report(len(times))}}
     # gathering full weights is a collective under FSDP: every rank takes part
     weights = _full_weights(case, model) if distributed else {
         n: p.detach().cpu().numpy().copy() for n, p in model.named_parameters()}
