@@ -26,6 +26,8 @@ from typing import Any
 
 import pandas as pd
 
+from harness.profiles import replica_compute_s
+
 # Libraries whose own cost adds to the wire's rather than hiding under it. Measured on
 # emulated hosts at 100 Mbit/s (2 and 4 hosts, 256 KiB-4 MiB): TF's gRPC ring all-reduce and
 # all-gather took their wire time plus their loopback time (errors -10..-47% with the larger
@@ -159,11 +161,13 @@ def runner_ps_layout(framework: str, replicas: int, hosts: int, shards: int
 def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLinks,
                  replicas: int, one_replica_s: float, *, fits: pd.DataFrame,
                  cores: int | None = None,
-                 ps: tuple[list[float], bool] | None = None) -> dict[str, Any] | None:
+                 ps: tuple[list[float], bool] | None = None,
+                 ps_round_s: float = 0.0) -> dict[str, Any] | None:
     """The simulator's row for `framework/strategy` with `replicas` workers on `links`
     (one per host), or None where the simulator has no model for it. ``profile``: a
     harness.sim WorkloadProfile (its compute time is replaced by ``one_replica_s`` slowed
-    by oversold cores); ``ps``: the shard weights and placement of a parameter server."""
+    by oversold cores); ``ps``: the shard weights and placement of a parameter server;
+    ``ps_round_s``: its servers' own time per round (`round_overhead`)."""
     from harness.sim import simulate
     from harness.sim.strategies import PS_PULL
 
@@ -189,7 +193,7 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
     compute = one_replica_s * max(1.0, processes / (cores or machine_cores()))
     (row,) = simulate(topology, replicas, model, dataclasses.replace(
         profile, step_compute_s=compute), None, library="gloo",
-        ps_pull=PS_PULL[framework], **options)
+        ps_pull=PS_PULL[framework], ps_round_s=ps_round_s, **options)
     row.update(topology=topology, model=model, framework=framework, strategy=strategy)
     return row
 
@@ -251,6 +255,31 @@ def layout_of(row: dict[str, Any]) -> Any:
                   schedule=str(field("pipeline_schedule", "schedule") or "1f1b"))
 
 
+def _local_runs(measured: pd.DataFrame, workload: str, framework: str, strategy: str
+                ) -> list[tuple[dict[str, Any], Any]]:
+    """(row, its run's one-replica row) of every ok local run of ``strategy`` on
+    ``workload``: runs on one machine with no emulated links, whose time beyond the model
+    is the runtime's own."""
+    if measured.empty or "strategy" not in measured:
+        return []
+    family, _, size = workload.partition(":")
+    ok = measured[(measured["status"] == "ok") & (measured["cluster"] == "local")
+                  & (measured["workload"] == family) & (measured["size"] == size)
+                  & (measured["framework"] == framework)]
+    pairs = []
+    for r in ok[ok["strategy"] == strategy].to_dict("records"):
+        base = ok[(ok["run_id"] == r["run_id"]) & (ok["replicas"] == 1)]
+        if not base.empty:
+            pairs.append(({str(k): v for k, v in r.items()}, base.iloc[0]))
+    return pairs
+
+
+def loopback_links(fits: pd.DataFrame, framework: str, hosts: int) -> MeasuredLinks:
+    """One machine's processes as links: the library's loopback rate, no wire latency."""
+    beta = software_costs(fits, framework)[1]
+    return MeasuredLinks(hosts, 1.0 / beta if beta > 0 else 10e9, 0.0, 0.0, source="loopback")
+
+
 def pass_overhead(measured: pd.DataFrame, fits: pd.DataFrame, workload: str,
                   cores: int | None = None) -> float:
     """The pipeline runtime's own time per forward or backward pass, from loopback: what the
@@ -259,24 +288,54 @@ def pass_overhead(measured: pd.DataFrame, fits: pd.DataFrame, workload: str,
     The floor of a pipeline, as the loopback sweeps are the floor of a collective."""
     from statistics import median as _median
 
-    if measured.empty or "strategy" not in measured:
-        return 0.0
-    family, _, size = workload.partition(":")
-    ok = measured[(measured["status"] == "ok") & (measured["cluster"] == "local")
-                  & (measured["workload"] == family) & (measured["size"] == size)]
     samples = []
-    for r in ok[ok["strategy"] == "pipeline"].to_dict("records"):
-        base = ok[(ok["run_id"] == r["run_id"]) & (ok["replicas"] == 1)]
-        layout = layout_of({str(k): v for k, v in r.items()})
-        if base.empty or layout is None:
+    for r, base in _local_runs(measured, workload, "torch", "pipeline"):
+        layout = layout_of(r)
+        if layout is None:
             continue
-        beta = software_costs(fits, "torch")[1]
-        loopback = MeasuredLinks(layout.stages, 1.0 / beta if beta > 0 else 10e9, 0.0, 0.0,
-                                 source="loopback")
-        predicted = predict_layout(workload, layout, loopback, int(r["global_batch"]),
-                                   float(base["step_time_median_s"].iloc[0]),
-                                   int(base["global_batch"].iloc[0]), fits=fits, cores=cores)
+        predicted = predict_layout(workload, layout, loopback_links(fits, "torch", layout.stages),
+                                   int(r["global_batch"]), float(base["step_time_median_s"]),
+                                   int(base["global_batch"]), fits=fits, cores=cores)
         passes = 2 * (layout.microbatches + layout.stages - 1)
         samples.append((float(r["step_time_median_s"]) - predicted["step_time_median_s"])
                        / passes)
+    return max(0.0, _median(samples)) if samples else 0.0
+
+
+def shard_bytes(extra: dict[str, Any]) -> list[float]:
+    """Bytes per parameter-server shard as the run recorded them (torch: per server; TF:
+    the variables' pieces per ps device); [] where it did not."""
+    shards = [float(b) for b in extra.get("ps_shard_bytes", [])]
+    if not shards and extra.get("variable_shards"):
+        per_device: dict[str, float] = {}
+        for pieces in extra["variable_shards"].values():
+            for device, shape in pieces:
+                per_device[device] = per_device.get(device, 0.0) + 4.0 * math.prod(shape)
+        shards = [per_device[d] for d in sorted(per_device)]
+    return shards
+
+
+def round_overhead(measured: pd.DataFrame, fits: pd.DataFrame, framework: str,
+                   facts: Any, cores: int | None = None) -> float:
+    """A synchronous parameter server's own time per round, from loopback: what the local
+    runs of ``framework``'s parameter_server on ``workload`` took beyond the model with no
+    links; 0 without such runs. The comm sweeps time the collective libraries, but the
+    servers move tensors through RPC (torch's TensorPipe, TF's gRPC variable reads and
+    writes) and do their bookkeeping in Python: recsys:S's local torch round took 9.4 ms
+    where its compute and bytes explain about 3."""
+    from statistics import median as _median
+
+    samples = []
+    for r, base in _local_runs(measured, facts.name, framework, "parameter_server"):
+        shards = shard_bytes(r["extra"])
+        workers = int(r["replicas"])
+        if not shards:
+            continue
+        profile = facts.profile(batch=int(r["global_batch"]) // workers)
+        predicted = predict_step(framework, "parameter_server", profile,
+                                 loopback_links(fits, framework, workers + len(shards)),
+                                 workers, replica_compute_s(base), fits=fits, cores=cores,
+                                 ps=(shards, False))
+        if predicted is not None and predicted["status"] == "ok":
+            samples.append(float(r["step_time_median_s"]) - predicted["step_time_median_s"])
     return max(0.0, _median(samples)) if samples else 0.0

@@ -32,6 +32,8 @@ from harness.predict import (
     predict_layout,
     predict_step,
     realtime_rows,
+    round_overhead,
+    shard_bytes,
 )
 from harness.profiles import replica_compute_s
 from harness.specs import parse_cluster
@@ -277,15 +279,9 @@ def ps_layout(row: dict[str, Any]) -> tuple[list[float], bool] | None:
     what the run recorded; None where the placement is one the simulator does not model
     (tasks sharing a host's link beyond one server beside one worker)."""
     extra = row["extra"]
-    shard_bytes = [float(b) for b in extra.get("ps_shard_bytes", [])]
-    if not shard_bytes and extra.get("variable_shards"):  # TF: shapes per ps device
-        per_device: dict[str, float] = {}
-        for pieces in extra["variable_shards"].values():
-            for device, shape in pieces:
-                per_device[device] = per_device.get(device, 0.0) + 4.0 * math.prod(shape)
-        shard_bytes = [per_device[d] for d in sorted(per_device)]
+    shards = shard_bytes(extra)
     hosts = extra.get("task_hosts") or {}
-    if not shard_bytes or not hosts:
+    if not shards or not hosts:
         return None
     workers = [h for t, h in hosts.items() if t.startswith("worker")]
     servers = [h for t, h in hosts.items() if t.startswith("ps")]
@@ -294,7 +290,7 @@ def ps_layout(row: dict[str, Any]) -> tuple[list[float], bool] | None:
     shared = set(workers) & set(servers)
     if shared and len(shared) != len(servers):
         return None
-    return shard_bytes, bool(shared)
+    return shards, bool(shared)
 
 
 def run_cores(store: ResultsStore, run_id: str) -> int:
@@ -312,6 +308,7 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
     ok = frame[(frame["status"] == "ok") & frame["cluster"].str.startswith("netns")]
     rows: list[dict[str, Any]] = []
     fits = _comm_table(store, "calibration")
+    rounds: dict[tuple[str, str, int], float] = {}  # round_overhead per framework, workload
     for record in ok[ok["replicas"] > 1].to_dict("records"):
         r = {str(k): v for k, v in record.items()}
         base = ok[(ok["run_id"] == r["run_id"]) & (ok["framework"] == r["framework"]) &
@@ -329,15 +326,20 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
             facts = workload_facts(f"{r['workload']}:{r['size']}")
         except InputError:
             continue
-        ps = None
+        ps, round_s = None, 0.0
         if "parameter_server" in r["strategy"]:
             ps = ps_layout(r)
             if ps is None:
                 continue
+            if r["strategy"] == "parameter_server":
+                key = (r["framework"], facts.name, run_cores(store, r["run_id"]))
+                if key not in rounds:
+                    rounds[key] = round_overhead(frame, fits, key[0], facts, key[2])
+                round_s = rounds[key]
         profile = facts.profile(batch=r["global_batch"] // r["replicas"])
         sim = predict_step(r["framework"], r["strategy"], profile, links, int(r["replicas"]),
                            replica_compute_s(base.iloc[0]), fits=fits,
-                           cores=run_cores(store, r["run_id"]), ps=ps)
+                           cores=run_cores(store, r["run_id"]), ps=ps, ps_round_s=round_s)
         if sim is None or sim["status"] != "ok":
             continue
         wire = r.get("wire_bytes_per_step")

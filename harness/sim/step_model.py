@@ -142,7 +142,8 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
                   straggler_factor: float = 1.0, mode: str = "fast",
                   ps_shards: int | None = None, ps_colocated: bool = False,
                   ps_shard_weights: Sequence[float] | None = None,
-                  library: str = "nccl", ps_pull: str = "changed") -> StepResult:
+                  library: str = "nccl", ps_pull: str = "changed",
+                  ps_round_s: float = 0.0) -> StepResult:
     """Simulate one step of ``strategy`` (a simulator name) on the first ``workers`` devices.
 
     ``library``: whose collectives run them, "nccl" (GPUs) or "gloo" (CPUs, emulated hosts),
@@ -151,6 +152,8 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
 
     ``ps_shard_weights``: the parameter servers' relative shard sizes (one per shard; equal
     shards when None), as a real run's greedy placement of whole tensors left them.
+    ``ps_round_s``: the synchronous servers' own time per round beyond the optimizer (their
+    RPC runtime: harness/predict.py measures it on loopback), between push and pull.
 
     The topology should already carry the calibration's link costs (calibration.apply);
     here the calibration only supplies the compute time.
@@ -191,7 +194,8 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
         schedule = (central_storage(workers) if strategy == "central_storage"
                     else ps_sync(workers, shards, colocated, weights=ps_shard_weights))
         optimizer, after = profile.optimizer_s / shards, 0.0  # on the servers, mid-exchange
-        finish = _ps_step(env, schedule, profile, compute, classes, colls, optimizer, ps_pull)
+        finish = _ps_step(env, schedule, profile, compute, classes, colls,
+                          optimizer + ps_round_s, ps_pull)
     else:
         raise SpecError(f"unknown simulator strategy {strategy!r}")
     env.run()
@@ -344,8 +348,10 @@ def _ps_step(env: simpy.Environment, schedule: Schedule, profile: WorkloadProfil
             pushed, pulled = profile.ps_bytes(workers, pull)
             push, back = phases(schedule)
             yield env.timeout(colls.time(push, pushed))
+            yield env.timeout(server_optimizer)
             yield env.timeout(colls.time(back, pulled))
-        yield env.timeout(server_optimizer)
+        else:
+            yield env.timeout(server_optimizer)
         state["end"] = env.now
 
     env.process(run())
