@@ -229,10 +229,11 @@ def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
     from harness.plan import PS_SHARDS
     from harness.predict import (
         EMULATED_STRATEGIES,
+        SYNCHRONOUS,
         machine_cores,
         predict_step,
-        round_overhead,
         runner_ps_layout,
+        runtime_overhead,
         simulated_as,
     )
 
@@ -257,15 +258,16 @@ def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
             if fw != framework:
                 continue
             model = simulated_as(fw, strategy) or ""
-            round_s = (round_overhead(ctx.measured, ctx.fits, fw, facts, machine_cores())
-                       if strategy == "parameter_server" else 0.0)
+            runtime_s = (runtime_overhead(ctx.measured, ctx.fits, fw, strategy, facts,
+                                          machine_cores())
+                         if strategy in SYNCHRONOUS else 0.0)
             for n in [c for c in device_counts(target) if c > 1]:
                 hosts_links = dataclasses.replace(links, hosts=n)
                 ps = (runner_ps_layout(fw, n, n, PS_SHARDS)
                       if model.startswith("parameter_server") else None)
                 row = predict_step(fw, strategy, profile, hosts_links, n, compute.replica_s,
                                    fits=ctx.fits, cores=machine_cores(), ps=ps,
-                                   ps_round_s=round_s)
+                                   runtime_s=runtime_s)
                 if row is None:
                     continue
                 out.append(_sim_point(ctx, facts, target, row, framework=fw, strategy=strategy,

@@ -49,6 +49,9 @@ MEASURED_AS = {("tf", "parameter_server"): "parameter_server"}
 # The strategies an emulated cluster runs, one replica per host (harness/plan.py).
 EMULATED_STRATEGIES = (("torch", "ddp"), ("torch", "fsdp"), ("torch", "parameter_server"),
                        ("tf", "multi_worker_mirrored"), ("tf", "parameter_server"))
+# Those whose every step waits for every worker (our TF parameter_server joins each step):
+# a runtime's own time per step adds to them whole (runtime_overhead).
+SYNCHRONOUS = frozenset({"ddp", "fsdp", "multi_worker_mirrored", "parameter_server"})
 
 
 def simulated_as(framework: str, strategy: str) -> str | None:
@@ -162,12 +165,12 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
                  replicas: int, one_replica_s: float, *, fits: pd.DataFrame,
                  cores: int | None = None,
                  ps: tuple[list[float], bool] | None = None,
-                 ps_round_s: float = 0.0) -> dict[str, Any] | None:
+                 runtime_s: float = 0.0) -> dict[str, Any] | None:
     """The simulator's row for `framework/strategy` with `replicas` workers on `links`
     (one per host), or None where the simulator has no model for it. ``profile``: a
     harness.sim WorkloadProfile (its compute time is replaced by ``one_replica_s`` slowed
     by oversold cores); ``ps``: the shard weights and placement of a parameter server;
-    ``ps_round_s``: its servers' own time per round (`round_overhead`)."""
+    ``runtime_s``: the runtime's own time per step (`runtime_overhead`)."""
     from harness.sim import simulate
     from harness.sim.strategies import PS_PULL
 
@@ -193,7 +196,7 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
     compute = one_replica_s * max(1.0, processes / (cores or machine_cores()))
     (row,) = simulate(topology, replicas, model, dataclasses.replace(
         profile, step_compute_s=compute), None, library="gloo",
-        ps_pull=PS_PULL[framework], ps_round_s=ps_round_s, **options)
+        ps_pull=PS_PULL[framework], runtime_s=runtime_s, **options)
     row.update(topology=topology, model=model, framework=framework, strategy=strategy)
     return row
 
@@ -315,27 +318,31 @@ def shard_bytes(extra: dict[str, Any]) -> list[float]:
     return shards
 
 
-def round_overhead(measured: pd.DataFrame, fits: pd.DataFrame, framework: str,
-                   facts: Any, cores: int | None = None) -> float:
-    """A synchronous parameter server's own time per round, from loopback: what the local
-    runs of ``framework``'s parameter_server on ``workload`` took beyond the model with no
-    links; 0 without such runs. The comm sweeps time the collective libraries, but the
-    servers move tensors through RPC (torch's TensorPipe, TF's gRPC variable reads and
-    writes) and do their bookkeeping in Python: recsys:S's local torch round took 9.4 ms
-    where its compute and bytes explain about 3."""
+def runtime_overhead(measured: pd.DataFrame, fits: pd.DataFrame, framework: str,
+                     strategy: str, facts: Any, cores: int | None = None) -> float:
+    """A synchronous strategy's own time per step, from loopback: what the local runs of
+    ``framework``'s ``strategy`` on ``facts``'s workload took beyond the model with no
+    links; 0 without such runs. The comm sweeps time one collective of one tensor; a step
+    also pays what no sweep times: the parameter servers' RPC (torch's TensorPipe, TF's gRPC
+    variable reads) and Python bookkeeping, TF's per-step collective launches of many
+    tensors and IndexedSlices. recsys:S's local torch PS step took 9.4 ms where its compute
+    and bytes explain about 3, TF multi_worker_mirrored's 23 ms."""
     from statistics import median as _median
 
     samples = []
-    for r, base in _local_runs(measured, facts.name, framework, "parameter_server"):
-        shards = shard_bytes(r["extra"])
+    for r, base in _local_runs(measured, facts.name, framework, strategy):
         workers = int(r["replicas"])
-        if not shards:
-            continue
+        ps = None
+        if strategy == "parameter_server":
+            shards = shard_bytes(r["extra"])
+            if not shards:
+                continue
+            ps = (shards, False)
+        hosts = workers + (len(ps[0]) if ps else 0)
         profile = facts.profile(batch=int(r["global_batch"]) // workers)
-        predicted = predict_step(framework, "parameter_server", profile,
-                                 loopback_links(fits, framework, workers + len(shards)),
-                                 workers, replica_compute_s(base), fits=fits, cores=cores,
-                                 ps=(shards, False))
+        predicted = predict_step(framework, strategy, profile,
+                                 loopback_links(fits, framework, hosts), workers,
+                                 replica_compute_s(base), fits=fits, cores=cores, ps=ps)
         if predicted is not None and predicted["status"] == "ok":
             samples.append(float(r["step_time_median_s"]) - predicted["step_time_median_s"])
     return max(0.0, _median(samples)) if samples else 0.0

@@ -24,6 +24,7 @@ from harness.predict import (
     LATENCY_TRIPS,
     MODEL_PARALLEL_STRATEGIES,
     SERIAL_SOFTWARE,
+    SYNCHRONOUS,
     MeasuredLinks,
     emulated_topology,
     layout_of,
@@ -32,7 +33,7 @@ from harness.predict import (
     predict_layout,
     predict_step,
     realtime_rows,
-    round_overhead,
+    runtime_overhead,
     shard_bytes,
 )
 from harness.profiles import replica_compute_s
@@ -308,7 +309,7 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
     ok = frame[(frame["status"] == "ok") & frame["cluster"].str.startswith("netns")]
     rows: list[dict[str, Any]] = []
     fits = _comm_table(store, "calibration")
-    rounds: dict[tuple[str, str, int], float] = {}  # round_overhead per framework, workload
+    runtimes: dict[tuple[str, str, str, int], float] = {}  # runtime_overhead, computed once
     for record in ok[ok["replicas"] > 1].to_dict("records"):
         r = {str(k): v for k, v in record.items()}
         base = ok[(ok["run_id"] == r["run_id"]) & (ok["framework"] == r["framework"]) &
@@ -326,20 +327,19 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
             facts = workload_facts(f"{r['workload']}:{r['size']}")
         except InputError:
             continue
-        ps, round_s = None, 0.0
+        ps = None
         if "parameter_server" in r["strategy"]:
             ps = ps_layout(r)
             if ps is None:
                 continue
-            if r["strategy"] == "parameter_server":
-                key = (r["framework"], facts.name, run_cores(store, r["run_id"]))
-                if key not in rounds:
-                    rounds[key] = round_overhead(frame, fits, key[0], facts, key[2])
-                round_s = rounds[key]
+        key = (r["framework"], r["strategy"], facts.name, run_cores(store, r["run_id"]))
+        if key not in runtimes:
+            runtimes[key] = (runtime_overhead(frame, fits, *key[:2], facts, key[3])
+                             if r["strategy"] in SYNCHRONOUS else 0.0)
         profile = facts.profile(batch=r["global_batch"] // r["replicas"])
         sim = predict_step(r["framework"], r["strategy"], profile, links, int(r["replicas"]),
                            replica_compute_s(base.iloc[0]), fits=fits,
-                           cores=run_cores(store, r["run_id"]), ps=ps, ps_round_s=round_s)
+                           cores=run_cores(store, r["run_id"]), ps=ps, runtime_s=runtimes[key])
         if sim is None or sim["status"] != "ok":
             continue
         wire = r.get("wire_bytes_per_step")

@@ -36,16 +36,17 @@ def test_the_cpu_meter_counts_this_process_per_step():
     assert 0.05 / 5 <= per_step < 0.09 / 5
 
 
-def test_a_parameter_servers_own_time_per_round_adds_to_its_step_and_only_its_step():
+def test_a_runtimes_own_time_adds_to_synchronous_steps_and_not_to_asynchronous_ones():
     from harness.sim import simulate
     from harness.sim.profile import WorkloadProfile
 
     profile = WorkloadProfile(params=1_000_000, batch_per_replica=32, step_compute_s=0.01)
-    plain, ring = simulate("switch:n=8,bw=1Gbit", 4, ["parameter_server", "ddp"], profile)
-    slow, ring2 = simulate("switch:n=8,bw=1Gbit", 4, ["parameter_server", "ddp"], profile,
-                           ps_round_s=0.005)
-    assert slow["step_time_median_s"] == pytest.approx(plain["step_time_median_s"] + 0.005)
-    assert ring2["step_time_median_s"] == ring["step_time_median_s"]
+    names = ["parameter_server", "ddp", "parameter_server_async"]
+    plain = simulate("switch:n=8,bw=1Gbit", 4, names, profile)
+    slow = simulate("switch:n=8,bw=1Gbit", 4, names, profile, runtime_s=0.005)
+    for before, after in zip(plain[:2], slow[:2], strict=True):
+        assert after["step_time_median_s"] == pytest.approx(before["step_time_median_s"] + 0.005)
+    assert slow[2]["step_time_median_s"] == plain[2]["step_time_median_s"]
 
 
 def _runs(local_ps_s: float) -> pd.DataFrame:
@@ -59,13 +60,17 @@ def _runs(local_ps_s: float) -> pd.DataFrame:
          "extra": {"ps_shard_bytes": [1.3e6, 1.28e6], "threads_per_process": 1}}])
 
 
-def test_the_round_overhead_is_what_local_runs_took_beyond_the_model():
-    from harness.predict import round_overhead
+def test_the_runtime_overhead_is_what_local_runs_took_beyond_the_model():
+    from harness.predict import runtime_overhead
     from harness.profiles import workload_facts
 
     facts = workload_facts("recsys:S")
     fits = pd.DataFrame()
-    slow, fast = (round_overhead(_runs(s), fits, "torch", facts, cores=2) for s in (0.020, 0.010))
-    assert slow == pytest.approx(fast + 0.010)  # all of the extra time, once per round
-    assert round_overhead(_runs(0.0001), fits, "torch", facts, cores=2) == 0.0  # never < 0
-    assert round_overhead(_runs(0.020), fits, "tf", facts, cores=2) == 0.0  # no tf runs
+    def overhead(seconds: float, framework: str = "torch", strategy: str = "parameter_server"
+                 ) -> float:
+        return runtime_overhead(_runs(seconds), fits, framework, strategy, facts, cores=2)
+
+    assert overhead(0.020) == pytest.approx(overhead(0.010) + 0.010)  # all of it, once a step
+    assert overhead(0.0001) == 0.0  # never below the model
+    assert overhead(0.020, framework="tf") == 0.0  # no TF runs
+    assert overhead(0.020, strategy="ddp") == 0.0  # no local ddp runs

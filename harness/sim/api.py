@@ -61,7 +61,7 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
              ps_shards: int | None = None, ps_colocated: bool = False,
              ps_shard_weights: Sequence[float] | None = None,
              library: str = "nccl", ps_pull: str = "changed",
-             ps_round_s: float = 0.0) -> list[dict[str, Any]]:
+             runtime_s: float = 0.0) -> list[dict[str, Any]]:
     """Simulate one training step of each strategy; one results row per strategy.
 
     ``strategy``: 'all', a simulator name (allreduce_ring, allreduce_tree,
@@ -72,8 +72,8 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
     from the preset (``preset:NAME``: links, device speed, price) or the spec's own bandwidths
     and latencies. ``library``: nccl (GPUs) or gloo (CPUs, emulated hosts): whose collectives
     the strategies run. ``ps_pull``: what a parameter-server worker pulls back, "changed"
-    rows or "whole" variables (TF's ParameterServerStrategy). ``ps_round_s``: the synchronous
-    servers' own time per round (their RPC runtime), where it was measured.
+    rows or "whole" variables (TF's ParameterServerStrategy). ``runtime_s``: the framework
+    runtime's own time per synchronous step, where it was measured (harness/predict.py).
     """
     if profile is None:
         raise SpecError("simulate needs a workload profile (e.g. params=25M,batch=32,"
@@ -100,7 +100,7 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
                                    straggler_factor=straggler_factor, mode=mode,
                                    ps_shards=ps_shards, ps_colocated=ps_colocated,
                                    ps_shard_weights=ps_shard_weights, library=library,
-                                   ps_pull=ps_pull, ps_round_s=ps_round_s)
+                                   ps_pull=ps_pull, runtime_s=runtime_s)
         except TopologyError as exc:
             rows.append(base | _unavailable(str(exc)))
             continue

@@ -143,7 +143,7 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
                   ps_shards: int | None = None, ps_colocated: bool = False,
                   ps_shard_weights: Sequence[float] | None = None,
                   library: str = "nccl", ps_pull: str = "changed",
-                  ps_round_s: float = 0.0) -> StepResult:
+                  runtime_s: float = 0.0) -> StepResult:
     """Simulate one step of ``strategy`` (a simulator name) on the first ``workers`` devices.
 
     ``library``: whose collectives run them, "nccl" (GPUs) or "gloo" (CPUs, emulated hosts),
@@ -152,8 +152,9 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
 
     ``ps_shard_weights``: the parameter servers' relative shard sizes (one per shard; equal
     shards when None), as a real run's greedy placement of whole tensors left them.
-    ``ps_round_s``: the synchronous servers' own time per round beyond the optimizer (their
-    RPC runtime: harness/predict.py measures it on loopback), between push and pull.
+    ``runtime_s``: the framework runtime's own time per synchronous step beyond what the
+    model times (RPC, Python bookkeeping, launch costs: harness/predict.py measures it on
+    loopback), in series with the rest.
 
     The topology should already carry the calibration's link costs (calibration.apply);
     here the calibration only supplies the compute time.
@@ -194,13 +195,12 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
         schedule = (central_storage(workers) if strategy == "central_storage"
                     else ps_sync(workers, shards, colocated, weights=ps_shard_weights))
         optimizer, after = profile.optimizer_s / shards, 0.0  # on the servers, mid-exchange
-        finish = _ps_step(env, schedule, profile, compute, classes, colls,
-                          optimizer + ps_round_s, ps_pull)
+        finish = _ps_step(env, schedule, profile, compute, classes, colls, optimizer, ps_pull)
     else:
         raise SpecError(f"unknown simulator strategy {strategy!r}")
     env.run()
     slowest = compute * max(f for _, f in classes)
-    step_time = finish() + after
+    step_time = finish() + after + runtime_s
     sent = sum(r.bytes_sent for r in colls.log)
     class_bytes: dict[str, float] = {}
     link_bytes: dict[str, float] = {}
