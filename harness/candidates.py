@@ -55,6 +55,7 @@ class Context:
     price: float | None = None  # the user's price per device-hour
     device: str | None = None  # a preset whose device the target's devices are
     optimizer_slots: int = 2  # optimizer state per parameter (Adam: 2)
+    runtimes: dict[tuple[str, str, str], float] = field(default_factory=dict)  # computed once
 
 
 def exchange_kind(framework: str, strategy: str) -> str:
@@ -222,13 +223,21 @@ def probed_links(ctx: Context, target: Target) -> Any:
                          rack_rtt_s=rtt)
 
 
-def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
-                     ) -> list[dict[str, Any]]:
-    """An emulated cluster that was never run: each real strategy at 2, 4, ... hosts,
-    predicted from this machine's calibration; the one-device baseline measured here."""
+def emulated_compute(ctx: Context, facts: WorkloadFacts, framework: str) -> Any:
+    """The framework's one-replica compute measured here (else estimated from FLOPs); None
+    without either."""
+    return (measured_compute(ctx.measured, facts.name, framework)
+            or estimated_compute(ctx.measured, facts, framework))
+
+
+def predict_emulated(ctx: Context, facts: WorkloadFacts, links: Any, framework: str,
+                     strategy: str, hosts: int, compute: Any) -> dict[str, Any] | None:
+    """The simulator's row for ``framework/strategy`` on ``hosts`` emulated hosts of this
+    machine (one replica each, as harness/runners lay them out): ``links`` as probed,
+    cores shared as they would be, the library's and the runtime's own costs as measured
+    here (harness.predict); None where the simulator has no model for it."""
     from harness.plan import PS_SHARDS
     from harness.predict import (
-        EMULATED_STRATEGIES,
         SYNCHRONOUS,
         machine_cores,
         predict_step,
@@ -237,12 +246,30 @@ def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
         simulated_as,
     )
 
+    model = simulated_as(framework, strategy) or ""
+    ps = (runner_ps_layout(framework, hosts, hosts, PS_SHARDS)
+          if model.startswith("parameter_server") else None)
+    key = (framework, strategy, facts.name)
+    if key not in ctx.runtimes:
+        ctx.runtimes[key] = (runtime_overhead(ctx.measured, ctx.fits, framework, strategy,
+                                              facts, machine_cores())
+                             if strategy in SYNCHRONOUS else 0.0)
+    return predict_step(framework, strategy, facts.profile(batch=compute.batch),
+                        dataclasses.replace(links, hosts=hosts), hosts, compute.replica_s,
+                        fits=ctx.fits, cores=machine_cores(), ps=ps, runtime_s=ctx.runtimes[key])
+
+
+def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
+                     ) -> list[dict[str, Any]]:
+    """An emulated cluster that was never run: each real strategy at 2, 4, ... hosts,
+    predicted from this machine's calibration; the one-device baseline measured here."""
+    from harness.predict import EMULATED_STRATEGIES, simulated_as
+
     links = probed_links(ctx, target)
     price, basis = _price(ctx, target, measured_here=True)
     out: list[dict[str, Any]] = []
     for framework in ("torch", "tf"):
-        compute = (measured_compute(ctx.measured, facts.name, framework)
-                   or estimated_compute(ctx.measured, facts, framework))
+        compute = emulated_compute(ctx, facts, framework)
         if compute is None:
             continue
         batch = compute.batch
@@ -253,21 +280,12 @@ def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
             batch=batch, throughput_samples_s=batch / t1, scaling_efficiency=1.0,
             source="measured", device_memory_bytes=device_memory(target, ctx, 1),
             price_per_device_hour=price, price_basis=basis, compute_note=compute.note))
-        profile = facts.profile(batch=batch)
         for fw, strategy in EMULATED_STRATEGIES:
             if fw != framework:
                 continue
             model = simulated_as(fw, strategy) or ""
-            runtime_s = (runtime_overhead(ctx.measured, ctx.fits, fw, strategy, facts,
-                                          machine_cores())
-                         if strategy in SYNCHRONOUS else 0.0)
             for n in [c for c in device_counts(target) if c > 1]:
-                hosts_links = dataclasses.replace(links, hosts=n)
-                ps = (runner_ps_layout(fw, n, n, PS_SHARDS)
-                      if model.startswith("parameter_server") else None)
-                row = predict_step(fw, strategy, profile, hosts_links, n, compute.replica_s,
-                                   fits=ctx.fits, cores=machine_cores(), ps=ps,
-                                   runtime_s=runtime_s)
+                row = predict_emulated(ctx, facts, links, fw, strategy, n, compute)
                 if row is None:
                     continue
                 out.append(_sim_point(ctx, facts, target, row, framework=fw, strategy=strategy,

@@ -24,13 +24,13 @@ def ranking_check(root: str, cluster: str, workloads: Sequence[str],
                   strategies: Sequence[tuple[str, str]] = STRATEGIES) -> pd.DataFrame:
     """One row per (workload, strategy) measured on ``cluster``: predicted and measured step
     time, the error, and both ranks (1 = fastest) among the strategies checked."""
-    from harness.recommend import _networks, recommend
+    from harness.recommend import probed_networks, recommend
     from results.store import ResultsStore, load, load_table_safe
 
     store = ResultsStore(root)
     measured = load(root)
     before = measured[measured["cluster"] != cluster]
-    networks = [n for n in _networks(store) if n.get("cluster") != cluster]
+    networks = [n for n in probed_networks(store) if n.get("cluster") != cluster]
     fits = load_table_safe(root, "calibration")
     rows = []
     for workload in workloads:

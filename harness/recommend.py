@@ -323,11 +323,23 @@ def _ram_bytes(store: Any) -> float | None:
     return None
 
 
-def _networks(store: Any) -> list[dict[str, Any]]:
+def probed_networks(store: Any) -> list[dict[str, Any]]:
+    """The link probes every emulated run of ``store`` recorded (its manifests)."""
     out: list[dict[str, Any]] = []
     for run_id in store.run_ids():
         out += (store.manifest(run_id) or {}).get("networks", []) or []
     return out
+
+
+def calibration_fits(root: Any) -> pd.DataFrame:
+    """The `comm` fits of a results directory (tables from before the framework column:
+    torch's)."""
+    from results.store import load_table_safe
+
+    fits = load_table_safe(root, "calibration")
+    if not fits.empty and "framework" not in fits:
+        fits["framework"] = "torch"
+    return fits
 
 
 def recommend_from_store(root: Any, **kwargs: Any) -> pd.DataFrame:
@@ -336,12 +348,10 @@ def recommend_from_store(root: Any, **kwargs: Any) -> pd.DataFrame:
     from results.store import ResultsStore, load, load_table_safe
 
     store = ResultsStore(root)
-    fits = load_table_safe(root, "calibration")
-    if not fits.empty and "framework" not in fits:
-        fits["framework"] = "torch"
+    fits = calibration_fits(root)
     return recommend(load(root), simulated=load_table_safe(root, "simulated"),
                      validation=latest_validation(root), ram_bytes=_ram_bytes(store),
-                     fits=fits, networks=_networks(store), **kwargs)
+                     fits=fits, networks=probed_networks(store), **kwargs)
 
 
 def _fmt(value: Any, kind: str) -> str:

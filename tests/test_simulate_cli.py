@@ -139,3 +139,35 @@ def test_tf_parameter_server_reads_variables_whole_where_torch_pulls_changed_row
     rows = {fw: json.loads(CliRunner().invoke(cli, [*args, "--framework", fw]).output)[0]
             for fw in ("tf", "torch")}
     assert rows["tf"]["bytes_per_step"] > 10 * rows["torch"]["bytes_per_step"]
+
+
+def test_an_emulated_cluster_is_simulated_as_validate_predicts_its_runs(tmp_path):
+    """--topology netns:...: the same prediction `validate` scores against the runs of that
+    cluster (the checked-in wire data: 4 hosts at 250 Mbit/s), TF's mirrored run as what it
+    is across hosts; a worker count the cluster cannot hold is one line and exit 2."""
+    import shutil
+
+    from harness.validate import validate_steps
+    from tests.test_validate import WIRE_DATA
+
+    data = tmp_path / "wire"
+    shutil.copytree(WIRE_DATA, data)
+    steps = validate_steps(ResultsStore(data))
+    steps = steps[(steps["kind"] == "step")
+                  & (steps["cluster"] == "netns:hosts=4,rate=250mbit")]
+    predicted = dict(zip(steps["what"], steps["predicted_s"], strict=True))
+    for framework, strategy, real in (("tf", "mirrored", "multi_worker_mirrored"),
+                                      ("torch", "ddp", "ddp")):
+        proc = stratbench("simulate", "--topology", "netns:hosts=4,rate=250mbit", "--workers",
+                          "4", "--workload", "mlp:M", "--framework", framework, "--strategy",
+                          strategy, "--results", str(data), "--json")
+        assert proc.returncode == 0, proc.stderr
+        (row,) = json.loads(proc.stdout)
+        assert row["strategy"] == f"{framework}:{real}"
+        # validate takes each run's own probe; simulate the median of this cluster's probes
+        assert row["step_time_median_s"] == pytest.approx(
+            predicted[f"{framework}/{real}/mlp:M"], rel=1e-3)
+    proc = stratbench("simulate", "--topology", "netns:hosts=4,rate=250mbit", "--workers", "6",
+                      "--workload", "mlp:M", "--results", str(data))
+    assert proc.returncode == 2 and "one worker on each of its 4 hosts" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -108,6 +108,59 @@ def load_calibration(option: str | None, topology: str) -> Any:
                        name=f"measured:{path}")
 
 
+# What a framework's strategy name runs as on emulated hosts (one process per host):
+# TF's MirroredStrategy is one host's devices; across hosts it is MultiWorkerMirrored.
+ON_HOSTS = {("tf", "mirrored"): "multi_worker_mirrored"}
+
+
+def simulate_emulated(topology: str, workers: int, workload: str | None,
+                      framework: str | None, strategies: tuple[str, ...],
+                      results: Path) -> list[dict[str, Any]]:
+    """``--topology netns:...``: this machine's emulated hosts, predicted as `validate` scores
+    and `recommend` ranks them (harness.candidates.predict_emulated): the links as probed
+    here, cores shared as they would be, each framework's measured compute, library and
+    runtime costs. Real strategy names only (the frameworks' own schedules)."""
+    from harness.candidates import Context, emulated_compute, predict_emulated, probed_links
+    from harness.predict import EMULATED_STRATEGIES
+    from harness.profiles import no_compute_message, workload_facts
+    from harness.recommend import calibration_fits, probed_networks
+    from harness.targets import parse_targets
+    from results.store import ResultsStore
+
+    if not workload:
+        raise InputError("an emulated cluster needs --workload (its compute is measured here)")
+    (target,) = parse_targets([topology])
+    if not 2 <= workers <= target.devices:
+        raise InputError(f"--workers {workers}: {topology} runs one worker on each of its "
+                         f"{target.devices} hosts (give 2 to {target.devices})")
+    measured = _measured(results)
+    ctx = Context(measured=measured, fits=calibration_fits(results),
+                  networks=probed_networks(ResultsStore(results))
+                  if (results / "runs").is_dir() else [])
+    facts = workload_facts(workload, measured)
+    wanted = [(fw, ON_HOSTS.get((fw, name), name)) for fw in
+              ([framework] if framework else ["torch", "tf"]) for name in
+              (strategies or [s for f, s in EMULATED_STRATEGIES if f == fw])]
+    links = probed_links(ctx, target)
+    rows: list[dict[str, Any]] = []
+    for fw, strategy in wanted:
+        compute = emulated_compute(ctx, facts, fw)
+        if compute is None:
+            raise InputError(no_compute_message(facts.name))
+        row = predict_emulated(ctx, facts, links, fw, strategy, workers, compute)
+        if row is None:
+            rows.append({"status": "unavailable", "strategy": f"{fw}:{strategy}",
+                         "reason": f"no model of {fw} {strategy} on emulated hosts (they "
+                                   f"run: {', '.join(f'{f} {s}' for f, s in EMULATED_STRATEGIES)})",
+                         "step_time_median_s": math.nan})
+            continue
+        row.update(source="simulated", strategy=f"{fw}:{strategy}", workload=facts.name,
+                   cluster=topology, replicas=workers,
+                   calibration_sources=f"links: {links.source}; compute: {compute.note}")
+        rows.append(row)
+    return rows
+
+
 MODEL_PARALLEL = ("pipeline", "tensor_parallel")
 BUCKETED = ("allreduce_ring", "allreduce_tree", "allreduce_halving_doubling",
             "allreduce_hierarchical", "allreduce_binary_tree", "fsdp")
@@ -228,8 +281,9 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 
 @click.command("simulate")
 @click.option("--topology", required=True, metavar="SPEC",
-              help="e.g. two_level:hosts=4,gpus=8,intra=450GB/s,inter=400Gbit or "
-                   "preset:dgx_h100_ib,hosts=16")
+              help="e.g. two_level:hosts=4,gpus=8,intra=450GB/s,inter=400Gbit, "
+                   "preset:dgx_h100_ib,hosts=16, or this machine's emulated hosts "
+                   "netns:hosts=4,rate=250mbit")
 @click.option("--workers", type=click.IntRange(min=1), required=True)
 @click.option("--workload", default=None, metavar="FAMILY:SIZE|MODEL",
               help="A built-in (mlp:S) or a known model (resnet50, gpt3_175b; see "
@@ -284,6 +338,15 @@ def command(topology: str, workers: int, workload: str | None, profile: str | No
     from harness.sim import simulate
     from harness.sim.strategies import PS_PULL
 
+    if topology.strip().startswith("netns:"):
+        rows = simulate_emulated(topology, workers, workload, framework, strategies,
+                                 results_dir(results))
+        if as_json:
+            print_json(rows)
+            return
+        info(f"predicted {workers} emulated hosts of {topology} as validate scores them")
+        click.echo(format_rows(rows))
+        return
     calib = load_calibration(calibration, topology)
     names = _strategy_names(strategies, framework)
     if stages or tensor or set(strategies) & set(MODEL_PARALLEL):
