@@ -247,7 +247,7 @@ def predict_emulated(ctx: Context, facts: WorkloadFacts, links: Any, framework: 
     )
 
     model = simulated_as(framework, strategy) or ""
-    ps = (runner_ps_layout(framework, hosts, hosts, PS_SHARDS)
+    ps = (runner_ps_layout(hosts, hosts, PS_SHARDS)
           if model.startswith("parameter_server") else None)
     key = (framework, strategy, facts.name)
     if key not in ctx.runtimes:

@@ -143,28 +143,49 @@ def machine_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
 
 
-def runner_ps_layout(framework: str, replicas: int, hosts: int, shards: int
-                     ) -> tuple[list[float], bool] | None:
-    """(relative bytes per server, servers colocated with workers) as harness/runners lay a
-    parameter server out on emulated hosts: task j (servers first, then workers, then TF's
-    chief) on host j mod N, shards balanced by bytes. None where that placement is one the
-    simulator does not model (more than one server or worker on a host's link)."""
-    tasks = [("ps", k) for k in range(shards)] + [("worker", i) for i in range(replicas)]
-    host_of = {task: j % hosts for j, task in enumerate(tasks)}
-    workers = [h for (job, _), h in host_of.items() if job == "worker"]
-    servers = [h for (job, _), h in host_of.items() if job == "ps"]
+@dataclass(frozen=True)
+class PsLayout:
+    """A parameter server as a run laid it out on emulated hosts (one worker per host)."""
+
+    shard_bytes: list[float]  # per server, in task order (ps0, ps1, ...)
+    colocated: bool  # every server shares its host with a worker
+    # colocated: the worker (counted in host order) each server sits beside; across racks
+    # it decides which pushes cross an uplink
+    beside: tuple[int, ...] | None = None
+
+
+def placed_ps_layout(shard_bytes: list[float], host_of: dict[str, int]) -> PsLayout | None:
+    """The layout of servers ``ps0..`` and workers ``worker0..`` on the hosts ``host_of``
+    names; None where the simulator does not model it (two workers or two servers behind one
+    host's link, or servers some beside workers and some not)."""
+    def hosts(job: str) -> list[int]:
+        tasks = sorted((t for t in host_of if t.startswith(job)),
+                       key=lambda t: int(t[len(job):] or 0))
+        return [host_of[t] for t in tasks]
+
+    workers, servers = hosts("worker"), hosts("ps")
     if len(set(workers)) != len(workers) or len(set(servers)) != len(servers):
         return None
     shared = set(workers) & set(servers)
     if shared and len(shared) != len(servers):
         return None
-    return [1.0] * shards, bool(shared)
+    if not shared:
+        return PsLayout(shard_bytes, False)
+    rank = {h: i for i, h in enumerate(sorted(workers))}
+    return PsLayout(shard_bytes, True, tuple(rank[h] for h in servers))
+
+
+def runner_ps_layout(replicas: int, hosts: int, shards: int) -> PsLayout | None:
+    """A parameter server as harness/runners lay it out on emulated hosts: task j (servers
+    first, then workers, then TF's chief) on host j mod N, shards balanced by bytes."""
+    tasks = [f"ps{k}" for k in range(shards)] + [f"worker{i}" for i in range(replicas)]
+    return placed_ps_layout([1.0] * shards, {t: j % hosts for j, t in enumerate(tasks)})
 
 
 def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLinks,
                  replicas: int, one_replica_s: float, *, fits: pd.DataFrame,
                  cores: int | None = None,
-                 ps: tuple[list[float], bool] | None = None,
+                 ps: PsLayout | None = None,
                  runtime_s: float = 0.0) -> dict[str, Any] | None:
     """The simulator's row for `framework/strategy` with `replicas` workers on `links`
     (one per host), or None where the simulator has no model for it. ``profile``: a
@@ -189,9 +210,9 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
     if model.startswith("parameter_server"):
         if ps is None:
             return None
-        weights, colocated = ps
-        options = {"ps_shard_weights": weights, "ps_colocated": colocated}
-        processes += len(weights) + (framework == "tf")  # TF's chief
+        options = {"ps_shard_weights": ps.shard_bytes, "ps_colocated": ps.colocated,
+                   "ps_beside": ps.beside}
+        processes += len(ps.shard_bytes) + (framework == "tf")  # TF's chief
     # the emulated hosts share the machine's cores: compute slows when they are oversold
     compute = one_replica_s * max(1.0, processes / (cores or machine_cores()))
     (row,) = simulate(topology, replicas, model, dataclasses.replace(
@@ -337,8 +358,8 @@ def runtime_overhead(measured: pd.DataFrame, fits: pd.DataFrame, framework: str,
             shards = shard_bytes(r["extra"])
             if not shards:
                 continue
-            ps = (shards, False)
-        hosts = workers + (len(ps[0]) if ps else 0)
+            ps = PsLayout(shards, False)
+        hosts = workers + (len(ps.shard_bytes) if ps else 0)
         profile = facts.profile(batch=int(r["global_batch"]) // workers)
         predicted = predict_step(framework, strategy, profile,
                                  loopback_links(fits, framework, hosts), workers,

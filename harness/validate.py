@@ -26,10 +26,12 @@ from harness.predict import (
     SERIAL_SOFTWARE,
     SYNCHRONOUS,
     MeasuredLinks,
+    PsLayout,
     emulated_topology,
     layout_of,
     machine_cores,
     pass_overhead,
+    placed_ps_layout,
     predict_layout,
     predict_step,
     realtime_rows,
@@ -275,23 +277,15 @@ def validate_comm(store: ResultsStore) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def ps_layout(row: dict[str, Any]) -> tuple[list[float], bool] | None:
-    """(bytes per parameter-server shard, servers colocated with workers) of a PS row, from
-    what the run recorded; None where the placement is one the simulator does not model
-    (tasks sharing a host's link beyond one server beside one worker)."""
+def ps_layout(row: dict[str, Any]) -> PsLayout | None:
+    """A PS row's shards and placement, from what the run recorded; None where it recorded
+    neither, or placed tasks as the simulator does not model (predict.placed_ps_layout)."""
     extra = row["extra"]
     shards = shard_bytes(extra)
     hosts = extra.get("task_hosts") or {}
     if not shards or not hosts:
         return None
-    workers = [h for t, h in hosts.items() if t.startswith("worker")]
-    servers = [h for t, h in hosts.items() if t.startswith("ps")]
-    if len(set(workers)) != len(workers) or len(set(servers)) != len(servers):
-        return None
-    shared = set(workers) & set(servers)
-    if shared and len(shared) != len(servers):
-        return None
-    return shards, bool(shared)
+    return placed_ps_layout(shards, {str(t): int(h) for t, h in hosts.items()})
 
 
 def run_cores(store: ResultsStore, run_id: str) -> int:

@@ -75,13 +75,17 @@ def _ps_row(hosts: dict[str, int], **extra) -> dict:
 
 
 def test_ps_layout_reads_shards_and_placement():
+    from harness.predict import PsLayout
     from harness.validate import ps_layout
 
     torch_shards = {"ps_shard_bytes": [8e6, 4e6]}
     colocated = _ps_row({"ps0": 0, "ps1": 1, "worker0": 0, "worker1": 1}, **torch_shards)
-    assert ps_layout(colocated) == ([8e6, 4e6], True)
+    assert ps_layout(colocated) == PsLayout([8e6, 4e6], True, (0, 1))
+    racked = _ps_row({"ps0": 0, "ps1": 1, "worker0": 2, "worker1": 3, "worker2": 0,
+                      "worker3": 1}, **torch_shards)  # the runners' layout: both in rack 0
+    assert ps_layout(racked) == PsLayout([8e6, 4e6], True, (0, 1))
     dedicated = _ps_row({"ps0": 0, "ps1": 1, "worker0": 2, "worker1": 3}, **torch_shards)
-    assert ps_layout(dedicated) == ([8e6, 4e6], False)
+    assert ps_layout(dedicated) == PsLayout([8e6, 4e6], False)
     # two workers behind one host's link, or a server alone beside a colocated one: unmodelled
     assert ps_layout(_ps_row({"ps0": 0, "worker0": 1, "worker1": 1}, **torch_shards)) is None
     assert ps_layout(_ps_row({"ps0": 0, "ps1": 2, "worker0": 0, "worker1": 1},
@@ -94,7 +98,7 @@ def test_ps_layout_reads_shards_and_placement():
                                                     [2, 4]]],
                                   "dense/bias": [["/job:ps/replica:0/task:1/device:CPU:0",
                                                   [4]]]})
-    assert ps_layout(tf) == ([48.0, 48.0], False)
+    assert ps_layout(tf) == PsLayout([48.0, 48.0], False)
 
 
 def test_small_messages_are_bounded_by_the_loopback_time_of_the_same_collective(tmp_path):

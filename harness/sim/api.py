@@ -59,6 +59,7 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
              calibration: cal.Calibration | None = None, *, workload: str | None = None,
              stragglers: int = 0, straggler_factor: float = 1.0, mode: str = "fast",
              ps_shards: int | None = None, ps_colocated: bool = False,
+             ps_beside: Sequence[int] | None = None,
              ps_shard_weights: Sequence[float] | None = None,
              library: str = "nccl", ps_pull: str = "changed",
              runtime_s: float = 0.0) -> list[dict[str, Any]]:
@@ -99,6 +100,7 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
             result = simulate_step(sim, topo, workers, profile, calib, stragglers=stragglers,
                                    straggler_factor=straggler_factor, mode=mode,
                                    ps_shards=ps_shards, ps_colocated=ps_colocated,
+                                   ps_beside=ps_beside,
                                    ps_shard_weights=ps_shard_weights, library=library,
                                    ps_pull=ps_pull, runtime_s=runtime_s)
         except TopologyError as exc:

@@ -42,11 +42,12 @@ def shard_chunks(weights: Sequence[float], resolution: int = SHARD_RESOLUTION) -
 
 
 def ps_sync(workers: int, shards: int, colocated: bool = False,
-            name: str = "parameter_server", weights: Sequence[float] | None = None
-            ) -> Schedule:
+            name: str = "parameter_server", weights: Sequence[float] | None = None,
+            beside: Sequence[int] | None = None) -> Schedule:
     """One synchronous push/pull round; executed on numbers, every worker ends with the sum
     (the mean with op='mean') of all pushed gradients. ``weights``: the shards' relative
-    sizes (equal when None)."""
+    sizes (equal when None); ``beside``: the workers the colocated servers sit beside, where
+    a run placed them (which matters across racks), else spread evenly."""
     if not 1 <= shards <= (workers if colocated else shards):
         raise ValueError(f"{shards} colocated shards need at least as many workers ({workers})")
     if weights is not None and len(weights) != shards:
@@ -61,6 +62,12 @@ def ps_sync(workers: int, shards: int, colocated: bool = False,
     sizes = np.ones(shards, np.int64) if weights is None else shard_chunks(weights)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     servers = server_ranks(workers, shards, colocated)
+    if beside is not None:
+        if not colocated or len(beside) != shards or len(set(beside)) != shards or not all(
+                0 <= b < workers for b in beside):
+            raise ValueError(f"servers beside workers {list(beside)}: need {shards} distinct "
+                             f"workers of {workers} for colocated servers")
+        servers = np.asarray(beside, dtype=np.int64)
     w = np.repeat(np.arange(workers), shards)
     k = np.tile(np.arange(shards), workers)
     keep = w != servers[k]

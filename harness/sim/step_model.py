@@ -141,6 +141,7 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
                   calibration: Calibration | None = None, *, stragglers: int = 0,
                   straggler_factor: float = 1.0, mode: str = "fast",
                   ps_shards: int | None = None, ps_colocated: bool = False,
+                  ps_beside: Sequence[int] | None = None,
                   ps_shard_weights: Sequence[float] | None = None,
                   library: str = "nccl", ps_pull: str = "changed",
                   runtime_s: float = 0.0) -> StepResult:
@@ -152,6 +153,7 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
 
     ``ps_shard_weights``: the parameter servers' relative shard sizes (one per shard; equal
     shards when None), as a real run's greedy placement of whole tensors left them.
+    ``ps_beside``: the workers colocated servers sit beside, as a run placed them.
     ``runtime_s``: the framework runtime's own time per synchronous step beyond what the
     model times (RPC, Python bookkeeping, launch costs: harness/predict.py measures it on
     loopback), in series with the rest.
@@ -193,7 +195,8 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
             colls = _Collectives(with_servers(topology, shards), mode,
                                  [*range(workers), *_server_devices(topology, shards)])
         schedule = (central_storage(workers) if strategy == "central_storage"
-                    else ps_sync(workers, shards, colocated, weights=ps_shard_weights))
+                    else ps_sync(workers, shards, colocated, weights=ps_shard_weights,
+                                 beside=ps_beside))
         optimizer, after = profile.optimizer_s / shards, 0.0  # on the servers, mid-exchange
         finish = _ps_step(env, schedule, profile, compute, classes, colls, optimizer, ps_pull)
     else:
