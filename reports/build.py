@@ -20,6 +20,7 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
+from harness.catalog import WEIGHT_TOLERANCE
 from reports import history as hist
 from reports import verdict as vd
 from reports.plots import Series, chart
@@ -282,14 +283,20 @@ def build_report(root: str | os.PathLike[str]) -> str:
     cross_plots, cross_notes = crossover(measured)
     bad = latest[latest["status"] != "ok"] if not latest.empty else latest
     ok = latest[latest["status"] == "ok"] if not latest.empty else latest
+    measured_records = _records(ok.sort_values(["workload", "size", "cluster", "framework",
+                                                "strategy", "replicas"]) if not ok.empty
+                                else ok)
+    for r in measured_records:  # a synchronous run that did not train as one device did
+        extra = r.get("extra")
+        r["weights_mismatch"] = isinstance(extra, dict) and extra.get("weights_match") is False
     context = {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "root": str(root), **rec, "samples": DEFAULT_SAMPLES,
         "brief": vd.brief, "source_text": vd.source_text,
         "manifest_run": run_id, "manifest": manifest,
-        "measured": _records(ok.sort_values(["workload", "size", "cluster", "framework",
-                                              "strategy", "replicas"]) if not ok.empty
-                             else ok),
+        "measured": measured_records,
+        "mismatches": [r for r in measured_records if r["weights_mismatch"]],
+        "weight_tolerance": WEIGHT_TOLERANCE,
         "scaling_plots": scaling_plots(latest) if not latest.empty else [],
         "comm_plots": busbw_plot(comm), "comm_points": len(comm),
         "validation": _records(validation),

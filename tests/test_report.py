@@ -378,3 +378,23 @@ def test_report_derives_the_verdict_from_ranks(two_runs, monkeypatch):
     card = html[html.index("<article"):html.index("</article>")]
     assert "use torch/" in card and "Runner-up" in card and "How sure" in card
     assert 'id="curves"' not in html
+
+
+def test_a_weight_mismatch_is_flagged_at_the_top_and_in_its_row(tmp_path):
+    """A synchronous run stored ok whose weights ended past the tolerance is said where the
+    reader starts, not only as a number in the measured table."""
+    store = ResultsStore(tmp_path)
+    run_id = "20260101T000000Z-dddddd"
+    store.start_run(MANIFEST, run_id=run_id)
+    store.write_case(case(run_id, "single_device", 0.004, replicas=1))
+    good = case(run_id, "ddp", 0.01)
+    good.max_weight_diff, good.extra = 1e-7, {"weights_match": True}
+    store.write_case(good)
+    html = build_report(tmp_path)
+    assert "MISMATCH" not in html and "farther than" not in html
+    bad = case(run_id, "parameter_server", 0.02)
+    bad.max_weight_diff, bad.extra = 3.9e-4, {"weights_match": False}
+    store.write_case(bad)
+    html = build_report(tmp_path)
+    assert "1 synchronous case(s) ended farther than 1e-04 from one device" in html
+    assert "torch/parameter_server/mlp:S/local/2" in html and "MISMATCH" in html
