@@ -192,6 +192,12 @@ def _leave_together(rank: int, workers: int, timeout_s: float) -> None:
 OVERLAP_ROUNDS = 3
 
 
+# The strategies whose exchange is a replica-context all-reduce of the gradients (across
+# workers, or across one process's logical devices: to the central device for
+# central_storage): the probe times that all-reduce alone.
+OVERLAP_PROBED = frozenset({"multi_worker_mirrored", "mirrored", "central_storage"})
+
+
 def measure_overlap(strategy: Any, workload: Any, model: Any, variables: list[Any],
                     batch: Any, global_batch: int, step_s: float) -> dict[str, float]:
     """How much of the gradient exchange hides under compute in TF's custom loop, measured:
@@ -284,7 +290,7 @@ def train_sync(case: Case, strategy: Any, rank: int, global_batch: int,
     cpu.stop()
     overlap = (measure_overlap(strategy, workload, model, variables, batches[-1],
                                global_batch, float(np.median(times)))
-               if case.strategy == "multi_worker_mirrored" and replicas > 1 and times else {})
+               if case.strategy in OVERLAP_PROBED and replicas > 1 and times else {})
     if case.strategy == "multi_worker_mirrored" and replicas > 1:
         _leave_together(rank, replicas, _collective_timeout(case))
     report: dict[str, Any] = {"step_times_s": times, "losses": losses, "rank": rank,

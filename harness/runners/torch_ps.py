@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.distributed.rpc as rpc
 
+from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
 from harness.plan import Case
 from harness.runners import torch_workload as tw
@@ -86,11 +87,15 @@ class ShardServer:
             self.pulled_version[worker] = self.version
             return self.version, out
 
-    def push(self, worker: int, grads: list[Grad]) -> torch.futures.Future[Any]:
+    def push(self, worker: int, grads: list[Grad], probe: bool = False
+             ) -> torch.futures.Future[Any]:
+        """``probe``: the overlap probe's zero gradients; moved like any push, not counted
+        in the staleness that training saw."""
         done: torch.futures.Future[Any] = torch.futures.Future()
         with self.lock:
             if not self.synchronous:
-                self.staleness.append(self.version - self.pulled_version[worker])
+                if not probe:
+                    self.staleness.append(self.version - self.pulled_version[worker])
                 self._apply(grads, 1.0)
                 done.set_result(self.version)
                 return done
@@ -146,8 +151,9 @@ def _rpc_pull(worker: int) -> tuple[int, list[Grad]]:
 
 
 @rpc.functions.async_execution
-def _rpc_push(worker: int, grads: list[Grad]) -> torch.futures.Future[Any]:
-    return _server().push(worker, grads)
+def _rpc_push(worker: int, grads: list[Grad], probe: bool = False
+              ) -> torch.futures.Future[Any]:
+    return _server().push(worker, grads, probe)
 
 
 def _rpc_stats() -> dict[str, Any]:
@@ -205,6 +211,73 @@ def run_server(case: Case, index: int) -> dict[str, Any]:
     return {"role": "ps", **_SERVER.stats()}
 
 
+def _pull(servers: list[str], index: int, params: dict[str, torch.Tensor]) -> None:
+    """What changed on every server since this worker's last pull, copied in."""
+    pulls = [rpc.rpc_async(s, _rpc_pull, args=(index,)) for s in servers]
+    with torch.no_grad():
+        for fut in pulls:
+            _, updates = fut.wait()
+            for name, rows, values in updates:
+                if rows is None:
+                    params[name].copy_(values)
+                else:
+                    params[name].index_copy_(0, rows, values)
+
+
+def _gradients(params: dict[str, torch.Tensor], owner: dict[str, int], shards: int
+               ) -> tuple[list[list[Grad]], int]:
+    """Each server's share of the gradients (embeddings as touched rows), and the bytes."""
+    per_server: list[list[Grad]] = [[] for _ in range(shards)]
+    sent = 0
+    for name, p in params.items():
+        if p.grad is None:
+            continue
+        g = p.grad
+        if g.is_sparse:
+            g = g.coalesce()
+            rows, values = g.indices()[0], g.values()
+            per_server[owner[name]].append((name, rows, values))
+            sent += values.numel() * values.element_size() + rows.numel() * 8
+        else:
+            per_server[owner[name]].append((name, None, g))
+            sent += g.numel() * g.element_size()
+    return per_server, sent
+
+
+def _push(servers: list[str], index: int, per_server: list[list[Grad]],
+          probe: bool = False) -> None:
+    acks = [rpc.rpc_async(s, _rpc_push, args=(index, per_server[k], probe))
+            for k, s in enumerate(servers)]
+    for fut in acks:
+        fut.wait()
+
+
+OVERLAP_ROUNDS = 3
+
+
+def measure_overlap(spec: tw.Workload, model: torch.nn.Module, batch: Any,
+                    params: dict[str, torch.Tensor], owner: dict[str, int],
+                    servers: list[str], index: int, step_s: float) -> dict[str, float]:
+    """A round's compute alone (forward, backward, the gradients split per server) and its
+    exchange alone (pull, then push of zero gradients of the same shapes and rows: the same
+    bytes, weights unchanged), each the median of a few rounds every worker makes together;
+    overlap as for DDP. A step here pulls, computes, then pushes: nothing should hide."""
+    compute, moved = [], []
+    for _ in range(OVERLAP_ROUNDS):
+        start = time.perf_counter()
+        model.zero_grad(set_to_none=True)
+        tw.loss(spec, model, batch).backward()
+        per_server, _ = _gradients(params, owner, len(servers))
+        compute.append(time.perf_counter() - start)
+        zeros = [[(n, rows, torch.zeros_like(v)) for n, rows, v in grads]
+                 for grads in per_server]
+        start = time.perf_counter()
+        _pull(servers, index, params)
+        _push(servers, index, zeros, probe=True)
+        moved.append(time.perf_counter() - start)
+    return measured_overlap(compute, moved, step_s)
+
+
 def run_worker(case: Case, index: int, workdir: Path) -> dict[str, Any]:
     shards, workers = _layout(case)
     spec = tw.spec(case)
@@ -218,6 +291,7 @@ def run_worker(case: Case, index: int, workdir: Path) -> dict[str, Any]:
     losses: list[float] = []
     pushed: list[int] = []
     meter = WireMeter(active=index == 0)
+    overlap: dict[str, float] = {}
     try:
         for step in range(case.total_steps):
             batch = tw.shard(tw.batch(spec, step, case.global_batch, case.seed), index, workers)
@@ -225,36 +299,12 @@ def run_worker(case: Case, index: int, workdir: Path) -> dict[str, Any]:
             if step == case.warmup:
                 meter.start()
             start = time.perf_counter()
-            pulls = [rpc.rpc_async(s, _rpc_pull, args=(index,)) for s in servers]
-            with torch.no_grad():
-                for fut in pulls:
-                    _, updates = fut.wait()
-                    for name, rows, values in updates:
-                        if rows is None:
-                            params[name].copy_(values)
-                        else:
-                            params[name].index_copy_(0, rows, values)
+            _pull(servers, index, params)
             model.zero_grad(set_to_none=True)
             loss = tw.loss(spec, model, batch)
             loss.backward()
-            per_server: list[list[Grad]] = [[] for _ in servers]
-            sent = 0
-            for name, p in params.items():
-                if p.grad is None:
-                    continue
-                g = p.grad
-                if g.is_sparse:
-                    g = g.coalesce()
-                    rows, values = g.indices()[0], g.values()
-                    per_server[owner[name]].append((name, rows, values))
-                    sent += values.numel() * values.element_size() + rows.numel() * 8
-                else:
-                    per_server[owner[name]].append((name, None, g))
-                    sent += g.numel() * g.element_size()
-            acks = [rpc.rpc_async(s, _rpc_push, args=(index, per_server[k]))
-                    for k, s in enumerate(servers)]
-            for fut in acks:
-                fut.wait()
+            per_server, sent = _gradients(params, owner, shards)
+            _push(servers, index, per_server)
             value = float(loss.detach())
             elapsed = time.perf_counter() - start
             if step >= case.warmup:
@@ -262,22 +312,19 @@ def run_worker(case: Case, index: int, workdir: Path) -> dict[str, Any]:
                 pushed.append(sent)
             losses.append(value)
         meter.stop()
+        if times:
+            overlap = measure_overlap(spec, model, batch, params, owner, servers, index,
+                                      float(np.median(times)))
         # one last pull so the saved weights are the servers' weights
-        with torch.no_grad():
-            for s in servers:
-                _, updates = rpc.rpc_sync(s, _rpc_pull, args=(index,))
-                for name, rows, values in updates:
-                    if rows is None:
-                        params[name].copy_(values)
-                    else:
-                        params[name].index_copy_(0, rows, values)
+        _pull(servers, index, params)
         server_stats = [rpc.rpc_sync(s, _rpc_stats) for s in servers] if index == 0 else []
     finally:
         rpc.shutdown()
     report: dict[str, Any] = {"step_times_s": times, "losses": losses, "rank": index,
                               "world": workers, "threads": torch.get_num_threads(),
                               "bytes_pushed_per_step": float(np.median(pushed)) if pushed
-                              else 0.0, "servers": server_stats, **meter.report(len(times))}
+                              else 0.0, "servers": server_stats, **meter.report(len(times)),
+                              "details": overlap}
     if index == 0:
         path = workdir / f"weights-{case.strategy}-0.npz"
         np.savez(path, **{n: p.detach().numpy().copy() for n, p in params.items()})

@@ -115,6 +115,48 @@ def measure_overlap(case: Case, model: torch.nn.Module, spec: tw.Workload, batch
     return measured_overlap(compute, exchange, step_s)
 
 
+def measure_fsdp_overlap(case: Case, model: torch.nn.Module, spec: tw.Workload, batch: Any,
+                         step_s: float) -> dict[str, float]:
+    """FSDP's overlap, measured on this case: forward + backward of an unsharded copy of the
+    model alone, then FSDP2's exchange alone (each unit gathered for forward, gathered again
+    for backward, its gradient reduce-scattered, in the units' own sizes), each the median
+    of a few rounds started together; overlap as for DDP. The weights stay as they are."""
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    owned: list[int] = []  # each unit's own parameters (not those of units inside it)
+    for unit in units:
+        inner = {id(p) for m in unit.modules() if m is not unit and isinstance(m, FSDPModule)
+                 for p in m.parameters()}
+        owned.append(sum(p.numel() for p in unit.parameters() if id(p) not in inner))
+    world = dist.get_world_size()
+    grads = [torch.zeros(-(-n // world) * world) for n in owned]
+    shards = [torch.zeros(g.numel() // world) for g in grads]
+    plain = tw.build(spec, case.seed)
+    compute, exchange = [], []
+    for _ in range(OVERLAP_ROUNDS):
+        dist.barrier()
+        start = time.perf_counter()
+        plain.zero_grad(set_to_none=True)
+        tw.loss(spec, plain, batch).backward()
+        compute.append(time.perf_counter() - start)
+        dist.barrier()
+        start = time.perf_counter()
+        for unit in units:  # forward
+            unit.unshard()
+            unit.reshard()
+        for unit, grad, shard in zip(reversed(units), reversed(grads), reversed(shards),
+                                     strict=True):  # backward
+            unit.unshard()
+            unit.reshard()
+            dist.reduce_scatter_tensor(shard, grad)
+        exchange.append(time.perf_counter() - start)
+    return measured_overlap(compute, exchange, step_s)
+
+
+PROBES = {"ddp": measure_overlap, "fsdp": measure_fsdp_overlap}
+
+
 def train(case: Case, rank: int, world: int, batch_per_rank: int,
           workdir: Path, save_weights: bool, distributed: bool = True) -> dict[str, Any]:
     """The timed loop shared by every synchronous torch strategy (and the reference)."""
@@ -146,8 +188,8 @@ def train(case: Case, rank: int, world: int, batch_per_rank: int,
     meter.stop()
     cpu.stop()
     gained = memory.peak_since(baseline, was_reset)  # before the probe's gradient copy
-    overlap = (measure_overlap(case, model, spec, batches[-1], float(np.median(times)))
-               if distributed and case.strategy == "ddp" and world > 1 and times else {})
+    probe = PROBES.get(case.strategy) if distributed and world > 1 and times else None
+    overlap = probe(case, model, spec, batches[-1], float(np.median(times))) if probe else {}
     report: dict[str, Any] = {"step_times_s": times, "losses": losses, "rank": rank,
                               "world": world, "threads": torch.get_num_threads(),
                               "grad_bytes": tw.grad_bytes(model),
