@@ -110,7 +110,8 @@ def test_every_multi_process_strategy_of_both_frameworks_runs_across_hosts(tmp_p
     # mlp:S's 0.9 MB, 0.2% on mlp:M's 12.6 MB); every strategy put something on it
     ddp = got[("torch", "ddp")]
     assert ddp.wire_bytes_per_step == pytest.approx(ddp.bytes_sent_per_step, rel=0.10)
-    for key in (("tf", "multi_worker_mirrored"), ("torch", "ddp")):  # measured apart, too
+    for key in (("tf", "multi_worker_mirrored"), ("torch", "ddp"),
+                ("torch", "parameter_server")):  # measured apart, too
         extra = got[key].extra
         assert extra["compute_only_s"] > 0 and extra["exchange_only_s"] > 0, key
         assert math.isfinite(extra["measured_overlap"]), key

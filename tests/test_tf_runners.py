@@ -137,6 +137,9 @@ def test_every_tf_strategy_ends_in_a_row_with_timing_and_correctness(store, tmp_
         assert by[name].max_weight_diff < 1e-4, (name, by[name].max_weight_diff)
         assert by[name].extra["weights_match"] is True
         assert by[name].global_batch == 2 * by["one_device"].global_batch
+        extra = by[name].extra  # the overlap probe: its parts timed alone, weights untouched
+        assert extra["compute_only_s"] > 0 and extra["exchange_only_s"] > 0, name
+        assert math.isfinite(extra["measured_overlap"]), name
     assert math.isnan(by["parameter_server"].max_weight_diff)  # asynchronous: not compared
     assert by["parameter_server"].extra["bytes_sent_method"] == "measured: bytes pushed"
     frame = load(tmp_path)

@@ -45,6 +45,10 @@ def test_every_torch_strategy_gives_an_ok_row_with_timing_and_correctness(store,
     assert math.isnan(by["parameter_server_async"].max_weight_diff)
     assert by["parameter_server_async"].extra["loss_decreased"] is True
     assert "staleness_mean" in by["parameter_server_async"].extra
+    for name in ("ddp", "fsdp", "parameter_server", "parameter_server_async"):  # the probe
+        extra = by[name].extra
+        assert extra["compute_only_s"] > 0 and extra["exchange_only_s"] > 0, name
+        assert math.isfinite(extra["measured_overlap"]), name
     assert by["single_device"].extra["cpu_s_per_step"] > 0  # what oversold replicas share
     frame = load(tmp_path)
     assert len(frame) == 5 and set(frame.status) == {"ok"}
