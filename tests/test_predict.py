@@ -74,3 +74,21 @@ def test_the_runtime_overhead_is_what_local_runs_took_beyond_the_model():
     assert overhead(0.0001) == 0.0  # never below the model
     assert overhead(0.020, framework="tf") == 0.0  # no TF runs
     assert overhead(0.020, strategy="ddp") == 0.0  # no local ddp runs
+
+
+def test_the_librarys_own_costs_come_from_the_sweep_at_the_same_rank_count():
+    from harness.predict import software_costs
+
+    def fit(world: int, alpha: float, run: str = "r1", framework: str = "tf") -> dict:
+        return {"framework": framework, "op": "all_reduce", "link_class": "loopback",
+                "world": world, "alpha_s": alpha, "beta_s_per_byte": 1e-9, "run_id": run,
+                "realtime": False}
+
+    fits = pd.DataFrame([fit(2, 1e-3), fit(4, 1.5e-3), fit(6, 1.8e-3), fit(4, 1.6e-3, "r2"),
+                         fit(4, 9.0, framework="torch")])
+    assert software_costs(fits, "tf", 4) == (1.6e-3, 1e-9)  # the latest at 4 ranks
+    assert software_costs(fits, "tf", 6)[0] == 1.8e-3
+    assert software_costs(fits, "tf", 3)[0] == 1e-3  # as near to 2 as to 4: the smaller
+    assert software_costs(fits, "tf", 16)[0] == 1.8e-3  # the nearest swept
+    assert software_costs(fits, "tf")[0] == 1e-3  # two ranks unless told
+    assert software_costs(fits, "jax", 4) == (0.0, 0.0)
