@@ -356,7 +356,7 @@ def test_the_documented_validation_reproduces_from_its_checked_in_data(monkeypat
     assert (kinds["collective"], kinds["step"]) == (504, 24)
     summary = summarize(table)
     assert round(summary["collective"], 3) == 0.067  # target <= 10%
-    assert round(summary["step"], 3) == 0.069  # target <= 15%
+    assert round(summary["step"], 3) == 0.078  # target <= 15%
     collectives = table[table["kind"] == "collective"]
     assert set(collectives["floor_source"]) == {"unshaped"}
     assert {int(h) for h in collectives["replicas"]} == {2, 4, 6}
@@ -534,3 +534,27 @@ def test_the_simulators_bytes_follow_the_wire_on_the_checked_in_runs(monkeypatch
     per_strategy = wire["error"].abs().groupby(strategy).median()
     assert (per_strategy <= 0.10).all(), per_strategy.to_dict()
     assert wire["error"].abs().median() <= 0.05
+
+
+STEPS_DATA = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-25-steps"
+
+
+def test_step_times_per_strategy_reproduce_from_their_checked_in_runs(monkeypatch):
+    """docs/SIMULATOR.md's step table (issue 19): torch ddp and parameter_server, TF
+    multi_worker_mirrored and parameter_server, on mlp:M (exchange over compute at 100 Mbit/s)
+    and recsys:S, 2, 4 and 6 hosts at 100 Mbit/s, 300 Mbit/s and 1 Gbit/s, and a racked
+    cluster; the loopback sweeps and local runs it is predicted from beside them
+    (campaign.sh). A change to the model moves these figures; the docs move with them."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    table = validate_steps(ResultsStore(STEPS_DATA))
+    steps = table[table["kind"] == "step"]
+    racked = steps["cluster"].str.contains("racks=")
+    flat = steps[~racked]
+    strategy = flat["what"].str.rsplit("/", n=1).str[0]
+    assert len(flat) == 4 * 2 * 9 and racked.sum() == 4 * 2
+    assert {int(r) for r in flat["replicas"]} == {2, 4, 6}
+    per_strategy = flat["error"].abs().groupby(strategy).median().round(3).to_dict()
+    assert per_strategy == {"torch/ddp": 0.061, "torch/parameter_server": 0.097,
+                            "tf/multi_worker_mirrored": 0.110, "tf/parameter_server": 0.066}
+    assert round(flat["error"].abs().median(), 3) == 0.075
+    assert round(steps[racked]["error"].abs().median(), 3) == 0.038  # within the flat 10%

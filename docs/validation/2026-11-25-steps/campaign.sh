@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Step times per strategy (issue 19), measured 2026-11-25 on this 2-core machine (root, for
+# the emulated hosts), in this order:
+# 1. the loopback sweeps the predictions take each library's own cost per message and byte
+#    from;
+# 2. the four strategies an emulated cluster runs (torch ddp and parameter_server, TF
+#    multi_worker_mirrored and parameter_server, with each framework's one-device baseline) on
+#    a dense model whose exchange outweighs its compute at the slowest rate (mlp:M) and an
+#    embedding-heavy one (recsys:S), on 2, 4 and 6 hosts at 100 Mbit/s, 300 Mbit/s and 1 Gbit/s;
+# 3. the same strategies on one machine, no links (what `validate` takes each runtime's own
+#    time per step from: harness/predict.py runtime_overhead);
+# 4. a racked cluster (2 racks, 200 Mbit/s uplinks).
+# The 4-host 300 Mbit/s runs checked in were measured last, again: the first ones shared the
+# machine with a test suite and were dropped, unscored.
+# Then: stratbench validate --results DIR (python -m harness.cli from the checkout).
+set -euo pipefail
+out=${1:-$(dirname "$0")}
+run() { python -m harness.cli run "$@" --workload mlp:M --workload recsys:S --results "$out"; }
+python -m harness.cli comm --framework all --world 2 --no-realtime --sizes 1KiB:4MiB \
+  --results "$out"
+for hosts in 2 4 6; do
+  for rate in 100mbit 300mbit 1gbit; do
+    cluster=netns:hosts=$hosts,rate=$rate
+    run --framework torch --strategy single_device --strategy ddp --strategy parameter_server \
+      --cluster "$cluster" --steps 8 --warmup 2 --repeats 1
+    run --framework tf --strategy one_device --strategy multi_worker_mirrored \
+      --strategy parameter_server --cluster "$cluster" --steps 8 --warmup 2 --repeats 1
+  done
+done
+run --framework torch --strategy single_device --strategy ddp --strategy parameter_server \
+  --steps 10 --warmup 2 --repeats 2
+run --framework tf --strategy one_device --strategy multi_worker_mirrored \
+  --strategy parameter_server --steps 10 --warmup 2 --repeats 2
+cluster=netns:hosts=4,rate=800mbit,racks=2,uplink=200mbit
+run --framework torch --strategy single_device --strategy ddp --strategy parameter_server \
+  --cluster "$cluster" --steps 8 --warmup 2 --repeats 1
+run --framework tf --strategy one_device --strategy multi_worker_mirrored \
+  --strategy parameter_server --cluster "$cluster" --steps 8 --warmup 2 --repeats 1
