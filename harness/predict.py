@@ -9,11 +9,14 @@ here, not in either caller, is what keeps validate and recommend from importing 
 The rules, measured on this machine (docs/SIMULATOR.md):
 - the links as the link probe measured them (bandwidth, RTT/2 per one-way crossing);
 - the library's own cost per message (alpha) and, for libraries whose work leaves the link
-  idle (TF's collectives), per byte (beta): the two-rank loopback all-reduce fit;
+  idle (TF's collectives), per byte (beta): the loopback all-reduce fit at the run's rank
+  count (the nearest swept);
 - gloo's rendezvous costs a round trip per ring step (LATENCY_TRIPS);
-- compute is the one-replica step of the same framework, slowed where the emulated hosts'
-  processes oversell the machine's cores;
-- parameter servers as the runner lays them out (shards, hosts shared with workers).
+- compute is the one-replica step of the same framework on one core (its CPU time), slowed
+  where the emulated hosts' processes oversell the machine's cores;
+- each synchronous strategy's own time per step beyond the model, from its local runs;
+- parameter servers as the run or the runners lay them out (shards, which workers' hosts
+  the servers share).
 """
 
 from __future__ import annotations
