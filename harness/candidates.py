@@ -238,7 +238,6 @@ def predict_emulated(ctx: Context, facts: WorkloadFacts, links: Any, framework: 
     here (harness.predict); None where the simulator has no model for it."""
     from harness.plan import PS_SHARDS
     from harness.predict import (
-        SYNCHRONOUS,
         machine_cores,
         predict_step,
         runner_ps_layout,
@@ -251,9 +250,8 @@ def predict_emulated(ctx: Context, facts: WorkloadFacts, links: Any, framework: 
           if model.startswith("parameter_server") else None)
     key = (framework, strategy, facts.name)
     if key not in ctx.runtimes:
-        ctx.runtimes[key] = (runtime_overhead(ctx.measured, ctx.fits, framework, strategy,
-                                              facts, machine_cores())
-                             if strategy in SYNCHRONOUS else 0.0)
+        ctx.runtimes[key] = runtime_overhead(ctx.measured, ctx.fits, framework, strategy,
+                                             facts, machine_cores())
     return predict_step(framework, strategy, facts.profile(batch=compute.batch),
                         dataclasses.replace(links, hosts=hosts), hosts, compute.replica_s,
                         fits=ctx.fits, cores=machine_cores(), ps=ps, runtime_s=ctx.runtimes[key])

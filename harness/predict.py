@@ -355,9 +355,12 @@ def runtime_overhead(measured: pd.DataFrame, fits: pd.DataFrame, framework: str,
     also pays what no sweep times: the parameter servers' RPC (torch's TensorPipe, TF's gRPC
     variable reads) and Python bookkeeping, TF's per-step collective launches of many
     tensors and IndexedSlices. recsys:S's local torch PS step took 9.4 ms where its compute
-    and bytes explain about 3, TF multi_worker_mirrored's 23 ms."""
+    and bytes explain about 3, TF multi_worker_mirrored's 23 ms. 0 for a strategy whose
+    steps do not wait for every worker (its runtime's time is not the step's)."""
     from statistics import median as _median
 
+    if strategy not in SYNCHRONOUS:
+        return 0.0
     samples = []
     for r, base in _local_runs(measured, facts.name, framework, strategy):
         workers = int(r["replicas"])

@@ -24,7 +24,6 @@ from harness.predict import (
     LATENCY_TRIPS,
     MODEL_PARALLEL_STRATEGIES,
     SERIAL_SOFTWARE,
-    SYNCHRONOUS,
     MeasuredLinks,
     PsLayout,
     emulated_topology,
@@ -326,14 +325,15 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
             ps = ps_layout(r)
             if ps is None:
                 continue
-        key = (r["framework"], r["strategy"], facts.name, run_cores(store, r["run_id"]))
+        cores = run_cores(store, r["run_id"])
+        key = (r["framework"], r["strategy"], facts.name, cores)
         if key not in runtimes:
-            runtimes[key] = (runtime_overhead(frame, fits, *key[:2], facts, key[3])
-                             if r["strategy"] in SYNCHRONOUS else 0.0)
+            runtimes[key] = runtime_overhead(frame, fits, r["framework"], r["strategy"], facts,
+                                             cores)
         profile = facts.profile(batch=r["global_batch"] // r["replicas"])
         sim = predict_step(r["framework"], r["strategy"], profile, links, int(r["replicas"]),
-                           replica_compute_s(base.iloc[0]), fits=fits,
-                           cores=run_cores(store, r["run_id"]), ps=ps, runtime_s=runtimes[key])
+                           replica_compute_s(base.iloc[0]), fits=fits, cores=cores, ps=ps,
+                           runtime_s=runtimes[key])
         if sim is None or sim["status"] != "ok":
             continue
         wire = r.get("wire_bytes_per_step")
