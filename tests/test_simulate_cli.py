@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -148,10 +149,10 @@ def test_an_emulated_cluster_is_simulated_as_validate_predicts_its_runs(tmp_path
     import shutil
 
     from harness.validate import validate_steps
-    from tests.test_validate import WIRE_DATA
 
+    wire_data = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-25-wire"
     data = tmp_path / "wire"
-    shutil.copytree(WIRE_DATA, data)
+    shutil.copytree(wire_data, data)
     steps = validate_steps(ResultsStore(data))
     steps = steps[(steps["kind"] == "step")
                   & (steps["cluster"] == "netns:hosts=4,rate=250mbit")]
