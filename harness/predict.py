@@ -49,6 +49,12 @@ LATENCY_TRIPS = {("torch", "allreduce_ring"): 2, ("torch", "all_gather_ring"): 2
 # is in general: TF's ParameterServerStrategy is asynchronous, but our coordinator joins
 # every step (so that steps are comparable), so each measured step is one synchronous round.
 MEASURED_AS = {("tf", "parameter_server"): "parameter_server"}
+# Loopback sweeps an estimate is the median of (the latest ones), for a floor (validate) and
+# for a library's own costs (software_costs): one sweep is one sample of a machine state that
+# moves from minute to minute. Two torch 2-rank sweeps 20 minutes apart (SCHED_RR) put a 1 KiB
+# all-reduce at 0.12 and 0.19 ms, three back to back at 0.19, 0.22 and 0.24 ms; TF's at 2.7
+# and 4.6 ms; the emulated points beside them repeated within 3%.
+FLOOR_SWEEPS = 3
 # The strategies an emulated cluster runs, one replica per host (harness/plan.py).
 EMULATED_STRATEGIES = (("torch", "ddp"), ("torch", "fsdp"), ("torch", "parameter_server"),
                        ("tf", "multi_worker_mirrored"), ("tf", "parameter_server"))
@@ -74,11 +80,12 @@ def realtime_rows(table: pd.DataFrame) -> pd.Series:
 
 def software_costs(fits: pd.DataFrame, framework: str, world: int = 2) -> tuple[float, float]:
     """The communication library's own cost per message (alpha, s) and per byte (beta, s/B):
-    the latest loopback all-reduce fit (`stratbench comm` on the local cluster) in ``fits``
-    (the calibration table) at ``world`` ranks, else at the nearest rank count swept (2 where
-    two are as near); (0, 0) if none. A ring step's own cost grows with the ranks that share
-    the cores: TF's loopback alpha was 1.0-1.2 ms at 2 ranks, 1.3-2.0 at 4 and 1.4-1.8 at 6
-    (2026-11-24)."""
+    the loopback all-reduce fits (`stratbench comm` on the local cluster) in ``fits`` (the
+    calibration table) at ``world`` ranks, else at the nearest rank count swept (2 where two
+    are as near), the median of each over the latest FLOOR_SWEEPS sweeps there; (0, 0) if
+    none. A ring step's own cost grows with the ranks that share the cores, and one sweep of
+    it is noisy: TF's loopback alpha was 1.0-1.2 ms at 2 ranks, 1.3-2.0 at 4 and 1.4-1.8 at 6
+    (2026-11-24), 1.1 at 4 and 2.0 at 6 in single sweeps the next day."""
     if fits.empty or "framework" not in fits:
         return 0.0, 0.0
     local = fits[(fits["op"] == "all_reduce") & (fits["link_class"] == "loopback")
@@ -90,9 +97,9 @@ def software_costs(fits: pd.DataFrame, framework: str, world: int = 2) -> tuple[
         return 0.0, 0.0
     worlds = sorted({int(w) for w in local["world"]}, key=lambda w: (abs(w - world), w))
     local = local[local["world"] == worlds[0]]
-    latest = local.sort_values("run_id").iloc[-1]
-    beta = float(latest["beta_s_per_byte"])
-    return float(latest["alpha_s"]), beta if math.isfinite(beta) else 0.0
+    local = local[local["run_id"].isin(sorted(local["run_id"].unique())[-FLOOR_SWEEPS:])]
+    beta = float(local["beta_s_per_byte"].median())
+    return float(local["alpha_s"].median()), beta if math.isfinite(beta) else 0.0
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import pandas as pd
 
 from harness.errors import InputError
 from harness.predict import (
+    FLOOR_SWEEPS,
     LATENCY_TRIPS,
     MODEL_PARALLEL_STRATEGIES,
     SERIAL_SOFTWARE,
@@ -65,13 +66,6 @@ def _comm_table(store: ResultsStore, name: str) -> pd.DataFrame:
     if not table.empty and "framework" not in table:
         table["framework"] = "torch"
     return table
-
-
-# Loopback sweeps a floor is the median of (the latest ones): one sweep is one sample of a
-# machine state that moves from minute to minute. Two torch 2-rank sweeps 20 minutes apart
-# (SCHED_RR) put a 1 KiB all-reduce at 0.12 and 0.19 ms, three back to back at 0.19, 0.22 and
-# 0.24 ms; TF's at 2.7 and 4.6 ms; the emulated points beside them repeated within 3%.
-FLOOR_SWEEPS = 3
 
 
 def _sweep_time(sweep: pd.DataFrame, nbytes: float, statistic: str) -> float | None:
