@@ -9,7 +9,9 @@
 #    embedding-heavy one (recsys:S), on 2, 4 and 6 hosts at 100 Mbit/s, 300 Mbit/s and 1 Gbit/s;
 # 3. the same strategies on one machine, no links (what `validate` takes each runtime's own
 #    time per step from: harness/predict.py runtime_overhead);
-# 4. a racked cluster (2 racks, 200 Mbit/s uplinks).
+# 4. a racked cluster (2 racks, 200 Mbit/s uplinks);
+# 5. the loopback sweeps at 4 and 6 ranks, which the 4- and 6-host runs take each library's
+#    cost per message and byte from (software_costs: the nearest rank count swept).
 # The 4-host 300 Mbit/s runs checked in were measured last, again: the first ones shared the
 # machine with a test suite and were dropped, unscored.
 # Then: stratbench validate --results DIR (python -m harness.cli from the checkout).
@@ -36,3 +38,7 @@ run --framework torch --strategy single_device --strategy ddp --strategy paramet
   --cluster "$cluster" --steps 8 --warmup 2 --repeats 1
 run --framework tf --strategy one_device --strategy multi_worker_mirrored \
   --strategy parameter_server --cluster "$cluster" --steps 8 --warmup 2 --repeats 1
+for world in 4 6; do
+  python -m harness.cli comm --framework all --world "$world" --no-realtime --sizes 1KiB:4MiB \
+    --results "$out"
+done
