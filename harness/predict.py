@@ -294,7 +294,7 @@ def layout_of(row: dict[str, Any]) -> Any:
                   schedule=str(field("pipeline_schedule", "schedule") or "1f1b"))
 
 
-def _local_runs(measured: pd.DataFrame, workload: str, framework: str, strategy: str
+def local_runs(measured: pd.DataFrame, workload: str, framework: str, strategy: str
                 ) -> list[tuple[dict[str, Any], Any]]:
     """(row, its run's one-replica row) of every ok local run of ``strategy`` on
     ``workload``: runs on one machine with no emulated links, whose time beyond the model
@@ -328,7 +328,7 @@ def pass_overhead(measured: pd.DataFrame, fits: pd.DataFrame, workload: str,
     from statistics import median as _median
 
     samples = []
-    for r, base in _local_runs(measured, workload, "torch", "pipeline"):
+    for r, base in local_runs(measured, workload, "torch", "pipeline"):
         layout = layout_of(r)
         if layout is None:
             continue
@@ -369,7 +369,7 @@ def runtime_overhead(measured: pd.DataFrame, fits: pd.DataFrame, framework: str,
     if strategy not in SYNCHRONOUS:
         return 0.0
     samples = []
-    for r, base in _local_runs(measured, facts.name, framework, strategy):
+    for r, base in local_runs(measured, facts.name, framework, strategy):
         workers = int(r["replicas"])
         ps = None
         if strategy == "parameter_server":

@@ -25,10 +25,12 @@ from harness.predict import (
     LATENCY_TRIPS,
     MODEL_PARALLEL_STRATEGIES,
     SERIAL_SOFTWARE,
+    SYNCHRONOUS,
     MeasuredLinks,
     PsLayout,
     emulated_topology,
     layout_of,
+    local_runs,
     machine_cores,
     pass_overhead,
     placed_ps_layout,
@@ -341,6 +343,45 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
                      "predicted_s": sim["step_time_median_s"],
                      "error": sim["step_time_median_s"] / measured - 1})
     return pd.DataFrame(rows)
+
+
+def calibration_gaps(store: ResultsStore) -> list[str]:
+    """What the step predictions of ``store``'s emulated runs had to do without, one line
+    each: a framework whose collectives were never swept on loopback (its library's own costs
+    are left out), rank counts that were not swept (the nearest sweep stands in), and
+    synchronous strategies with no local run of their workload (their runtime's own time per
+    step is taken as 0). A prediction without its calibration is not the validated one."""
+    frame = load(store.root)
+    if frame.empty or "cluster" not in frame:
+        return []
+    runs = frame[(frame["status"] == "ok") & frame["cluster"].str.startswith("netns")
+                 & (frame["replicas"] > 1)
+                 & ~frame["strategy"].isin(MODEL_PARALLEL_STRATEGIES)]
+    fits = _comm_table(store, "calibration")
+    gaps = []
+    for framework, group in runs.groupby("framework"):
+        ranks = sorted({int(r) for r in group["replicas"]})
+        swept = set() if fits.empty or "framework" not in fits else {
+            int(w) for w in fits[(fits["framework"] == framework) & (fits["op"] == "all_reduce")
+                                 & (fits["link_class"] == "loopback")]["world"]}
+        if not swept:
+            gaps.append(f"no loopback sweep of {framework}'s collectives: its steps are predicted "
+                        f"without the library's own costs (stratbench comm --framework "
+                        f"{framework} --world N, N in {ranks})")
+        elif missing := [r for r in ranks if r not in swept]:
+            gaps.append(f"{framework}'s collectives were swept at {sorted(swept)} ranks, not "
+                        f"{missing}: those runs take the nearest sweep's costs")
+        unrun: dict[str, list[str]] = {}
+        for (strategy, workload, size), _ in group.groupby(["strategy", "workload", "size"]):
+            name = f"{workload}:{size}"
+            if strategy in SYNCHRONOUS and not local_runs(frame, name, str(framework),
+                                                          str(strategy)):
+                unrun.setdefault(str(strategy), []).append(name)
+        if unrun:
+            cases = "; ".join(f"{s} on {', '.join(w)}" for s, w in unrun.items())
+            gaps.append(f"no local run of {framework}'s {cases}: the runtime's own time per "
+                        "step is taken as 0 there (stratbench run, no --cluster)")
+    return gaps
 
 
 def _predict_layout_row(store: ResultsStore, r: dict[str, Any], base: Any,

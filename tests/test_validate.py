@@ -559,3 +559,32 @@ def test_step_times_per_strategy_reproduce_from_their_checked_in_runs(monkeypatc
                             "tf/multi_worker_mirrored": 0.110, "tf/parameter_server": 0.066}
     assert round(flat["error"].abs().median(), 3) == 0.075
     assert round(steps[racked]["error"].abs().median(), 3) == 0.038  # within the flat 10%
+
+
+def test_validate_names_the_calibration_its_step_predictions_went_without(tmp_path):
+    """The wire dataset holds runs and no calibration, so its step predictions lack each
+    library's own costs and each runtime's: validate says so, once per framework, and says
+    nothing about the steps dataset, which holds both; rank counts never swept are named."""
+    import shutil
+
+    from harness.validate import calibration_gaps
+
+    wire = calibration_gaps(ResultsStore(WIRE_DATA))
+    assert len(wire) == 4
+    assert "no loopback sweep of tf's collectives" in wire[0] and "[3, 4]" in wire[0]
+    assert wire[3].startswith("no local run of torch's ddp on mlp:M, recsys:S; fsdp on")
+    assert calibration_gaps(ResultsStore(STEPS_DATA)) == []
+
+    data = tmp_path / "steps"
+    shutil.copytree(STEPS_DATA, data)
+    for sweep in ("20261125T085530Z-794163-84b317", "20261125T085621Z-888939-02ad05"):
+        shutil.rmtree(data / "runs" / sweep)  # the 4- and 6-rank sweeps (campaign.sh)
+    assert calibration_gaps(ResultsStore(data)) == [
+        f"{fw}'s collectives were swept at [2] ranks, not [4, 6]: those runs take the nearest "
+        "sweep's costs" for fw in ("tf", "torch")]
+    wire_copy = tmp_path / "wire"
+    shutil.copytree(WIRE_DATA, wire_copy)
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "validate", "--results",
+                           str(wire_copy)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("note: no loopback sweep of") == 2

@@ -10,6 +10,7 @@ from harness.paths import results_dir
 from harness.validate import (
     VALIDATION_TABLE,
     cached_validation,
+    calibration_gaps,
     format_table,
     inputs_fingerprint,
     summarize,
@@ -40,6 +41,7 @@ def command(results: str | None, as_json: bool, force: bool) -> None:
             info(f"nothing changed since the validation in run {stored_in}: shown from it "
                  "(--force predicts again)")
             click.echo(format_table(table))
+        _say_gaps(store)
         return
     table = validate(store)
     if table.empty:
@@ -57,3 +59,9 @@ def command(results: str | None, as_json: bool, force: bool) -> None:
     else:
         info(f"validation stored in run {run_id}")
         click.echo(format_table(table))
+        _say_gaps(store)
+
+
+def _say_gaps(store: ResultsStore) -> None:
+    for gap in calibration_gaps(store):
+        info(f"note: {gap}")
