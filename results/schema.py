@@ -104,7 +104,8 @@ COLUMNS: tuple[Column, ...] = (
        "so rows from different machines are never compared as history."),
     _c("extra", "json", "", "Strategy-specific details as a JSON object (e.g. bucket size, "
        "staleness, collective implementation; for torch ddp, fsdp and the parameter "
-       "servers and TF multi_worker_mirrored, mirrored and central_storage compute_only_s, "
+       "servers and TF multi_worker_mirrored, mirrored, central_storage and parameter_server "
+       "compute_only_s, "
        "exchange_only_s and measured_overlap = (compute + exchange - step) / min(compute, "
        "exchange), each part timed alone on the same case after the timed steps; "
        "`cpu_s_per_step`, the CPU seconds per timed step of the process that timed, all its "

@@ -194,7 +194,9 @@ OVERLAP_ROUNDS = 3
 
 # The strategies whose exchange is a replica-context all-reduce of the gradients (across
 # workers, or across one process's logical devices: to the central device for
-# central_storage): the probe times that all-reduce alone.
+# central_storage): the probe times that all-reduce alone. The parameter server, whose
+# workers read and write the servers' variables inside the step, has its own probe
+# (measure_ps_overlap).
 OVERLAP_PROBED = frozenset({"multi_worker_mirrored", "mirrored", "central_storage"})
 
 
@@ -445,6 +447,9 @@ def train_parameter_server(case: Case, workdir: Path) -> dict[str, Any]:
             times.append(elapsed)
             pushed.append(float(np.mean([b for _, b in fetched])))
     meter.stop()
+    overlap = (measure_ps_overlap(coordinator, strategy, workload, model, variables,
+                                  shards_of_step, per_worker, float(np.median(times)))
+               if times and not isinstance(workload, tw.UserWorkload) else {})
     layout = {name: [[s.device, list(s.shape)] for s in _shard_variables(v)]
               for name, v in named}
     return {"step_times_s": times, "losses": losses, "rank": 0, "world": workers,
@@ -456,9 +461,101 @@ def train_parameter_server(case: Case, workdir: Path) -> dict[str, Any]:
             "details": {"ps_shards": shards, "workers": workers,
                         "partitioner": f"FixedShardsPartitioner({shards})",
                         "sharded_variables": sum(len(s) > 1 for s in layout.values()),
-                        "variable_shards": layout, "timing": PS_TIMING,
+                        "variable_shards": layout, "timing": PS_TIMING, **overlap,
                         "update": "asynchronous SGD, each worker's gradient of its "
                                   "per-worker mean loss applied on the ps as it arrives"}}
+
+
+# Passes beyond the first that the parameter server's compute probe times (measure_ps_overlap):
+# with one, 4 hosts at 250 Mbit/s put the difference (20-30 ms of compute) under the noise of
+# the 1.3 s pull both calls share.
+EXTRA_PASSES = 4
+
+
+def measure_ps_overlap(coordinator: Any, strategy: Any, workload: Any, model: Any,
+                       variables: list[Any], batches: list[Any], per_worker: int,
+                       step_s: float) -> dict[str, float]:
+    """The parameter server's overlap, measured. Its step has no exchange to switch off (the
+    workers read and write the servers' variables inside the step), so compute alone is
+    told apart by difference: every worker at once, as in a step, pulls every variable once
+    and runs one, then 1 + EXTRA_PASSES, forward/backward passes on the pulled values (keras
+    StatelessScope; each pass on the batch rolled by one more row, so that Grappler cannot
+    merge them); several passes, because the pull they share is the larger and noisier part
+    on a slow link. Exchange alone pulls what a step pulls and pushes zeros of what it pushes (dense
+    variables whole, embedding shards the rows a real gradient touched), every pull before
+    any push as in a step, the zeros a run-time zero times the pulled values so that no
+    pass folds the push away; the weights are left as they are."""
+    import keras
+
+    from harness.runners import tf_workload as tw
+
+    keras_vars = list(model.variables)
+
+    def passes(batch: Any, count: int) -> Any:
+        values = [tf.convert_to_tensor(v.value) for v in keras_vars]
+        total = tf.constant(0.0)
+        for i in range(count):
+            rolled = tf.nest.map_structure(lambda t, i=i: tf.roll(t, i, axis=0), batch)
+            with tf.GradientTape() as tape:
+                tape.watch(values)
+                with keras.StatelessScope(state_mapping=list(zip(keras_vars, values,
+                                                                 strict=True))):
+                    loss = tw.scaled_loss(workload, model, rolled, per_worker)
+            grads = [g for g in tape.gradient(loss, values) if g is not None]
+            total += tf.add_n([tf.reduce_sum(getattr(g, "values", g)) for g in grads])
+        return total
+
+    kinds: list[str] = []  # per variable, what a step pushes: "dense", "rows" or nothing
+
+    def touched(batch: Any) -> list[Any]:  # each shard's rows a real gradient touches
+        with tf.GradientTape() as tape:
+            loss = tw.scaled_loss(workload, model, batch, per_worker)
+        grads = tape.gradient(loss, variables)
+        kinds[:] = ["rows" if isinstance(g, tf.IndexedSlices) else "dense" if g is not None
+                    else "" for g in grads]  # at trace time: the step's structure
+        return [tf.cast(g.indices, tf.int64) if isinstance(g, tf.IndexedSlices)
+                else tf.zeros([0], tf.int64) for g in grads]
+
+    def exchange(rows: list[Any], scale: Any) -> Any:
+        # every pull before any push, as a step's forward needs them all and its pushes
+        # follow backward
+        pulled = {i: var.sparse_read(rows[i]) if kind == "rows" else var.read_value()
+                  for i, (var, kind) in enumerate(zip(variables, kinds, strict=True)) if kind}
+        with tf.control_dependencies(list(pulled.values())):
+            for i, value in pulled.items():
+                if kinds[i] == "rows":
+                    variables[i].scatter_sub(tf.IndexedSlices(value * scale, rows[i],
+                                                              variables[i].shape))
+                else:
+                    variables[i].assign_sub(value * scale)
+        return tf.add_n([tf.reduce_sum(v) for v in pulled.values()])
+
+    def on_workers(fn: Any, args: list[tuple[Any, ...]]) -> float:
+        start = time.perf_counter()
+        for a in args:
+            coordinator.schedule(fn, args=a)
+        coordinator.join()
+        return time.perf_counter() - start
+
+    def run(fn: Any) -> Any:
+        return tf.function(lambda *a: strategy.run(fn, args=a))
+
+    first = [coordinator.schedule(run(touched), args=(b,)) for b in batches]
+    coordinator.join()
+    rows = [[tf.constant(np.asarray(ix, np.int64)) for ix in r.fetch()] for r in first]
+    one, more = run(lambda b: passes(b, 1)), run(lambda b: passes(b, 1 + EXTRA_PASSES))
+    moved_fn = run(exchange)
+    zero = tf.constant(0.0)
+    for fn, args in ((one, [(b,) for b in batches]), (more, [(b,) for b in batches]),
+                     (moved_fn, [(r, zero) for r in rows])):
+        on_workers(fn, args)  # traced and warmed before timing
+    compute, moved = [], []
+    for _ in range(OVERLAP_ROUNDS):
+        single = on_workers(one, [(b,) for b in batches])
+        extra = on_workers(more, [(b,) for b in batches]) - single
+        compute.append(max(0.0, extra / EXTRA_PASSES))
+        moved.append(on_workers(moved_fn, [(r, zero) for r in rows]))
+    return measured_overlap(compute, moved, step_s)
 
 
 class TPUUnreachableError(RuntimeError):
