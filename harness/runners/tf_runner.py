@@ -481,10 +481,10 @@ def measure_ps_overlap(coordinator: Any, strategy: Any, workload: Any, model: An
     and runs one, then 1 + EXTRA_PASSES, forward/backward passes on the pulled values (keras
     StatelessScope; each pass on the batch rolled by one more row, so that Grappler cannot
     merge them); several passes, because the pull they share is the larger and noisier part
-    on a slow link. Exchange alone pulls what a step pulls and pushes zeros of what it pushes (dense
-    variables whole, embedding shards the rows a real gradient touched), every pull before
-    any push as in a step, the zeros a run-time zero times the pulled values so that no
-    pass folds the push away; the weights are left as they are."""
+    on a slow link. Exchange alone pulls what a step pulls and pushes zeros of what it
+    pushes (dense variables whole, embedding shards the rows a real gradient touched),
+    every pull before any push as in a step, the zeros a run-time zero times the pulled
+    values so that no pass folds the push away; the weights are left as they are."""
     import keras
 
     from harness.runners import tf_workload as tw
@@ -537,14 +537,15 @@ def measure_ps_overlap(coordinator: Any, strategy: Any, workload: Any, model: An
         coordinator.join()
         return time.perf_counter() - start
 
-    def run(fn: Any) -> Any:
+    def replicated(fn: Any) -> Any:
         return tf.function(lambda *a: strategy.run(fn, args=a))
 
-    first = [coordinator.schedule(run(touched), args=(b,)) for b in batches]
+    first = [coordinator.schedule(replicated(touched), args=(b,)) for b in batches]
     coordinator.join()
     rows = [[tf.constant(np.asarray(ix, np.int64)) for ix in r.fetch()] for r in first]
-    one, more = run(lambda b: passes(b, 1)), run(lambda b: passes(b, 1 + EXTRA_PASSES))
-    moved_fn = run(exchange)
+    one = replicated(lambda b: passes(b, 1))
+    more = replicated(lambda b: passes(b, 1 + EXTRA_PASSES))
+    moved_fn = replicated(exchange)
     zero = tf.constant(0.0)
     for fn, args in ((one, [(b,) for b in batches]), (more, [(b,) for b in batches]),
                      (moved_fn, [(r, zero) for r in rows])):
@@ -552,8 +553,8 @@ def measure_ps_overlap(coordinator: Any, strategy: Any, workload: Any, model: An
     compute, moved = [], []
     for _ in range(OVERLAP_ROUNDS):
         single = on_workers(one, [(b,) for b in batches])
-        extra = on_workers(more, [(b,) for b in batches]) - single
-        compute.append(max(0.0, extra / EXTRA_PASSES))
+        added = on_workers(more, [(b,) for b in batches]) - single
+        compute.append(max(0.0, added / EXTRA_PASSES))
         moved.append(on_workers(moved_fn, [(r, zero) for r in rows]))
     return measured_overlap(compute, moved, step_s)
 
