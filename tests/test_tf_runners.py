@@ -145,7 +145,7 @@ def test_every_tf_strategy_ends_in_a_row_with_timing_and_correctness(store, tmp_
     assert ps["bytes_sent_method"] == "measured: bytes pushed"
     # compute told apart by difference (one pass, two passes), the exchange pushing zeros
     assert ps["compute_only_s"] >= 0 and ps["exchange_only_s"] > 0
-    assert math.isfinite(ps["measured_overlap"])
+    assert ps["measured_overlap"] is None or math.isfinite(ps["measured_overlap"])
     frame = load(tmp_path)
     assert len(frame) == 6
     steps = load_steps(tmp_path)
