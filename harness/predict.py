@@ -78,6 +78,15 @@ def realtime_rows(table: pd.DataFrame) -> pd.Series:
     return table["realtime"].fillna(False).astype(bool)
 
 
+def loopback_fits(fits: pd.DataFrame, framework: str) -> pd.DataFrame:
+    """``framework``'s loopback all-reduce fits in ``fits`` (the calibration table): what a
+    library's own costs are read from."""
+    if fits.empty or "framework" not in fits:
+        return fits.iloc[0:0]
+    return fits[(fits["op"] == "all_reduce") & (fits["link_class"] == "loopback")
+                & (fits["framework"] == framework)]
+
+
 def software_costs(fits: pd.DataFrame, framework: str, world: int = 2) -> tuple[float, float]:
     """The communication library's own cost per message (alpha, s) and per byte (beta, s/B):
     the loopback all-reduce fits (`stratbench comm` on the local cluster) in ``fits`` (the
@@ -86,10 +95,7 @@ def software_costs(fits: pd.DataFrame, framework: str, world: int = 2) -> tuple[
     none. A ring step's own cost grows with the ranks that share the cores, and one sweep of
     it is noisy: TF's loopback alpha was 1.0-1.2 ms at 2 ranks, 1.3-2.0 at 4 and 1.4-1.8 at 6
     (2026-11-24), 1.1 at 4 and 2.0 at 6 in single sweeps the next day."""
-    if fits.empty or "framework" not in fits:
-        return 0.0, 0.0
-    local = fits[(fits["op"] == "all_reduce") & (fits["link_class"] == "loopback")
-                 & (fits["framework"] == framework)]
+    local = loopback_fits(fits, framework)
     # training runs at normal priority: prefer sweeps that did too
     normal = local[~realtime_rows(local)]
     local = normal if not normal.empty else local

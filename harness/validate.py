@@ -31,6 +31,7 @@ from harness.predict import (
     emulated_topology,
     layout_of,
     local_runs,
+    loopback_fits,
     machine_cores,
     pass_overhead,
     placed_ps_layout,
@@ -361,9 +362,7 @@ def calibration_gaps(store: ResultsStore) -> list[str]:
     gaps = []
     for framework, group in runs.groupby("framework"):
         ranks = sorted({int(r) for r in group["replicas"]})
-        swept = set() if fits.empty or "framework" not in fits else {
-            int(w) for w in fits[(fits["framework"] == framework) & (fits["op"] == "all_reduce")
-                                 & (fits["link_class"] == "loopback")]["world"]}
+        swept = {int(w) for w in loopback_fits(fits, str(framework)).get("world", [])}
         if not swept:
             gaps.append(f"no loopback sweep of {framework}'s collectives: its steps are predicted "
                         f"without the library's own costs (stratbench comm --framework "

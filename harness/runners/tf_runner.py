@@ -548,16 +548,16 @@ def measure_ps_overlap(coordinator: Any, strategy: Any, workload: Any, model: An
     one = replicated(lambda b: passes(b, 1))
     more = replicated(lambda b: passes(b, 1 + EXTRA_PASSES))
     moved_fn = replicated(exchange)
-    zero = tf.constant(0.0)
-    for fn, args in ((one, [(b,) for b in batches]), (more, [(b,) for b in batches]),
-                     (moved_fn, [(r, zero) for r in rows])):
+    batch_args = [(b,) for b in batches]
+    row_args = [(r, tf.constant(0.0)) for r in rows]
+    for fn, args in ((one, batch_args), (more, batch_args), (moved_fn, row_args)):
         on_workers(fn, args)  # traced and warmed before timing
     compute, moved = [], []
     for _ in range(OVERLAP_ROUNDS):
-        single = on_workers(one, [(b,) for b in batches])
-        added = on_workers(more, [(b,) for b in batches]) - single
+        single = on_workers(one, batch_args)
+        added = on_workers(more, batch_args) - single
         compute.append(max(0.0, added / EXTRA_PASSES))
-        moved.append(on_workers(moved_fn, [(r, zero) for r in rows]))
+        moved.append(on_workers(moved_fn, row_args))
     result: dict[str, float | None] = {**measured_overlap(compute, moved, step_s)}
     if not result["compute_only_s"]:
         result["measured_overlap"] = None
