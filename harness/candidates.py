@@ -51,6 +51,7 @@ class Context:
     errors: dict[str, float] = field(default_factory=dict)
     ram_bytes: float | None = None
     fits: pd.DataFrame = field(default_factory=pd.DataFrame)  # `comm` calibration table
+    sweeps: pd.DataFrame = field(default_factory=pd.DataFrame)  # `comm` points (link shares)
     networks: list[dict[str, Any]] = field(default_factory=list)  # probes of emulated runs
     price: float | None = None  # the user's price per device-hour
     device: str | None = None  # a preset whose device the target's devices are
@@ -231,11 +232,14 @@ def emulated_compute(ctx: Context, facts: WorkloadFacts, framework: str) -> Any:
 
 
 def predict_emulated(ctx: Context, facts: WorkloadFacts, links: Any, framework: str,
-                     strategy: str, hosts: int, compute: Any) -> dict[str, Any] | None:
+                     strategy: str, hosts: int, compute: Any, cluster: str
+                     ) -> dict[str, Any] | None:
     """The simulator's row for ``framework/strategy`` on ``hosts`` emulated hosts of this
-    machine (one replica each, as harness/runners lay them out): ``links`` as probed,
-    cores shared as they would be, the library's and the runtime's own costs as measured
-    here (harness.predict); None where the simulator has no model for it."""
+    machine (one replica each, as harness/runners lay them out): ``links`` as probed (the
+    share of them the library's collectives reach where it was swept on ``cluster``'s
+    links), cores shared as they would be, the library's and the runtime's own costs as
+    measured here (harness.predict); None where the simulator has no model for it."""
+    from harness.link_efficiency import link_share
     from harness.plan import PS_SHARDS
     from harness.predict import (
         machine_cores,
@@ -243,6 +247,7 @@ def predict_emulated(ctx: Context, facts: WorkloadFacts, links: Any, framework: 
         runner_ps_layout,
         runtime_overhead,
         simulated_as,
+        uses_collectives,
     )
 
     model = simulated_as(framework, strategy) or ""
@@ -252,9 +257,17 @@ def predict_emulated(ctx: Context, facts: WorkloadFacts, links: Any, framework: 
     if key not in ctx.runtimes:
         ctx.runtimes[key] = runtime_overhead(ctx.measured, ctx.fits, framework, strategy,
                                              facts, machine_cores())
-    return predict_step(framework, strategy, facts.profile(batch=compute.batch),
-                        dataclasses.replace(links, hosts=hosts), hosts, compute.replica_s,
-                        fits=ctx.fits, cores=machine_cores(), ps=ps, runtime_s=ctx.runtimes[key])
+    links = dataclasses.replace(links, hosts=hosts)
+    share = link_share(ctx.sweeps, ctx.fits, framework, links, cluster, hosts)
+    row = predict_step(framework, strategy, facts.profile(batch=compute.batch), links, hosts,
+                       compute.replica_s, fits=ctx.fits, cores=machine_cores(), ps=ps,
+                       runtime_s=ctx.runtimes[key], link_share=share.efficiency if share else 1.0)
+    if row is not None:
+        row["link_share_source"] = (
+            "probed rate (parameter servers)" if not uses_collectives(framework, strategy)
+            else f"{share.cluster}, {share.world} ranks" if share
+            else "probed rate (no all-reduce swept on such links)")
+    return row
 
 
 def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
@@ -283,7 +296,8 @@ def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
                 continue
             model = simulated_as(fw, strategy) or ""
             for n in [c for c in device_counts(target) if c > 1]:
-                row = predict_emulated(ctx, facts, links, fw, strategy, n, compute)
+                row = predict_emulated(ctx, facts, links, fw, strategy, n, compute,
+                                       target.spec)
                 if row is None:
                     continue
                 out.append(_sim_point(ctx, facts, target, row, framework=fw, strategy=strategy,

@@ -71,6 +71,14 @@ def simulated_as(framework: str, strategy: str) -> str | None:
     return MEASURED_AS.get(key, REAL_TO_SIM.get(key))
 
 
+def uses_collectives(framework: str, strategy: str) -> bool:
+    """Whether the strategy exchanges through the library's collectives (gloo's, TF's), whose
+    own costs the loopback sweeps measure; parameter servers move tensors by RPC instead
+    (TensorPipe, TF's gRPC variable reads and writes)."""
+    model = simulated_as(framework, strategy)
+    return model is not None and not model.startswith("parameter_server")
+
+
 def realtime_rows(table: pd.DataFrame) -> pd.Series:
     """Which rows were measured at real-time priority (tables from before it: none)."""
     if "realtime" not in table:
@@ -207,12 +215,15 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
                  replicas: int, one_replica_s: float, *, fits: pd.DataFrame,
                  cores: int | None = None,
                  ps: PsLayout | None = None,
-                 runtime_s: float = 0.0) -> dict[str, Any] | None:
+                 runtime_s: float = 0.0,
+                 link_share: float = 1.0) -> dict[str, Any] | None:
     """The simulator's row for `framework/strategy` with `replicas` workers on `links`
     (one per host), or None where the simulator has no model for it. ``profile``: a
     harness.sim WorkloadProfile (its compute time is replaced by ``one_replica_s`` slowed
     by oversold cores); ``ps``: the shard weights and placement of a parameter server;
-    ``runtime_s``: the runtime's own time per step (`runtime_overhead`)."""
+    ``runtime_s``: the runtime's own time per step (`runtime_overhead`); ``link_share``:
+    the share of the links the library's collectives reach (harness.link_efficiency; the
+    parameter servers' transports are not collectives and keep the probed rate)."""
     from harness.sim import simulate
     from harness.sim.strategies import PS_PULL
 
@@ -220,10 +231,11 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
     if model is None:
         return None
     alpha, beta = software_costs(fits, framework, replicas)
-    # measured for the library's collectives: TF's parameter servers move variables
-    # through plain gRPC reads and writes instead
-    collective = not model.startswith("parameter_server")
+    collective = uses_collectives(framework, strategy)
     serial_beta = beta if framework in SERIAL_SOFTWARE and collective else 0.0
+    if collective and link_share != 1.0:
+        links = dataclasses.replace(links, bandwidth_bytes_s=links.bandwidth_bytes_s * link_share,
+                                    uplink_bytes_s=links.uplink_bytes_s * link_share)
     topology = emulated_topology(links, (alpha, serial_beta),
                                LATENCY_TRIPS.get((framework, model), 1))
     processes = replicas
@@ -239,7 +251,8 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
     (row,) = simulate(topology, replicas, model, dataclasses.replace(
         profile, step_compute_s=compute), None, library="gloo",
         ps_pull=PS_PULL[framework], runtime_s=runtime_s, **options)
-    row.update(topology=topology, model=model, framework=framework, strategy=strategy)
+    row.update(topology=topology, model=model, framework=framework, strategy=strategy,
+               link_share=link_share if collective else 1.0)
     return row
 
 

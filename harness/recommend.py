@@ -207,7 +207,8 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
               deadline_s: float | None = None,
               min_efficiency: float = decide.DEFAULT_MIN_EFFICIENCY,
               device: str | None = None, fits: pd.DataFrame | None = None,
-              networks: Sequence[dict[str, Any]] = ()) -> pd.DataFrame:
+              networks: Sequence[dict[str, Any]] = (),
+              sweeps: pd.DataFrame | None = None) -> pd.DataFrame:
     """The recommendation table: one row per (workload, target, strategy at its best
     device count); ``frame.attrs``: verdicts, sweep, missing (see the module docstring)."""
     if not samples > 0:
@@ -253,6 +254,7 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
                   else pd.DataFrame(), errors=validation_errors(
                       validation if validation is not None else pd.DataFrame()),
                   ram_bytes=ram_bytes, fits=fits if fits is not None else pd.DataFrame(),
+                  sweeps=sweeps if sweeps is not None else pd.DataFrame(),
                   networks=list(networks), price=price, device=device,
                   optimizer_slots=optimizer_slots)
     goal = decide.Goal(samples, budget, deadline_s, min_efficiency)
@@ -331,12 +333,12 @@ def probed_networks(store: Any) -> list[dict[str, Any]]:
     return out
 
 
-def calibration_fits(root: Any) -> pd.DataFrame:
-    """The `comm` fits of a results directory (tables from before the framework column:
-    torch's)."""
+def calibration_fits(root: Any, table: str = "calibration") -> pd.DataFrame:
+    """The `comm` fits of a results directory (``table="comm"``: its swept points; tables
+    from before the framework column: torch's)."""
     from results.store import load_table_safe
 
-    fits = load_table_safe(root, "calibration")
+    fits = load_table_safe(root, table)
     if not fits.empty and "framework" not in fits:
         fits["framework"] = "torch"
     return fits
@@ -351,7 +353,8 @@ def recommend_from_store(root: Any, **kwargs: Any) -> pd.DataFrame:
     fits = calibration_fits(root)
     return recommend(load(root), simulated=load_table_safe(root, "simulated"),
                      validation=latest_validation(root), ram_bytes=_ram_bytes(store),
-                     fits=fits, networks=probed_networks(store), **kwargs)
+                     fits=fits, networks=probed_networks(store),
+                     sweeps=calibration_fits(root, "comm"), **kwargs)
 
 
 def _fmt(value: Any, kind: str) -> str:

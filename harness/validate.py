@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import InputError
+from harness.link_efficiency import link_share, shaped_all_reduces
 from harness.predict import (
     FLOOR_SWEEPS,
     LATENCY_TRIPS,
@@ -40,6 +41,7 @@ from harness.predict import (
     realtime_rows,
     runtime_overhead,
     shard_bytes,
+    uses_collectives,
 )
 from harness.profiles import replica_compute_s
 from harness.specs import parse_cluster
@@ -299,6 +301,7 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
     ok = frame[(frame["status"] == "ok") & frame["cluster"].str.startswith("netns")]
     rows: list[dict[str, Any]] = []
     fits = _comm_table(store, "calibration")
+    points = _comm_table(store, "comm")
     runtimes: dict[tuple[str, str, str, int], float] = {}  # runtime_overhead, computed once
     for record in ok[ok["replicas"] > 1].to_dict("records"):
         r = {str(k): v for k, v in record.items()}
@@ -328,9 +331,11 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
             runtimes[key] = runtime_overhead(frame, fits, r["framework"], r["strategy"], facts,
                                              cores)
         profile = facts.profile(batch=r["global_batch"] // r["replicas"])
+        share = link_share(points, fits, r["framework"], links, r["cluster"], int(r["replicas"]))
         sim = predict_step(r["framework"], r["strategy"], profile, links, int(r["replicas"]),
                            replica_compute_s(base.iloc[0]), fits=fits, cores=cores, ps=ps,
-                           runtime_s=runtimes[key])
+                           runtime_s=runtimes[key],
+                           link_share=share.efficiency if share else 1.0)
         if sim is None or sim["status"] != "ok":
             continue
         wire = r.get("wire_bytes_per_step")
@@ -340,7 +345,8 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
         rows.append({"kind": "step", "run_id": r["run_id"], "cluster": r["cluster"],
                      "what": f"{r['framework']}/{r['strategy']}/{r['workload']}:{r['size']}",
                      "bytes": facts.grad_bytes, "replicas": r["replicas"],
-                     "topology": sim["topology"], "model": sim["model"], "measured_s": measured,
+                     "topology": sim["topology"], "model": sim["model"],
+                     "link_share": sim["link_share"], "measured_s": measured,
                      "predicted_s": sim["step_time_median_s"],
                      "error": sim["step_time_median_s"] / measured - 1})
     return pd.DataFrame(rows)
@@ -359,9 +365,19 @@ def calibration_gaps(store: ResultsStore) -> list[str]:
                  & (frame["replicas"] > 1)
                  & ~frame["strategy"].isin(MODEL_PARALLEL_STRATEGIES)]
     fits = _comm_table(store, "calibration")
+    points = _comm_table(store, "comm")
     gaps = []
     for framework, group in runs.groupby("framework"):
         ranks = sorted({int(r) for r in group["replicas"]})
+        collective = group[[uses_collectives(str(framework), str(s))
+                            for s in group["strategy"]]]
+        unswept = sorted(c for c in set(collective["cluster"])
+                         if shaped_all_reduces(points, str(framework), c).empty)
+        if unswept:
+            gaps.append(f"{framework}'s all-reduce was never swept on the links of "
+                        f"{', '.join(unswept)}: its collectives there are taken at the probed "
+                        f"rate (stratbench comm --framework {framework} --cluster CLUSTER "
+                        f"--world N --sizes 16MiB:16MiB)")
         swept = {int(w) for w in loopback_fits(fits, str(framework)).get("world", [])}
         if not swept:
             gaps.append(f"no loopback sweep of {framework}'s collectives: its steps are predicted "

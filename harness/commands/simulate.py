@@ -135,6 +135,7 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
                          f"{target.devices} hosts (give 2 to {target.devices})")
     measured = _measured(results)
     ctx = Context(measured=measured, fits=calibration_fits(results),
+                  sweeps=calibration_fits(results, "comm"),
                   networks=probed_networks(ResultsStore(results))
                   if (results / "runs").is_dir() else [])
     facts = workload_facts(workload, measured)
@@ -147,7 +148,7 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
         compute = emulated_compute(ctx, facts, fw)
         if compute is None:
             raise InputError(no_compute_message(facts.name))
-        row = predict_emulated(ctx, facts, links, fw, strategy, workers, compute)
+        row = predict_emulated(ctx, facts, links, fw, strategy, workers, compute, topology)
         if row is None:
             rows.append({"status": "unavailable", "strategy": f"{fw}:{strategy}",
                          "reason": f"no model of {fw} {strategy} on emulated hosts (they "
@@ -156,7 +157,9 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
             continue
         row.update(source="simulated", strategy=f"{fw}:{strategy}", workload=facts.name,
                    cluster=topology, replicas=workers,
-                   calibration_sources=f"links: {links.source}; compute: {compute.note}")
+                   calibration_sources=f"links: {links.source}; {fw}'s share of them: "
+                                       f"{row['link_share']:.2f} ({row['link_share_source']}); "
+                                       f"compute: {compute.note}")
         rows.append(row)
     return rows
 

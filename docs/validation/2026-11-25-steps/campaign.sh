@@ -16,6 +16,10 @@
 #    software_costs took the median of the latest 3 sweeps rather than the one latest: one
 #    sweep put TF's cost per ring step at 1.08 ms on 4 ranks and 2.03 ms on 6, the next two at
 #    1.26/1.26 and 1.56/1.62 (docs/SIMULATOR.md says what that moved).
+# 7. each library's 16 MiB all-reduce swept on every cluster above (three rounds; the whole
+#    set three times, back to back), measured five hours after the runs: the share of each cluster's links each library's
+#    collectives reach (harness/link_efficiency.py), which the step predictions take, as one
+#    runs nccl-tests on a cluster before trusting a job's numbers.
 # The 4-host 300 Mbit/s runs checked in were measured last, again: the first ones shared the
 # machine with a test suite and were dropped, unscored.
 # Then: stratbench validate --results DIR (python -m harness.cli from the checkout).
@@ -51,4 +55,14 @@ for round in 1 2; do
     python -m harness.cli comm --framework all --world "$world" --no-realtime --sizes 1KiB:4MiB \
       --results "$out"
   done
+done
+for set in 1 2 3; do
+  for hosts in 2 4 6; do
+    for rate in 100mbit 300mbit 1gbit; do
+      python -m harness.cli comm --framework all --cluster "netns:hosts=$hosts,rate=$rate" \
+        --world "$hosts" --sizes 16MiB:16MiB --rounds 3 --no-realtime --results "$out"
+    done
+  done
+  python -m harness.cli comm --framework all --cluster "$cluster" --world 4 \
+    --sizes 16MiB:16MiB --rounds 3 --no-realtime --results "$out"
 done

@@ -1,0 +1,110 @@
+"""How much of a shaped link a communication library's collectives use, from a sweep on it.
+
+The link probe measures one bulk TCP flow, which is neither library's transport. On the
+same emulated hosts gloo's ring all-reduce moves its bytes near the probed rate and TF's
+gRPC ring does not (16 MiB on 4 hosts at 300 Mbit/s: gloo 735 ms, TF 937 ms, the wire 701),
+by an amount that changes with the rate and the host count in a way no loopback sweep shows
+(TF's 12.6 MB gradient exchange alone, 4 hosts: +14% over gloo's at 100 Mbit/s, +35% at 300,
++20% at 1 Gbit/s). So, as one runs nccl-tests on a cluster before trusting a job's
+numbers, `stratbench comm --cluster netns:...` sweeps each library's all-reduce on the
+cluster, and the step predictions take the library's share of the links from it: the
+bandwidth at which the simulator, with everything else it knows (the library's own costs,
+the round trips), times that measured all-reduce. The step model itself (schedules, compute,
+overlap, runtime costs) is what the step dataset then scores; the collectives are scored on
+their own (`validate` kind `collective`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, replace
+
+import pandas as pd
+
+from harness.errors import InputError
+from harness.predict import (
+    FLOOR_SWEEPS,
+    LATENCY_TRIPS,
+    SERIAL_SOFTWARE,
+    MeasuredLinks,
+    emulated_topology,
+    realtime_rows,
+    software_costs,
+)
+from harness.specs import parse_cluster
+
+# The smallest all-reduce a share of the link is read from: below it the library's per-message
+# costs, not the link, set the time (4 hosts at 300 Mbit/s: 1 MiB moves 1.5 MB a host, 42 ms
+# of wire against TF's 6-8 ms of ring-step costs).
+MIN_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class LinkShare:
+    """A library's share of a cluster's links and the sweep it was read from."""
+
+    efficiency: float  # simulated-at-full-rate wire time over the measured one's
+    cluster: str  # the swept cluster
+    world: int  # its ranks
+    nbytes: float  # the all-reduce size it was read at
+    sweeps: int  # how many sweeps' medians it is the median of
+
+
+@functools.lru_cache(maxsize=256)
+def link_key(cluster: str) -> tuple[float, int, float] | None:
+    """What makes two emulated clusters' links the same: rate, racks, uplink (not the host
+    count: a 4-rank sweep on 6 hosts crosses the same links as one on 4)."""
+    try:
+        spec = parse_cluster(cluster)
+    except InputError:
+        return None
+    if spec.kind != "netns" or spec.unshaped or spec.rate_bits is None:
+        return None
+    return spec.rate_bits, spec.racks, spec.uplink_bits or 0.0
+
+
+def shaped_all_reduces(points: pd.DataFrame, framework: str, cluster: str) -> pd.DataFrame:
+    """``framework``'s all-reduce points of at least MIN_BYTES swept (normal priority, as
+    training runs) on clusters with ``cluster``'s links."""
+    key = link_key(cluster)
+    if key is None or points.empty or "cluster" not in points:
+        return points.iloc[0:0]
+    mine = points[(points["framework"] == framework) & (points["op"] == "all_reduce")
+                  & (points["bytes"] >= MIN_BYTES) & ~realtime_rows(points)]
+    return mine[[link_key(str(c)) == key for c in mine["cluster"]]]
+
+
+def link_share(points: pd.DataFrame, fits: pd.DataFrame, framework: str,
+               links: MeasuredLinks, cluster: str, world: int) -> LinkShare | None:
+    """``framework``'s share of ``cluster``'s links (``links`` as probed), from its all-reduce
+    swept there at ``world`` ranks, else at the nearest rank count swept; None where it was
+    never swept on such links. Read at the largest size swept, the median over the latest
+    FLOOR_SWEEPS sweeps: the bandwidth scale at which the simulated all-reduce (links,
+    round trips, the library's own costs as predict_step adds them) takes the measured time."""
+    from harness.sim import simulate_collective
+
+    swept = shaped_all_reduces(points, framework, cluster)
+    if swept.empty:
+        return None
+    worlds = sorted({int(w) for w in swept["world"]}, key=lambda w: (abs(w - world), w))
+    swept = swept[swept["world"] == worlds[0]]
+    nbytes = float(swept["bytes"].max())
+    swept = swept[swept["bytes"] == nbytes]
+    swept = swept[swept["run_id"].isin(sorted(swept["run_id"].unique())[-FLOOR_SWEEPS:])]
+    measured = float(swept["time_s"].median())
+    ranks = worlds[0]
+    alpha, beta = software_costs(fits, framework, ranks)
+    serial_beta = beta if framework in SERIAL_SOFTWARE else 0.0
+    trips = LATENCY_TRIPS.get((framework, "allreduce_ring"), 1)
+    at_rate = replace(links, hosts=ranks)
+    modelled = simulate_collective(emulated_topology(at_rate, (alpha, serial_beta), trips),
+                                   ranks, "allreduce_ring", nbytes)["time_s"]
+    wire = simulate_collective(emulated_topology(at_rate, trips=0), ranks, "allreduce_ring",
+                               nbytes)["time_s"]
+    rest = modelled - wire  # what the model adds to the bytes' time
+    if not (math.isfinite(measured) and measured > rest and wire > 0):
+        return None
+    return LinkShare(wire / (measured - rest), str(swept["cluster"].iloc[-1]), ranks, nbytes,
+                     int(swept["run_id"].nunique()))
+
