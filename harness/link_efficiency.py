@@ -65,14 +65,16 @@ def link_key(cluster: str) -> tuple[float, int, float] | None:
 
 
 def shaped_all_reduces(points: pd.DataFrame, framework: str, cluster: str) -> pd.DataFrame:
-    """``framework``'s all-reduce points of at least MIN_BYTES swept (normal priority, as
-    training runs) on clusters with ``cluster``'s links."""
+    """``framework``'s all-reduce points of at least MIN_BYTES swept on clusters with
+    ``cluster``'s links: at normal priority, as training runs, where there are such."""
     key = link_key(cluster)
     if key is None or points.empty or "cluster" not in points:
         return points.iloc[0:0]
     mine = points[(points["framework"] == framework) & (points["op"] == "all_reduce")
-                  & (points["bytes"] >= MIN_BYTES) & ~realtime_rows(points)]
-    return mine[[link_key(str(c)) == key for c in mine["cluster"]]]
+                  & (points["bytes"] >= MIN_BYTES)]
+    mine = mine[[link_key(str(c)) == key for c in mine["cluster"]]]
+    normal = mine[~realtime_rows(mine)]
+    return normal if not normal.empty else mine
 
 
 def link_share(points: pd.DataFrame, fits: pd.DataFrame, framework: str,

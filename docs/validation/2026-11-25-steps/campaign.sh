@@ -17,7 +17,7 @@
 #    sweep put TF's cost per ring step at 1.08 ms on 4 ranks and 2.03 ms on 6, the next two at
 #    1.26/1.26 and 1.56/1.62 (docs/SIMULATOR.md says what that moved).
 # 7. each library's 16 MiB all-reduce swept on every cluster above (three rounds; the whole
-#    set three times, back to back), measured five hours after the runs: the share of each cluster's links each library's
+#    set three times, back to back), measured four to five hours after the runs: the share of each cluster's links each library's
 #    collectives reach (harness/link_efficiency.py), which the step predictions take, as one
 #    runs nccl-tests on a cluster before trusting a job's numbers.
 # The 4-host 300 Mbit/s runs checked in were measured last, again: the first ones shared the
