@@ -355,9 +355,11 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
 def calibration_gaps(store: ResultsStore) -> list[str]:
     """What the step predictions of ``store``'s emulated runs had to do without, one line
     each: a framework whose collectives were never swept on loopback (its library's own costs
-    are left out), rank counts that were not swept (the nearest sweep stands in), and
-    synchronous strategies with no local run of their workload (their runtime's own time per
-    step is taken as 0). A prediction without its calibration is not the validated one."""
+    are left out), rank counts that were not swept (the nearest sweep stands in), clusters
+    on whose links a library's all-reduce was never swept (its collectives get the probed
+    rate, not their share of it), and synchronous strategies with no local run of their
+    workload (their runtime's own time per step is taken as 0). A prediction without its
+    calibration is not the validated one."""
     frame = load(store.root)
     if frame.empty or "cluster" not in frame:
         return []
@@ -369,6 +371,14 @@ def calibration_gaps(store: ResultsStore) -> list[str]:
     gaps = []
     for framework, group in runs.groupby("framework"):
         ranks = sorted({int(r) for r in group["replicas"]})
+        swept = {int(w) for w in loopback_fits(fits, str(framework)).get("world", [])}
+        if not swept:
+            gaps.append(f"no loopback sweep of {framework}'s collectives: its steps are predicted "
+                        f"without the library's own costs (stratbench comm --framework "
+                        f"{framework} --world N, N in {ranks})")
+        elif missing := [r for r in ranks if r not in swept]:
+            gaps.append(f"{framework}'s collectives were swept at {sorted(swept)} ranks, not "
+                        f"{missing}: those runs take the nearest sweep's costs")
         collective = group[[uses_collectives(str(framework), str(s))
                             for s in group["strategy"]]]
         unswept = sorted(c for c in set(collective["cluster"])
@@ -378,14 +388,6 @@ def calibration_gaps(store: ResultsStore) -> list[str]:
                         f"{', '.join(unswept)}: its collectives there are taken at the probed "
                         f"rate (stratbench comm --framework {framework} --cluster CLUSTER "
                         f"--world N --sizes 16MiB:16MiB)")
-        swept = {int(w) for w in loopback_fits(fits, str(framework)).get("world", [])}
-        if not swept:
-            gaps.append(f"no loopback sweep of {framework}'s collectives: its steps are predicted "
-                        f"without the library's own costs (stratbench comm --framework "
-                        f"{framework} --world N, N in {ranks})")
-        elif missing := [r for r in ranks if r not in swept]:
-            gaps.append(f"{framework}'s collectives were swept at {sorted(swept)} ranks, not "
-                        f"{missing}: those runs take the nearest sweep's costs")
         unrun: dict[str, list[str]] = {}
         for (strategy, workload, size), _ in group.groupby(["strategy", "workload", "size"]):
             name = f"{workload}:{size}"
