@@ -109,4 +109,3 @@ def link_share(points: pd.DataFrame, fits: pd.DataFrame, framework: str,
         return None
     return LinkShare(wire / (measured - rest), str(swept["cluster"].iloc[-1]), ranks, nbytes,
                      int(swept["run_id"].nunique()))
-
