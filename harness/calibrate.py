@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -84,3 +85,14 @@ def fit(points: pd.DataFrame, link_class: str = "loopback") -> list[Fit]:
 
 def fits_frame(fits: list[Fit]) -> pd.DataFrame:
     return pd.DataFrame([asdict(f) for f in fits])
+
+
+def comm_table(root: Any, name: str = "calibration") -> pd.DataFrame:
+    """A results directory's `stratbench comm` table: ``"comm"`` (the swept points) or
+    ``"calibration"`` (their fits); tables from before TF sweeps existed are torch's."""
+    from results.store import load_table_safe
+
+    table = load_table_safe(root, name)
+    if not table.empty and "framework" not in table:
+        table["framework"] = "torch"
+    return table

@@ -24,12 +24,13 @@ import pandas as pd
 
 from harness.errors import InputError
 from harness.predict import (
-    FLOOR_SWEEPS,
     LATENCY_TRIPS,
     SERIAL_SOFTWARE,
     MeasuredLinks,
+    at_nearest_world,
     emulated_topology,
-    realtime_rows,
+    latest_sweeps,
+    normal_priority_first,
     software_costs,
 )
 from harness.specs import parse_cluster
@@ -72,9 +73,7 @@ def shaped_all_reduces(points: pd.DataFrame, framework: str, cluster: str) -> pd
         return points.iloc[0:0]
     mine = points[(points["framework"] == framework) & (points["op"] == "all_reduce")
                   & (points["bytes"] >= MIN_BYTES)]
-    mine = mine[[link_key(str(c)) == key for c in mine["cluster"]]]
-    normal = mine[~realtime_rows(mine)]
-    return normal if not normal.empty else mine
+    return normal_priority_first(mine[[link_key(str(c)) == key for c in mine["cluster"]]])
 
 
 def link_share(points: pd.DataFrame, fits: pd.DataFrame, framework: str,
@@ -89,13 +88,10 @@ def link_share(points: pd.DataFrame, fits: pd.DataFrame, framework: str,
     swept = shaped_all_reduces(points, framework, cluster)
     if swept.empty:
         return None
-    worlds = sorted({int(w) for w in swept["world"]}, key=lambda w: (abs(w - world), w))
-    swept = swept[swept["world"] == worlds[0]]
+    swept, ranks = at_nearest_world(swept, world)
     nbytes = float(swept["bytes"].max())
-    swept = swept[swept["bytes"] == nbytes]
-    swept = swept[swept["run_id"].isin(sorted(swept["run_id"].unique())[-FLOOR_SWEEPS:])]
+    swept = latest_sweeps(swept[swept["bytes"] == nbytes])
     measured = float(swept["time_s"].median())
-    ranks = worlds[0]
     alpha, beta = software_costs(fits, framework, ranks)
     serial_beta = beta if framework in SERIAL_SOFTWARE else 0.0
     trips = LATENCY_TRIPS.get((framework, "allreduce_ring"), 1)

@@ -86,6 +86,24 @@ def realtime_rows(table: pd.DataFrame) -> pd.Series:
     return table["realtime"].fillna(False).astype(bool)
 
 
+def normal_priority_first(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows measured at normal priority, as training runs, where there are any; else all."""
+    normal = table[~realtime_rows(table)]
+    return normal if not normal.empty else table
+
+
+def at_nearest_world(table: pd.DataFrame, world: int) -> tuple[pd.DataFrame, int]:
+    """The rows swept at ``world`` ranks, else at the nearest rank count swept (the smaller
+    where two are as near), and that rank count; ``table`` must not be empty."""
+    nearest = min({int(w) for w in table["world"]}, key=lambda w: (abs(w - world), w))
+    return table[table["world"] == nearest], nearest
+
+
+def latest_sweeps(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the latest FLOOR_SWEEPS sweeps (runs) in ``table``."""
+    return table[table["run_id"].isin(sorted(table["run_id"].unique())[-FLOOR_SWEEPS:])]
+
+
 def loopback_fits(fits: pd.DataFrame, framework: str) -> pd.DataFrame:
     """``framework``'s loopback all-reduce fits in ``fits`` (the calibration table): what a
     library's own costs are read from."""
@@ -103,15 +121,10 @@ def software_costs(fits: pd.DataFrame, framework: str, world: int = 2) -> tuple[
     none. A ring step's own cost grows with the ranks that share the cores, and one sweep of
     it is noisy: TF's loopback alpha was 1.0-1.2 ms at 2 ranks, 1.3-2.0 at 4 and 1.4-1.8 at 6
     (2026-11-24), 1.1 at 4 and 2.0 at 6 in single sweeps the next day."""
-    local = loopback_fits(fits, framework)
-    # training runs at normal priority: prefer sweeps that did too
-    normal = local[~realtime_rows(local)]
-    local = normal if not normal.empty else local
+    local = normal_priority_first(loopback_fits(fits, framework))
     if local.empty:
         return 0.0, 0.0
-    worlds = sorted({int(w) for w in local["world"]}, key=lambda w: (abs(w - world), w))
-    local = local[local["world"] == worlds[0]]
-    local = local[local["run_id"].isin(sorted(local["run_id"].unique())[-FLOOR_SWEEPS:])]
+    local = latest_sweeps(at_nearest_world(local, world)[0])
     beta = float(local["beta_s_per_byte"].median())
     return float(local["alpha_s"].median()), beta if math.isfinite(beta) else 0.0
 

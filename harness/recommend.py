@@ -333,28 +333,17 @@ def probed_networks(store: Any) -> list[dict[str, Any]]:
     return out
 
 
-def calibration_fits(root: Any, table: str = "calibration") -> pd.DataFrame:
-    """The `comm` fits of a results directory (``table="comm"``: its swept points; tables
-    from before the framework column: torch's)."""
-    from results.store import load_table_safe
-
-    fits = load_table_safe(root, table)
-    if not fits.empty and "framework" not in fits:
-        fits["framework"] = "torch"
-    return fits
-
-
 def recommend_from_store(root: Any, **kwargs: Any) -> pd.DataFrame:
     """``recommend`` over a results directory (measured rows, simulated, validation, the
     calibration fits and the link probes of emulated runs)."""
+    from harness.calibrate import comm_table
     from results.store import ResultsStore, load, load_table_safe
 
     store = ResultsStore(root)
-    fits = calibration_fits(root)
     return recommend(load(root), simulated=load_table_safe(root, "simulated"),
                      validation=latest_validation(root), ram_bytes=_ram_bytes(store),
-                     fits=fits, networks=probed_networks(store),
-                     sweeps=calibration_fits(root, "comm"), **kwargs)
+                     fits=comm_table(root), networks=probed_networks(store),
+                     sweeps=comm_table(root, "comm"), **kwargs)
 
 
 def _fmt(value: Any, kind: str) -> str:

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.calibrate import comm_table
 from harness.errors import InputError
 from harness.link_efficiency import link_share, shaped_all_reduces
 from harness.predict import (
-    FLOOR_SWEEPS,
     LATENCY_TRIPS,
     MODEL_PARALLEL_STRATEGIES,
     SERIAL_SOFTWARE,
@@ -30,6 +30,7 @@ from harness.predict import (
     MeasuredLinks,
     PsLayout,
     emulated_topology,
+    latest_sweeps,
     layout_of,
     local_runs,
     loopback_fits,
@@ -45,7 +46,7 @@ from harness.predict import (
 )
 from harness.profiles import replica_compute_s
 from harness.specs import parse_cluster
-from results.store import MANIFEST, ResultsStore, load, load_table, load_table_safe
+from results.store import MANIFEST, ResultsStore, load, load_table_safe
 
 # `stratbench comm` operation -> the collective gloo actually runs (PS push/pull have no direct
 # twin: the simulator's PS is a push + pull to dedicated servers). Gloo implements
@@ -65,14 +66,6 @@ def latest_validation(root: Any) -> pd.DataFrame:
     return table[table["stored_in_run"] == table["stored_in_run"].max()]
 
 
-def _comm_table(store: ResultsStore, name: str) -> pd.DataFrame:
-    """A `comm` or `calibration` table; tables from before TF sweeps existed are torch's."""
-    table = load_table(store.root, name)
-    if not table.empty and "framework" not in table:
-        table["framework"] = "torch"
-    return table
-
-
 def _sweep_time(sweep: pd.DataFrame, nbytes: float, statistic: str) -> float | None:
     """One sweep's time at `nbytes` (log-log interpolation between its sizes; beyond the
     sweep, its last point's bandwidth); None where it lacks the statistic."""
@@ -88,8 +81,9 @@ def _sweep_time(sweep: pd.DataFrame, nbytes: float, statistic: str) -> float | N
 
 def _latest_sweeps_time(sweeps: pd.DataFrame, nbytes: float, statistic: str) -> float | None:
     """The median over the latest FLOOR_SWEEPS sweeps in `sweeps` of their time at `nbytes`."""
-    latest = sorted(sweeps["run_id"].unique())[-FLOOR_SWEEPS:]
-    times = [_sweep_time(sweeps[sweeps["run_id"] == run], nbytes, statistic) for run in latest]
+    latest = latest_sweeps(sweeps)
+    times = [_sweep_time(latest[latest["run_id"] == run], nbytes, statistic)
+             for run in latest["run_id"].unique()]
     found = [t for t in times if t is not None]
     return float(np.median(found)) if found else None
 
@@ -231,7 +225,7 @@ def validate_comm(store: ResultsStore) -> pd.DataFrame:
     (`error_fast`, harness.measure.stats.summarize_rounds says why)."""
     from harness.sim import simulate_collective
 
-    points = _comm_table(store, "comm")
+    points = comm_table(store.root, "comm")
     rows: list[dict[str, Any]] = []
     if points.empty:
         return pd.DataFrame(rows)
@@ -300,8 +294,8 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
     frame = load(store.root)
     ok = frame[(frame["status"] == "ok") & frame["cluster"].str.startswith("netns")]
     rows: list[dict[str, Any]] = []
-    fits = _comm_table(store, "calibration")
-    points = _comm_table(store, "comm")
+    fits = comm_table(store.root, "calibration")
+    points = comm_table(store.root, "comm")
     runtimes: dict[tuple[str, str, str, int], float] = {}  # runtime_overhead, computed once
     for record in ok[ok["replicas"] > 1].to_dict("records"):
         r = {str(k): v for k, v in record.items()}
@@ -366,8 +360,8 @@ def calibration_gaps(store: ResultsStore) -> list[str]:
     runs = frame[(frame["status"] == "ok") & frame["cluster"].str.startswith("netns")
                  & (frame["replicas"] > 1)
                  & ~frame["strategy"].isin(MODEL_PARALLEL_STRATEGIES)]
-    fits = _comm_table(store, "calibration")
-    points = _comm_table(store, "comm")
+    fits = comm_table(store.root, "calibration")
+    points = comm_table(store.root, "comm")
     gaps = []
     for framework, group in runs.groupby("framework"):
         ranks = sorted({int(r) for r in group["replicas"]})

@@ -120,10 +120,11 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
     and `recommend` ranks them (harness.candidates.predict_emulated): the links as probed
     here, cores shared as they would be, each framework's measured compute, library and
     runtime costs. Real strategy names only (the frameworks' own schedules)."""
+    from harness.calibrate import comm_table
     from harness.candidates import Context, emulated_compute, predict_emulated, probed_links
     from harness.predict import EMULATED_STRATEGIES
     from harness.profiles import no_compute_message, workload_facts
-    from harness.recommend import calibration_fits, probed_networks
+    from harness.recommend import probed_networks
     from harness.targets import parse_targets
     from results.store import ResultsStore
 
@@ -134,8 +135,8 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
         raise InputError(f"--workers {workers}: {topology} runs one worker on each of its "
                          f"{target.devices} hosts (give 2 to {target.devices})")
     measured = _measured(results)
-    ctx = Context(measured=measured, fits=calibration_fits(results),
-                  sweeps=calibration_fits(results, "comm"),
+    ctx = Context(measured=measured, fits=comm_table(results),
+                  sweeps=comm_table(results, "comm"),
                   networks=probed_networks(ResultsStore(results))
                   if (results / "runs").is_dir() else [])
     facts = workload_facts(workload, measured)
