@@ -21,7 +21,7 @@ from harness.commands import (
     validate,
     workloads,
 )
-from harness.errors import InputError
+from harness.core.errors import InputError
 
 USAGE_EXIT = 2
 

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.core.case import Case
 from harness.launch.priority import realtime_priority
-from harness.plan import Case
 
 # framework -> module holding `run(case, role, index, workdir) -> dict`
 RUNNER_MODULES = {"torch": "harness.runners.torch_runner", "tf": "harness.runners.tf_runner"}

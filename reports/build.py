@@ -20,7 +20,7 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
-from harness.catalog import WEIGHT_TOLERANCE
+from harness.core.strategies import WEIGHT_TOLERANCE
 from reports import history as hist
 from reports import verdict as vd
 from reports.plots import Series, chart
@@ -60,7 +60,7 @@ def _num(v: Any) -> str:
 
 
 def _duration(v: Any) -> str:
-    from harness.units import format_duration
+    from harness.core.units import format_duration
 
     return format_duration(v) if _finite(v) else "-"
 
@@ -81,7 +81,7 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _name(w: Any, s: Any) -> str:
-    from harness.recommend import workload_name
+    from harness.recommend.recommender import workload_name
 
     return workload_name(str(w), s)
 
@@ -89,8 +89,8 @@ def _name(w: Any, s: Any) -> str:
 def recommendations(root: Path) -> dict[str, Any]:
     """The recommender's table grouped per (workload, target), its verdicts (the report's
     first screen) and device-count curves; an input error becomes the section's note."""
-    from harness.errors import InputError
-    from harness.recommend import DEFAULT_SAMPLES, recommend_from_store
+    from harness.core.errors import InputError
+    from harness.recommend.recommender import DEFAULT_SAMPLES, recommend_from_store
 
     try:
         frame = recommend_from_store(root)
@@ -172,7 +172,7 @@ def validation_plot(validation: pd.DataFrame) -> list[Markup]:
 
 
 def crossover_workloads(measured: pd.DataFrame) -> list[str]:
-    from harness.recommend import _spec
+    from harness.recommend.recommender import _spec
 
     names = sorted({_name(w, s) for w, s in
                     zip(measured["workload"], measured["size"], strict=False)})
@@ -199,7 +199,7 @@ def _compute_s(measured: pd.DataFrame, workload: str) -> float:
 def crossover(measured: pd.DataFrame) -> tuple[list[Markup], list[dict[str, Any]]]:
     """All-reduce (ring) against a parameter server on a switch: step time against workers
     (at 10 Gbit/s) and against bandwidth (8 workers), simulated here (cheap)."""
-    from harness.recommend import _spec
+    from harness.recommend.recommender import _spec
     from harness.sim import WorkloadProfile, simulate
 
     plots: list[Markup] = []
@@ -265,8 +265,8 @@ def history_plots(h: pd.DataFrame) -> list[Markup]:
 
 def build_report(root: str | os.PathLike[str]) -> str:
     """The report's HTML for the results under ``root`` (reads only)."""
-    from harness.recommend import DEFAULT_SAMPLES, validation_errors
-    from harness.validate import latest_validation
+    from harness.recommend.recommender import DEFAULT_SAMPLES, validation_errors
+    from harness.validate.score import latest_validation
     from results.store import load, load_table_safe
 
     root = Path(root)

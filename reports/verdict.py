@@ -1,8 +1,9 @@
 """The verdict the report leads with: per workload and target, the pick, why, how sure, and
 the runner-up; and the device-count curve behind it.
 
-``harness.recommend.recommend()`` puts both in ``frame.attrs``: ``verdicts`` (one dict per
-workload and target) and ``sweep`` (one dict per workload, target, strategy and device count).
+``harness.recommend.recommender.recommend()`` puts both in ``frame.attrs``: ``verdicts``
+(one dict per workload and target) and ``sweep`` (one dict per workload, target, strategy and
+device count).
 Frames without them (a recommender from before these attrs) still get a verdict, derived here
 from ranks 1 and 2 of each (workload, target) group of the table, and no curve: the report
 must never lose its first screen because the data interface moved.
@@ -61,7 +62,7 @@ def _pick(p: Any) -> dict[str, Any] | None:
 
 
 def duration(seconds: float) -> str:
-    from harness.units import format_duration
+    from harness.core.units import format_duration
 
     return format_duration(seconds) if _ok(seconds) else "-"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from harness import environment
+from harness.run import environment
 
 
 def test_manifest_without_frameworks_has_the_machine():

@@ -10,9 +10,9 @@ import warnings
 import pandas as pd
 import pytest
 
-from harness import execute as execute_module
-from harness.execute import execute
-from harness.plan import Case
+from harness.core.case import Case
+from harness.run import execute as execute_module
+from harness.run.execute import execute
 from results import CorruptResultWarning, ResultRow, ResultsStore, load
 from results.store import StoreError
 
@@ -82,8 +82,8 @@ def test_collectives_listen_on_loopback_only(tmp_path, strategy):
 
     import psutil
 
+    from harness.launch import placement as layout
     from harness.launch.processes import run_group
-    from harness.runners import layout
 
     options = {"sizes": [1024, 2**20], "ps_shards": 2} if strategy == "comm" else {}
     for case in (Case(**{**_case(strategy).__dict__, "steps": 400, **(

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from harness.commands.workloads import command as workloads_command
-from harness.errors import InputError
-from harness.plan import resolve_workloads
+from harness.core.errors import InputError
+from harness.run.plan import resolve_workloads
 from harness.sim import WorkloadProfile
 from workloads import (
     KnownModel,

@@ -6,9 +6,9 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from harness.link_efficiency import link_key, link_share
-from harness.predict import MeasuredLinks, emulated_topology, predict_step
-from harness.profiles import workload_facts
+from harness.calibrate.link_share import link_key, link_share
+from harness.calibrate.workload import workload_facts
+from harness.predict.step import MeasuredLinks, emulated_topology, predict_step
 from harness.sim import simulate_collective
 
 MIB16 = float(1 << 24)
@@ -62,7 +62,7 @@ def test_a_share_belongs_to_the_library_and_the_links_it_was_swept_on():
 def test_a_share_slows_the_collectives_and_leaves_the_parameter_servers_rpc_alone():
     """DDP's exchange at half the links is about twice as long; a parameter server's pushes
     and pulls go through TensorPipe, which no collective sweep measured."""
-    from harness.predict import PsLayout
+    from harness.predict.step import PsLayout
 
     facts = workload_facts("mlp:M")
     profile = facts.profile(batch=64)

@@ -13,9 +13,9 @@ import time
 import pytest
 from procs import session_case_processes
 
-from harness.execute import execute_case
+from harness.core.case import Case
 from harness.launch import netns
-from harness.plan import Case
+from harness.run.execute import execute_case
 from results import load
 
 needs_root = pytest.mark.skipif(netns.unavailable_reason() is not None,

@@ -7,9 +7,10 @@ import sys
 
 import pytest
 
-from harness import catalog
-from harness.errors import InputError
-from harness.plan import CaseOptions, plan, resolve_workloads
+from harness.core import strategies as catalog
+from harness.core.case import CaseOptions
+from harness.core.errors import InputError
+from harness.run.plan import plan, resolve_workloads
 
 
 def _plan(workload: str, hosts: int = 1, **asked) -> list:
@@ -116,7 +117,7 @@ def test_tensor_parallelism_trains_to_one_devices_weights(tmp_path):
 def test_measured_memory_of_pipeline_and_tensor_parallel_stages_is_within_20_percent(tmp_path):
     """transformer:L (203 MB of parameters and gradients) split two ways, against the memory
     model plus the framework's working memory measured on transformer:S the same way."""
-    from harness.validate_memory import validate_memory
+    from harness.validate.memory import validate_memory
     from results.store import load
 
     for workload in ("transformer:S", "transformer:L"):

@@ -7,8 +7,8 @@ import time
 import pandas as pd
 import pytest
 
+from harness.calibrate.workload import replica_compute_s
 from harness.measure.cpu import CpuMeter
-from harness.profiles import replica_compute_s
 
 
 @pytest.mark.parametrize(("extra", "expected"), [
@@ -61,8 +61,8 @@ def _runs(local_ps_s: float) -> pd.DataFrame:
 
 
 def test_the_runtime_overhead_is_what_local_runs_took_beyond_the_model():
-    from harness.predict import runtime_overhead
-    from harness.profiles import workload_facts
+    from harness.calibrate.workload import workload_facts
+    from harness.predict.step import runtime_overhead
 
     facts = workload_facts("recsys:S")
     fits = pd.DataFrame()
@@ -77,7 +77,7 @@ def test_the_runtime_overhead_is_what_local_runs_took_beyond_the_model():
 
 
 def test_the_librarys_own_costs_come_from_the_sweeps_at_the_same_rank_count():
-    from harness.predict import software_costs
+    from harness.predict.step import software_costs
 
     def fit(world: int, alpha: float, run: str = "r1", framework: str = "tf") -> dict:
         return {"framework": framework, "op": "all_reduce", "link_class": "loopback",

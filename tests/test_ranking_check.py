@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.ranking_check import format_check, ranking_check
+from harness.recommend.ranking_check import format_check, ranking_check
 
 DATA = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-24-recommend"
 CLUSTER = "netns:hosts=4,rate=250mbit"
@@ -38,7 +38,7 @@ def test_prediction_hides_the_clusters_own_runs(tmp_path):
 
     import pandas as pd
 
-    from harness.recommend import recommend_from_store
+    from harness.recommend.recommender import recommend_from_store
 
     copy = tmp_path / "data"
     shutil.copytree(DATA, copy)
@@ -57,7 +57,7 @@ def test_prediction_hides_the_clusters_own_runs(tmp_path):
 
 
 def test_ranking_check_runs_as_a_command():
-    proc = subprocess.run([sys.executable, "-m", "harness.ranking_check", str(DATA), CLUSTER,
-                           "mlp:M"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "harness.recommend.ranking_check", str(DATA),
+                           CLUSTER, "mlp:M"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "mlp:M: predicted order matches the measured one" in proc.stdout

@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.errors import InputError
-from harness.recommend import (
+from harness.core.errors import InputError
+from harness.recommend.recommender import (
     format_table,
     parse_targets,
     rank,
@@ -297,8 +297,8 @@ def test_catalog_models_need_no_framework(tmp_path):
 
 
 def test_emulated_links_are_the_probed_ones_and_unshaped_is_not_40_gbit():
-    from harness.candidates import Context, probed_links
-    from harness.targets import parse_targets as targets_of
+    from harness.recommend.candidates import Context, probed_links
+    from harness.recommend.targets import parse_targets as targets_of
 
     def net(cluster, configured, got, rtt=1e-4):
         return {"cluster": cluster, "burst_bytes": 16384,
@@ -415,9 +415,9 @@ def test_a_model_no_device_holds_gets_the_model_parallel_layout_that_fits():
 @pytest.mark.parametrize("devices, per_host", [(8, 8), (16, 4), (32, 8)])
 def test_candidate_layouts_split_the_devices_exactly_and_keep_tensor_groups_on_a_host(
         devices, per_host):
-    from harness.layouts import candidate_layouts
+    from harness.recommend.model_parallel import candidate_layouts
     from harness.sim.layered import check_layout
-    from harness.structure import layered
+    from harness.sim.structure import layered
 
     model = layered("gpt3_175b")
     layouts = candidate_layouts(model, devices, per_host, devices)

@@ -195,8 +195,8 @@ def _point(workload: str, target: str, fw: str, strategy: str, comm: float, n: i
 def verdict_frame(workloads=("mlp:S", "recsys:S"), targets=("preset:dgx_h100_ib (16 devices)",
                                                              "local"), text: str = ""
                   ) -> pd.DataFrame:
-    """A frame as harness.recommend.recommend() returns it with the new interface: ranked
-    rows per (workload, target), plus attrs['verdicts'] and attrs['sweep'] (plain dicts).
+    """A frame as harness.recommend.recommender.recommend() returns it with the new interface:
+    ranked rows per (workload, target), plus attrs['verdicts'] and attrs['sweep'] (plain dicts).
     ``text`` is appended to every string a verdict shows (escaping tests)."""
     rows, verdicts, sweep = [], [], []
     for w in workloads:
@@ -336,10 +336,10 @@ def test_curve_marks_the_pick_and_says_each_point():
 
 
 def test_report_leads_with_the_verdict(two_runs, monkeypatch):
-    import harness.recommend
+    import harness.recommend.recommender
 
     frame = verdict_frame(text=EVIL)
-    monkeypatch.setattr(harness.recommend, "recommend_from_store", lambda root: frame)
+    monkeypatch.setattr(harness.recommend.recommender, "recommend_from_store", lambda root: frame)
     html = build_report(two_runs)
     first = html.index('class="verdict ok"')
     assert first < html.index('id="curves"') < html.index('id="recommendations"')
@@ -361,9 +361,9 @@ def test_report_leads_with_the_verdict(two_runs, monkeypatch):
 
 def test_report_derives_the_verdict_from_ranks(two_runs, monkeypatch):
     """A recommender without verdict attrs: a verdict per workload all the same, no curves."""
-    import harness.recommend
+    import harness.recommend.recommender
 
-    real = harness.recommend.recommend_from_store
+    real = harness.recommend.recommender.recommend_from_store
 
     def without_attrs(root):
         frame = real(root)
@@ -371,7 +371,7 @@ def test_report_derives_the_verdict_from_ranks(two_runs, monkeypatch):
         frame.attrs.pop("sweep", None)
         return frame
 
-    monkeypatch.setattr(harness.recommend, "recommend_from_store", without_attrs)
+    monkeypatch.setattr(harness.recommend.recommender, "recommend_from_store", without_attrs)
     html = build_report(two_runs)
     cards = re.findall(r'<article class="verdict (\w+)" data-workload="([^"]+)"', html)
     assert cards == [("ok", "mlp:S")]

@@ -71,16 +71,17 @@ def _leads(frame) -> dict[str, str]:
 def verdict_report(request, tmp_path, monkeypatch):
     """(report, expected lead picks): the recommender's own output on stored runs, and a
     frame carrying verdicts and a sweep for three workloads on three targets (curves)."""
-    import harness.recommend
+    import harness.recommend.recommender
 
     store = _store(tmp_path)
     if request.param == "attrs":
         frame = verdict_frame(workloads=("mlp:S", "recsys:S", "cnn:S"),
                               targets=("preset:dgx_h100_ib (16 devices)",
                                        "preset:eth25_v100 (32 devices)", "local"))
-        monkeypatch.setattr(harness.recommend, "recommend_from_store", lambda root: frame)
+        monkeypatch.setattr(harness.recommend.recommender, "recommend_from_store",
+                            lambda root: frame)
     else:
-        frame = harness.recommend.recommend_from_store(store.root)
+        frame = harness.recommend.recommender.recommend_from_store(store.root)
     return write_report(store.root, tmp_path / "report.html"), _leads(frame)
 
 

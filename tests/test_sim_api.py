@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.core.errors import SpecError
 from harness.sim import (
     DEFAULT_STRATEGIES,
     REAL_TO_SIM,
-    SpecError,
     WorkloadProfile,
     parse_topology,
     resolve_strategy,
@@ -69,7 +69,7 @@ def test_real_strategy_names_map_onto_simulated_ones():
 def test_every_multi_device_catalog_strategy_has_a_simulation():
     """Data-parallel strategies map onto a simulated exchange; model-parallel ones are
     simulated as layouts (simulate_layout: pipeline stages, tensor ranks)."""
-    catalog = pytest.importorskip("harness.catalog")
+    catalog = pytest.importorskip("harness.core.strategies")
     for s in catalog.STRATEGIES:
         if s.name in catalog.MODEL_PARALLEL:
             assert s.exchange in ("pipeline", "tensor"), s

@@ -10,12 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.core.errors import SpecError
 from harness.sim import calibration as cal
 from harness.sim.layered import Layer, LayeredModel, Layout, check_layout, stage_layers
 from harness.sim.memory import model_parallel_memory
-from harness.sim.spec import SpecError, parse_topology
-from harness.sim.step_model import model_parallel_step
-from harness.structure import layered
+from harness.sim.model_parallel_step import model_parallel_step
+from harness.sim.spec import parse_topology
+from harness.sim.structure import layered
 from workloads import costs
 from workloads.catalog import get_spec
 from workloads.known import TRANSFORMERS

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.core.errors import SpecError
 from harness.sim.pipeline import (
     BACKWARD,
     FORWARD,
@@ -17,7 +18,6 @@ from harness.sim.pipeline import (
     run_pipeline,
     stage_order,
 )
-from harness.sim.spec import SpecError
 
 schedules = st.sampled_from(["gpipe", "1f1b"])
 times = st.floats(min_value=1e-3, max_value=10.0, allow_nan=False)

@@ -9,17 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.errors import InputError
+from harness.core.errors import InputError, SpecError
+from harness.core.units import parse_bandwidth, parse_duration, parse_size
 from harness.sim.preset import load_preset, preset_names
 from harness.sim.profile import PROFILE_KEYS, parse_profile
-from harness.sim.spec import (
-    KINDS,
-    SpecError,
-    parse_bandwidth,
-    parse_duration,
-    parse_size,
-    parse_topology,
-)
+from harness.sim.spec import KINDS, parse_topology
 from harness.sim.topology import Hierarchy, Torus, link_classes, n_devices
 
 SETTINGS = settings(max_examples=int(os.environ.get("SIM_EXAMPLES", "200")), deadline=None)

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.core.errors import SpecError
 from harness.sim.profile import WorkloadProfile
-from harness.sim.spec import SpecError, parse_topology
+from harness.sim.spec import parse_topology
 from harness.sim.step_model import simulate_step
 
 TOPO = parse_topology("switch:n=4,bw=1GB/s")
@@ -58,7 +59,7 @@ def test_tf_gathers_every_table_apart_in_three_collectives():
 
 
 def test_tf_hands_over_a_row_per_lookup_not_per_distinct_row():
-    from harness.profiles import workload_facts
+    from harness.calibrate.workload import workload_facts
     from workloads import parse_workload
 
     config = parse_workload("recsys:S").config

@@ -148,7 +148,7 @@ def test_an_emulated_cluster_is_simulated_as_validate_predicts_its_runs(tmp_path
     is across hosts; a worker count the cluster cannot hold is one line and exit 2."""
     import shutil
 
-    from harness.validate import validate_steps
+    from harness.validate.score import validate_steps
 
     wire_data = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-25-wire"
     data = tmp_path / "wire"

@@ -14,11 +14,12 @@ import time
 import pytest
 import slurm_testbed
 
-from harness import specs
-from harness.catalog import strategies
+from harness.core import clusters as specs
+from harness.core.case import Case
+from harness.core.strategies import strategies
 from harness.launch import slurm
 from harness.launch.slurm import SlurmTarget
-from harness.plan import Case, plan, resolve_workloads
+from harness.run.plan import plan, resolve_workloads
 from results import load
 
 pytestmark = [pytest.mark.heavy, pytest.mark.netns]
@@ -58,7 +59,7 @@ def test_srun_asks_for_the_case_tasks_time_and_partition(tmp_path):
 
 
 def test_without_slurm_the_rows_say_so(monkeypatch):
-    from harness.execute import unavailable_reason
+    from harness.run.execute import unavailable_reason
 
     monkeypatch.setenv("PATH", "/nonexistent")
     (case,) = _cases(["ddp"])

@@ -6,8 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness import catalog, specs
-from harness.errors import InputError
+from harness.core import clusters as specs
+from harness.core import strategies as catalog
+from harness.core import units
+from harness.core.errors import InputError
 
 
 @pytest.mark.parametrize("text, bits", [
@@ -15,14 +17,14 @@ from harness.errors import InputError
     ("25G", 25e9), ("10MB", 80e6), ("1.5gbit", 1.5e9),
 ])
 def test_rates(text, bits):
-    assert specs.parse_rate_bits(text) == pytest.approx(bits)
+    assert units.parse_rate_bits(text) == pytest.approx(bits)
 
 
 @pytest.mark.parametrize("text, size", [
     ("1KiB", 1024), ("256MiB", 256 * 2**20), ("4096", 4096), ("1K", 1000), ("2GiB", 2 * 2**30),
 ])
 def test_sizes(text, size):
-    assert specs.parse_size_bytes(text) == size
+    assert units.parse_size_bytes(text) == size
 
 
 def test_cluster_specs():
@@ -72,7 +74,7 @@ def test_cluster_parser_parses_or_fails_cleanly(text):
 
 @given(st.text(max_size=30))
 def test_rate_and_size_parsers_parse_or_fail_cleanly(text):
-    for parse in (specs.parse_rate_bits, specs.parse_size_bytes, specs.parse_size_range):
+    for parse in (units.parse_rate_bits, units.parse_size_bytes, specs.parse_size_range):
         try:
             value = parse(text)
         except InputError:

@@ -17,13 +17,14 @@ import psutil
 import pytest
 from procs import case_processes
 
-from harness import environment
-from harness.catalog import strategies
-from harness.execute import execute, unavailable_reason
+from harness.core.case import Case
+from harness.core.strategies import strategies
 from harness.launch import netns
 from harness.launch.netns import Cluster, Host
-from harness.plan import Case, plan, resolve_workloads
-from harness.runners.tf_layout import tf_processes
+from harness.launch.tf_placement import tf_processes
+from harness.run import environment
+from harness.run.execute import execute, unavailable_reason
+from harness.run.plan import plan, resolve_workloads
 from results import ResultsStore, load, load_steps
 from workloads import parse_workload
 
@@ -270,7 +271,7 @@ def test_keras_fit_trains_where_keras_3_can_and_says_why_where_it_cannot(store):
     """`run --tf-loop fit`: one_device, mirrored and central_storage train with model.fit and
     end at one device's weights (the sparse embedding of recsys included); Keras 3 cannot fit
     MultiWorkerMirrored or ParameterServer, and those rows say so."""
-    from harness.plan import CaseOptions
+    from harness.core.case import CaseOptions
 
     cases = plan(strategies("tf", ["all"]), resolve_workloads(["mlp:S", "recsys:S"]), "local",
                  steps=STEPS, warmup=WARMUP, repeats=1, timeout_s=180,
@@ -289,8 +290,8 @@ def test_keras_fit_trains_where_keras_3_can_and_says_why_where_it_cannot(store):
 
 
 def test_tf_loop_needs_a_tf_strategy():
-    from harness.errors import InputError
-    from harness.plan import CaseOptions
+    from harness.core.case import CaseOptions
+    from harness.core.errors import InputError
 
     with pytest.raises(InputError, match="--tf-loop applies to TensorFlow strategies"):
         plan(strategies("torch", ["ddp"]), resolve_workloads(["mlp:S"]), "local", steps=1,

@@ -8,9 +8,10 @@ import math
 import pytest
 from procs import case_processes
 
-from harness.catalog import strategies
-from harness.execute import execute
-from harness.plan import Case, plan, resolve_workloads
+from harness.core.case import Case
+from harness.core.strategies import strategies
+from harness.run.execute import execute
+from harness.run.plan import plan, resolve_workloads
 from results import ResultsStore, load, load_steps
 
 pytestmark = pytest.mark.heavy

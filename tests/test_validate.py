@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from harness.launch import netns
-from harness.validate import measured_topology, summarize, validate, validate_steps
+from harness.validate.score import measured_topology, summarize, validate, validate_steps
 from results import ResultsStore
 
 
@@ -75,8 +75,8 @@ def _ps_row(hosts: dict[str, int], **extra) -> dict:
 
 
 def test_ps_layout_reads_shards_and_placement():
-    from harness.predict import PsLayout
-    from harness.validate import ps_layout
+    from harness.predict.step import PsLayout
+    from harness.validate.score import ps_layout
 
     torch_shards = {"ps_shard_bytes": [8e6, 4e6]}
     colocated = _ps_row({"ps0": 0, "ps1": 1, "worker0": 0, "worker1": 1}, **torch_shards)
@@ -105,7 +105,7 @@ def test_small_messages_are_bounded_by_the_loopback_time_of_the_same_collective(
     """A 4 KiB all-reduce on 2 ranks over 100 Mbit/s is 0.4 ms on the wire, but the same
     collective took 3 ms on loopback (the library and the cores): the prediction is the
     loopback time plus the wire's latency, and the row says which bound it used."""
-    from harness.validate import loopback_time
+    from harness.validate.score import loopback_time
     from results.store import load_table
 
     store = ResultsStore(tmp_path)
@@ -179,7 +179,7 @@ def test_tf_collectives_add_their_loopback_time_to_the_wire_and_only_the_latest_
         tmp_path):
     """TF's gRPC collectives pay their own cost on top of the wire's (SERIAL_SOFTWARE); and
     reports read only the newest validation table, not every earlier model's."""
-    from harness.validate import VALIDATION_TABLE, latest_validation
+    from harness.validate.score import VALIDATION_TABLE, latest_validation
 
     store = ResultsStore(tmp_path)
     cluster = "netns:hosts=2,rate=100mbit"
@@ -207,7 +207,7 @@ def test_the_uncontended_statistic_is_predicted_from_its_own_floor_and_scored_ap
     """Sweeps record a median round and an uncontended time (fast_s); each is predicted from
     the loopback floor of the same statistic, and the table shows the point's round spread.
     Sweeps from before rounds (no fast_s) still validate, on the median alone."""
-    from harness.validate import format_table
+    from harness.validate.score import format_table
 
     store = ResultsStore(tmp_path)
     cluster = "netns:hosts=2,rate=100mbit"
@@ -241,7 +241,7 @@ def test_the_uncontended_statistic_is_predicted_from_its_own_floor_and_scored_ap
 @pytest.mark.skipif(netns.unavailable_reason() is not None, reason="needs root, ip and tc")
 def test_nightly_emulated_stage_validates_the_simulator_into_its_run(tmp_path):
     from harness.commands.bench import emulated_stage
-    from harness.validate import latest_validation
+    from harness.validate.score import latest_validation
     from results.store import load, load_table
 
     store = ResultsStore(tmp_path)
@@ -264,8 +264,8 @@ def test_nightly_emulated_stage_validates_the_simulator_into_its_run(tmp_path):
 def test_the_floor_is_the_median_of_the_latest_loopback_sweeps(tmp_path):
     """One loopback sweep is one sample of a machine that moves from minute to minute: the
     floor is the median of the latest three; an older fourth no longer counts."""
-    from harness.predict import FLOOR_SWEEPS
-    from harness.validate import loopback_time
+    from harness.predict.step import FLOOR_SWEEPS
+    from harness.validate.score import loopback_time
     from results.store import load_table
 
     store = ResultsStore(tmp_path)
@@ -308,7 +308,7 @@ def test_an_unshaped_sweep_on_the_same_hosts_is_the_floor_and_holds_the_wires_la
     round trips, so gloo's prediction is the larger of the floor and the bytes' time on the
     link, with no latency added; the unshaped points themselves are calibration, not
     predictions."""
-    from harness.validate import format_table
+    from harness.validate.score import format_table
 
     rows = validate(_unshaped_floor_store(tmp_path, "torch"))
     assert "collectives with a floor from unshaped: 2 points" in format_table(rows)
@@ -369,7 +369,7 @@ def test_validate_reuses_the_last_table_until_a_measurement_or_the_model_changes
     """`validate` re-predicted the whole directory on every call: now an unchanged directory
     (and unchanged prediction code) shows the stored table; a new measurement, a change to
     the simulator's code, or --force predicts again."""
-    import harness.validate as validation
+    import harness.validate.score as validation
 
     def run_validate(*extra: str) -> dict:
         proc = subprocess.run([sys.executable, "-m", "harness.cli", "validate", "--results",
@@ -405,7 +405,7 @@ def test_validate_reuses_the_last_table_until_a_measurement_or_the_model_changes
 def test_a_pipeline_run_on_emulated_hosts_is_predicted_from_its_one_replica_step(tmp_path):
     """A model-parallel row (its layout in the row) is predicted by the pipeline model on the
     probed links, from the same run's one-process step of the whole model."""
-    from harness.validate import layout_of
+    from harness.validate.score import layout_of
     from results.schema import ResultRow
 
     store = ResultsStore(tmp_path)
@@ -433,7 +433,7 @@ def test_a_pipeline_run_on_emulated_hosts_is_predicted_from_its_one_replica_step
 def test_memory_is_predicted_as_the_model_plus_the_frameworks_own_measured_working_memory():
     """The framework's working memory is the rise on a negligible model of the same strategy;
     DDP holds its gradients twice (in buckets); models under 100 MB of state are not scored."""
-    from harness.validate_memory import validate_memory
+    from harness.validate.memory import validate_memory
     from workloads.catalog import get_spec
 
     big = get_spec("mlp", "L")
@@ -465,7 +465,7 @@ def test_measured_memory_of_data_parallel_runs_is_within_20_percent_of_the_model
                           "--repeats", "1", "--results", str(tmp_path)],
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr
-    from harness.validate_memory import validate_memory
+    from harness.validate.memory import validate_memory
     from results.store import load
 
     table = validate_memory(load(tmp_path))
@@ -478,9 +478,9 @@ def test_a_racked_cluster_is_predicted_on_the_topology_it_was_built_as(tmp_path)
     """racks=2,uplink=RATE: the probes that crossed racks give the uplink; the prediction
     runs on leaves under a core (not a flat switch at the host-link rate), so the uplink is
     what a ring across racks waits for."""
-    from harness.predict import bottleneck_bits, emulated_topology
+    from harness.predict.step import bottleneck_bits, emulated_topology
     from harness.sim import parse_topology
-    from harness.validate import measured_links
+    from harness.validate.score import measured_links
 
     cluster = "netns:hosts=4,rate=800mbit,racks=2,uplink=200mbit"
     store = ResultsStore(tmp_path)
@@ -575,7 +575,7 @@ def test_validate_names_the_calibration_its_step_predictions_went_without(tmp_pa
     nothing about the steps dataset, which holds both; rank counts never swept are named."""
     import shutil
 
-    from harness.validate import calibration_gaps
+    from harness.validate.score import calibration_gaps
 
     wire = calibration_gaps(ResultsStore(WIRE_DATA))
     assert len(wire) == 6

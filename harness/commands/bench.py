@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING
 
 import click
 
-from harness import catalog
-from harness.comm import run_comm, store_comm, sweep_sizes
+from harness.calibrate.sweep import run_comm, store_comm, sweep_sizes
 from harness.commands.common import info, results_option
 from harness.commands.report import exit_on_regressions, fail_on_regression_option, make_report
 from harness.commands.run import SUITES, on_cluster, run_cases, start_run
-from harness.errors import InputError
-from harness.paths import results_dir
-from harness.plan import plan, resolve_workloads
-from harness.specs import UNSHAPED, ClusterSpec, parse_cluster
+from harness.core import strategies as catalog
+from harness.core.clusters import UNSHAPED, ClusterSpec, parse_cluster
+from harness.core.errors import InputError
+from harness.core.paths import results_dir
+from harness.run.plan import plan, resolve_workloads
 from results.store import ResultsStore
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ SIM_TARGETS = ("preset:eth25_v100,hosts=4", "preset:dgx_h100_ib,hosts=16")
 EMULATED = "netns:hosts=2,rate=200mbit"
 EMULATED_CASES = ("torch", ("single_device", "ddp", "parameter_server"), "mlp:M")
 # the same hosts unshaped first: their sweep is the floor the shaped one is predicted from
-# (harness/validate.py, unshaped_time)
+# (harness/validate/score.py, unshaped_time)
 EMULATED_FLOOR = f"netns:hosts=2,rate={UNSHAPED}"
 EMULATED_SIZES = (1024, 4 * 2**20)
 
@@ -54,7 +54,7 @@ def _emulated_sweep(store: ResultsStore, run_id: str, spec: ClusterSpec, framewo
 def emulated_stage(store: ResultsStore, run_id: str, steps: int) -> None:
     """Collectives and a few cases on emulated hosts, then `validate` into this run."""
     from harness.launch import netns
-    from harness.validate import VALIDATION_TABLE, summarize, validate
+    from harness.validate.score import VALIDATION_TABLE, summarize, validate
 
     why = netns.unavailable_reason()
     if why:
@@ -130,7 +130,7 @@ def command(suite: str, steps: int, repeats: int, results: str | None,
          f"on {', '.join(SIM_TARGETS)}")
     for stage, where in PENDING_STAGES:
         info(f"stage {stage}: not built yet ({where}); skipped")
-    from harness.recommend import format_table, recommend_from_store
+    from harness.recommend.recommender import format_table, recommend_from_store
 
     info("stage recommend:")
     try:

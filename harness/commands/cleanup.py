@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from harness.commands.common import info, results_option
+from harness.core.paths import results_dir
 from harness.launch import netns
-from harness.paths import results_dir
 
 STALE_TMP_S = 3600.0
 

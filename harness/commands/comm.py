@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import click
 
-from harness import catalog, environment, specs
-from harness.comm import REALTIME_FRAMEWORKS, format_table, run_comm, store_comm, sweep_sizes
+from harness.calibrate.sweep import (
+    REALTIME_FRAMEWORKS,
+    format_table,
+    run_comm,
+    store_comm,
+    sweep_sizes,
+)
 from harness.commands.common import NotBuiltError, info, json_option, print_json, results_option
 from harness.commands.run import on_cluster
+from harness.core import clusters as specs
+from harness.core import strategies as catalog
+from harness.core.case import COMM_ROUNDS
+from harness.core.paths import results_dir
+from harness.core.units import parse_size_range
 from harness.launch import netns
-from harness.paths import results_dir
-from harness.plan import COMM_ROUNDS
+from harness.run import environment
 from results.store import ResultsStore
 
 # what each framework's sweep runs on (CPU processes; NCCL is for GPU cases)
@@ -39,7 +48,7 @@ def command(framework: str, cluster: str, sizes: str, world: int, timeout: float
     (TF: all-reduce and all-gather, what MultiWorkerMirroredStrategy exposes)."""
     frameworks = catalog.frameworks(framework)
     cluster_spec = specs.parse_cluster(cluster)
-    low, high = specs.parse_size_range(sizes)
+    low, high = parse_size_range(sizes)
     if cluster_spec.kind == "slurm":
         raise NotBuiltError("comm --cluster slurm", "collective sweeps as Slurm steps")
     if cluster_spec.kind == "netns":

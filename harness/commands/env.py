@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from harness import environment
 from harness.commands.common import json_option, print_json
+from harness.run import environment
 
 
 def format_manifest(m: dict) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from harness.commands.common import json_option, print_json, results_option
-from harness.paths import results_dir
+from harness.core.paths import results_dir
 
 
 @click.command("recommend")
@@ -43,7 +43,7 @@ def command(workloads: tuple[str, ...], targets: tuple[str, ...], budget: float 
             samples: float | None, price: float | None, results: str | None,
             as_json: bool) -> None:
     """Which strategy, on how many devices, within your budget, and why."""
-    from harness.recommend import (
+    from harness.recommend.recommender import (
         DEFAULT_SAMPLES,
         format_table,
         recommend_from_store,

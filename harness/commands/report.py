@@ -8,8 +8,8 @@ from typing import Any
 import click
 
 from harness.commands.common import info, results_option
-from harness.errors import InputError
-from harness.paths import results_dir
+from harness.core.errors import InputError
+from harness.core.paths import results_dir
 
 
 def make_report(results: str | Path | None, out: str | Path | None = None) -> Path:

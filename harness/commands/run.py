@@ -11,14 +11,17 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from harness import catalog, environment, specs
 from harness.commands.common import info, json_option, print_json, results_option
-from harness.errors import InputError
-from harness.execute import Where, execute
+from harness.core import clusters as specs
+from harness.core import strategies as catalog
+from harness.core.case import Case, CaseOptions
+from harness.core.errors import InputError
+from harness.core.paths import results_dir
 from harness.launch import netns, slurm
 from harness.launch.slurm import SlurmTarget
-from harness.paths import results_dir
-from harness.plan import Case, CaseOptions, plan, resolve_workloads
+from harness.run import environment
+from harness.run.execute import Where, execute
+from harness.run.plan import plan, resolve_workloads
 from results.schema import ResultRow
 from results.store import ResultsStore
 

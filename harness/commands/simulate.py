@@ -9,8 +9,8 @@ from typing import Any
 import click
 
 from harness.commands.common import info, json_option, print_json, results_option
-from harness.errors import InputError
-from harness.paths import results_dir
+from harness.core.errors import InputError
+from harness.core.paths import results_dir
 
 
 def _profile(workload: str | None, profile: str | None, results: Path, topology: str,
@@ -18,9 +18,9 @@ def _profile(workload: str | None, profile: str | None, results: Path, topology:
     """The simulator's profile: from --profile, or from the workload (any that `recommend`
     takes: a built-in, a known model, a user's file after one run), with the compute time
     measured here when nothing else can tell it (a topology without a device speed)."""
+    from harness.core.errors import SpecError
     from harness.sim import parse_profile
     from harness.sim.calibration import compute_seconds
-    from harness.sim.spec import SpecError
 
     if workload and profile:
         raise InputError("give --workload or --profile, not both")
@@ -30,7 +30,7 @@ def _profile(workload: str | None, profile: str | None, results: Path, topology:
     if not workload:
         raise InputError("give --workload FAMILY:SIZE|MODEL or --profile K=V,... "
                          "(e.g. --profile params=25M,batch=32,step_compute=100ms)")
-    from harness.profiles import (
+    from harness.calibrate.workload import (
         measured_compute,
         no_compute_message,
         scaled_compute,
@@ -117,15 +117,20 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
                       framework: str | None, strategies: tuple[str, ...],
                       results: Path) -> list[dict[str, Any]]:
     """``--topology netns:...``: this machine's emulated hosts, predicted as `validate` scores
-    and `recommend` ranks them (harness.candidates.predict_emulated): the links as probed
+    and `recommend` ranks them (harness.recommend.candidates.predict_emulated): the links as probed
     here, cores shared as they would be, each framework's measured compute, library and
     runtime costs. Real strategy names only (the frameworks' own schedules)."""
-    from harness.calibrate import comm_table
-    from harness.candidates import Context, emulated_compute, predict_emulated, probed_links
-    from harness.predict import EMULATED_STRATEGIES
-    from harness.profiles import no_compute_message, workload_facts
-    from harness.recommend import probed_networks
-    from harness.targets import parse_targets
+    from harness.calibrate.fits import comm_table
+    from harness.calibrate.workload import no_compute_message, workload_facts
+    from harness.predict.step import EMULATED_STRATEGIES
+    from harness.recommend.candidates import (
+        Context,
+        emulated_compute,
+        predict_emulated,
+        probed_links,
+    )
+    from harness.recommend.recommender import probed_networks
+    from harness.recommend.targets import parse_targets
     from results.store import ResultsStore
 
     if not workload:
@@ -189,7 +194,7 @@ def _deployed(profile: Any, names: list[str] | str, ps_shards: int | None,
     """The profile as the deployment runs it; an option no chosen strategy uses is refused."""
     from dataclasses import replace
 
-    from harness.sim.spec import parse_size
+    from harness.core.units import parse_size
     from harness.sim.strategies import expand_strategies
 
     chosen = {sim for _, sim in expand_strategies(names)}
@@ -236,7 +241,7 @@ def _simulate_layout(topology: str, workload: str | None, profile: str | None, r
     from dataclasses import replace
 
     from harness.sim import simulate_layout
-    from harness.structure import layered
+    from harness.sim.structure import layered
     from workloads import WorkloadError
 
     if profile or not workload:
@@ -255,7 +260,7 @@ def _simulate_layout(topology: str, workload: str | None, profile: str | None, r
 
 
 def format_layout_row(r: dict[str, Any]) -> str:
-    from harness.units import format_bytes
+    from harness.core.units import format_bytes
 
     return "\n".join([
         f"{'layout':<44}{'step ms':>10}{'bubble':>8}{'samples/s':>12}{'efficiency':>12}"

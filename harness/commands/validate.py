@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from harness import environment
 from harness.commands.common import info, json_option, print_json, results_option
-from harness.paths import results_dir
-from harness.validate import (
+from harness.core.paths import results_dir
+from harness.run import environment
+from harness.validate.score import (
     VALIDATION_TABLE,
     cached_validation,
     calibration_gaps,

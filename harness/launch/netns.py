@@ -227,7 +227,7 @@ def private_loopback() -> Iterator[Cluster]:
 
 
 PROBE_SECONDS = 1.0
-# a trial's bytes at most: an unshaped link (harness.specs.UNSHAPED, 40 Gbit/s configured)
+# a trial's bytes at most: an unshaped link (harness.core.clusters.UNSHAPED, 40 Gbit/s configured)
 # would otherwise move 5 GB per trial; this machine's veth pairs carry 1 GiB in about 0.5 s
 PROBE_MAX_BYTES = 2**30
 PROBE_PORT = 29400

@@ -25,10 +25,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.core.case import Case
+from harness.core.clusters import ClusterSpec
 from harness.launch.processes import GroupResult, Outcome, ProcessSpec, error_line, tail
-from harness.plan import Case
 from harness.runners.slurm_task import PORT_BASE_ENV, TASKS_ENV
-from harness.specs import ClusterSpec
 
 GRACE_S = 20  # after the first task ends, how long srun lets the others finish (--wait)
 POLL_S = 0.1

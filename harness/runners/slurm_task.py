@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 
-from harness.plan import Case
+from harness.core.case import Case
 
 TASKS_ENV = "STRATBENCH_SLURM_TASKS"  # harness.launch.slurm exports these two
 PORT_BASE_ENV = "STRATBENCH_SLURM_PORT_BASE"

@@ -20,8 +20,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from harness.core.case import COMM_ROUNDS, Case
 from harness.measure.stats import summarize_rounds
-from harness.plan import COMM_ROUNDS, Case
 
 OPS = ("all_reduce", "all_gather")
 BYTES_PER_POINT = 16 * 2**20  # about this many bytes moved per point and round

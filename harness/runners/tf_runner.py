@@ -27,12 +27,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from harness.core.case import LEARNING_RATE, Case
 from harness.measure.cpu import CpuMeter
 from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
-from harness.plan import Case
 
-LEARNING_RATE = 0.05  # the torch runners' rate, so the frameworks' results compare
 INTER_OP_THREADS = 2
 SINGLE_PROCESS = ("one_device", "mirrored", "central_storage")
 LOGICAL_DEVICE_NOTE = ("replicas are logical CPU devices of one process that share the same "

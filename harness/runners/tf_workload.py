@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from harness.plan import Case
+from harness.core.case import Case
 from workloads import UserWorkload, WorkloadSpec, data, resolve_workload
 from workloads import tf_models as models
 from workloads.spec import CLICK

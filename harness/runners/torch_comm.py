@@ -19,8 +19,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from harness.core.case import COMM_ROUNDS, Case
 from harness.measure.stats import summarize_rounds
-from harness.plan import COMM_ROUNDS, Case
 
 OPS = ("all_reduce", "broadcast", "reduce_scatter", "all_gather", "ps_push", "ps_pull")
 BUDGET_S = 0.05  # per point and round

@@ -25,12 +25,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from harness.core.case import LEARNING_RATE, Case
 from harness.measure import memory
 from harness.measure.wire import WireMeter
-from harness.plan import Case
 from harness.runners import torch_workload as tw
-
-LEARNING_RATE = 0.05  # as harness/runners/torch_runner.py
 
 
 class StagePart(nn.Module):

@@ -25,12 +25,11 @@ import numpy as np
 import torch
 import torch.distributed.rpc as rpc
 
+from harness.core.case import LEARNING_RATE, Case
 from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
-from harness.plan import Case
 from harness.runners import torch_workload as tw
 
-LEARNING_RATE = 0.05
 Grad = tuple[str, torch.Tensor | None, torch.Tensor]  # (name, row indices or None, values)
 
 

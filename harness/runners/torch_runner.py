@@ -18,14 +18,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from harness.core.case import LEARNING_RATE, LOCAL_REPLICAS, Case
 from harness.measure import memory
 from harness.measure.cpu import CpuMeter
 from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
-from harness.plan import LOCAL_REPLICAS, Case
 from harness.runners import torch_workload as tw
-
-LEARNING_RATE = 0.05
 
 
 def _threads(case: Case) -> int:
@@ -69,19 +67,6 @@ def _full_weights(case: Case, model: torch.nn.Module) -> dict[str, np.ndarray]:
         return out
     inner = model.module if hasattr(model, "module") else model
     return {n: p.detach().cpu().numpy().copy() for n, p in inner.named_parameters()}
-
-
-def timed_step(spec: tw.Workload, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-               batch: Any) -> tuple[float, float]:
-    """One training step: (its loss, its seconds), the same for every strategy that trains
-    a whole model per process."""
-    start = time.perf_counter()
-    optimizer.zero_grad(set_to_none=True)
-    loss = tw.loss(spec, model, batch)
-    loss.backward()
-    optimizer.step()
-    value = float(loss.detach())
-    return value, time.perf_counter() - start
 
 
 OVERLAP_ROUNDS = 3
@@ -181,7 +166,7 @@ def train(case: Case, rank: int, world: int, batch_per_rank: int,
         if step == case.warmup:
             meter.start()
             cpu.start()
-        value, elapsed = timed_step(spec, model, optimizer, batch)
+        value, elapsed = tw.timed_step(spec, model, optimizer, batch)
         if step >= case.warmup:
             times.append(elapsed)
         losses.append(value)

@@ -26,14 +26,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from harness.core.case import LEARNING_RATE, Case
 from harness.measure import memory
 from harness.measure.wire import WireMeter
-from harness.plan import Case
 from harness.runners import torch_workload as tw
-from harness.runners.torch_runner import timed_step
 from workloads.configs import TransformerConfig
-
-LEARNING_RATE = 0.05  # as harness/runners/torch_runner.py
 
 
 def qkv_order(d: int, heads: int, ranks: int) -> np.ndarray:
@@ -131,7 +128,7 @@ def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
             meter.start()
         profiled = step == case.warmup - 1  # the last untimed step: where waits are counted
         with _collective_time() if profiled else contextlib.nullcontext() as waits:
-            value, elapsed = timed_step(spec, model, optimizer, batch)
+            value, elapsed = tw.timed_step(spec, model, optimizer, batch)
         if profiled and waits is not None:
             waiting = min(1.0, waits.seconds / elapsed)
         if step >= case.warmup:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from typing import Any
 
 import torch
 from torch import nn
 
-from harness.plan import Case
+from harness.core.case import Case
 from workloads import UserWorkload, WorkloadSpec, data, resolve_workload
 from workloads import torch_models as models
 from workloads.configs import TransformerConfig
@@ -77,3 +78,16 @@ def inject_fault(case: Case, rank: int, step: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if step == case.options.get("hang_at_step"):
         os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def timed_step(spec: Workload, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+               batch: Any) -> tuple[float, float]:
+    """One training step: (its loss, its seconds), the same for every strategy that trains
+    a whole model per process."""
+    start = time.perf_counter()
+    optimizer.zero_grad(set_to_none=True)
+    value_t = loss(spec, model, batch)
+    value_t.backward()
+    optimizer.step()
+    value = float(value_t.detach())
+    return value, time.perf_counter() - start

@@ -5,6 +5,7 @@ without a framework. The CLI calls :func:`simulate` (and :func:`simulate_collect
 rest is here for the recommender, the calibrator and the tests.
 """
 
+from harness.core.errors import SpecError
 from harness.sim.api import (
     COLLECTIVE_ALGORITHMS,
     simulate,
@@ -17,8 +18,9 @@ from harness.sim.layered import Layer, LayeredModel, Layout
 from harness.sim.preset import load_preset, preset_names
 from harness.sim.profile import WorkloadProfile, parse_profile
 from harness.sim.schedule import Schedule, Step, Transfer, execute
-from harness.sim.spec import SpecError, parse_topology
-from harness.sim.step_model import StepResult, simulate_step
+from harness.sim.spec import parse_topology
+from harness.sim.step_model import simulate_step
+from harness.sim.step_result import StepResult
 from harness.sim.strategies import (
     DEFAULT_STRATEGIES,
     REAL_TO_SIM,

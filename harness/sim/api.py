@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from harness.core.errors import SpecError
 from harness.sim import calibration as cal
 from harness.sim.closed_forms import busbw
 from harness.sim.collectives import (
@@ -24,11 +25,13 @@ from harness.sim.collectives import (
 from harness.sim.engine import MODES, run_collective
 from harness.sim.layered import LayeredModel, Layout
 from harness.sim.memory import model_parallel_memory
+from harness.sim.model_parallel_step import model_parallel_step
 from harness.sim.profile import WorkloadProfile
 from harness.sim.ps import central_storage, ps_sync
 from harness.sim.schedule import Schedule
-from harness.sim.spec import SpecError, parse_topology
-from harness.sim.step_model import StepResult, model_parallel_step, simulate_step
+from harness.sim.spec import parse_topology
+from harness.sim.step_model import simulate_step
+from harness.sim.step_result import StepResult
 from harness.sim.strategies import (
     ALLREDUCE,
     allreduce_schedule,
@@ -74,7 +77,7 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
     and latencies. ``library``: nccl (GPUs) or gloo (CPUs, emulated hosts): whose collectives
     the strategies run. ``ps_pull``: what a parameter-server worker pulls back, "changed"
     rows or "whole" variables (TF's ParameterServerStrategy). ``runtime_s``: the framework
-    runtime's own time per synchronous step, where it was measured (harness/predict.py).
+    runtime's own time per synchronous step, where it was measured (harness/predict/step.py).
     """
     if profile is None:
         raise SpecError("simulate needs a workload profile (e.g. params=25M,batch=32,"

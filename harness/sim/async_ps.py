@@ -22,12 +22,12 @@ from collections.abc import Generator, Sequence
 
 import simpy
 
+from harness.core.errors import SpecError
 from harness.sim.calibration import Calibration, compute_seconds
 from harness.sim.network import CountingEnvironment, FluidNetwork
 from harness.sim.profile import WorkloadProfile
 from harness.sim.ps import server_ranks
-from harness.sim.spec import SpecError
-from harness.sim.step_model import StepResult, worker_classes
+from harness.sim.step_result import StepResult, worker_classes
 from harness.sim.topology import (
     Hierarchy,
     Topology,

@@ -32,8 +32,9 @@ import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
+from harness.core.units import parse_size
 from harness.sim.engine import run_collective
-from harness.sim.spec import parse_size, parse_topology
+from harness.sim.spec import parse_topology
 from harness.sim.strategies import allreduce_schedule
 
 ALGORITHMS = ("ring", "hierarchical", "halving_doubling", "tree")
@@ -86,8 +87,8 @@ def measure_layout(data: int, stages: int, tensor: int) -> dict[str, Any]:
     """One 3D-parallel step of gpt3_175b on preset:dgx_h100_ib (128 hosts), micro-batch 1."""
     from harness.sim import calibration as cal
     from harness.sim.layered import Layout
-    from harness.sim.step_model import model_parallel_step
-    from harness.structure import layered
+    from harness.sim.model_parallel_step import model_parallel_step
+    from harness.sim.structure import layered
 
     started = time.perf_counter()
     calib = cal.from_preset("dgx_h100_ib")

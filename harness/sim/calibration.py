@@ -2,7 +2,7 @@
 
 Alpha (latency per message, s) and beta (s per byte) per link class, and how long a step's
 compute takes, either measured (``stratbench comm`` / ``run`` results, fitted by
-``harness/calibrate.py``) or taken from a preset or the topology spec. The simulator takes a
+``harness/calibrate/fits.py``) or taken from a preset or the topology spec. The simulator takes a
 :class:`Calibration`; it never fits one.
 """
 
@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harness.core.errors import SpecError
 from harness.sim.preset import load_preset
 from harness.sim.profile import WorkloadProfile
-from harness.sim.spec import SpecError, parse_topology
+from harness.sim.spec import parse_topology
 from harness.sim.topology import Topology, link_classes, with_classes
 
 SOURCES = ("measured", "preset", "spec", "profile")

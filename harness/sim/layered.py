@@ -5,7 +5,7 @@ where they sit: a pipeline stage holds a contiguous run of layers and hands the 
 output to the next stage; a tensor-parallel group splits each layer's matmuls and all-reduces
 its output (Megatron-LM: two all-reduces per transformer block forward, two backward).
 
-``harness/structure.py`` derives these records from the built-in families and the known
+``harness/sim/structure.py`` derives these records from the built-in families and the known
 models; the simulator reads only the numbers.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.sim.spec import SpecError
+from harness.core.errors import SpecError
 
 SCHEDULES = ("gpipe", "1f1b")
 

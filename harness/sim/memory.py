@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.core.errors import SpecError
 from harness.sim.layered import Layer, LayeredModel, Layout, stage_layers
 from harness.sim.pipeline import peak_in_flight, stage_order
-from harness.sim.spec import SpecError
 
 BYTES_PER_PARAM = 4
 #: optimizer state slots per parameter

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.sim.spec import SpecError
+from harness.core.errors import SpecError
 
 FORWARD, BACKWARD = "F", "B"
 

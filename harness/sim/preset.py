@@ -13,7 +13,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from harness.errors import InputError, choices_message
+from harness.core.errors import InputError, choices_message
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def load_preset(name: str) -> Preset:
     """The preset called ``name``; an unknown name is an InputError listing the known ones."""
     names = preset_names()
     if name not in names:
-        from harness.sim.spec import SpecError
+        from harness.core.errors import SpecError
 
         raise SpecError(choices_message("preset", name, names))
     text = (resources.files("harness.sim") / "presets" / f"{name}.json").read_text("utf-8")

@@ -17,14 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.sim.spec import (
-    SpecError,
-    parse_count,
-    parse_duration,
-    parse_number,
-    parse_options,
-    parse_size,
-)
+from harness.core.errors import SpecError
+from harness.core.units import parse_count, parse_duration, parse_number, parse_options, parse_size
 
 DEFAULT_BUCKET = 25 * 2**20
 

@@ -22,11 +22,17 @@ naming the bad value and what is allowed.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import replace
 
-from harness.errors import InputError
+from harness.core.errors import SpecError
+from harness.core.units import (
+    parse_bandwidth,
+    parse_count,
+    parse_duration,
+    parse_options,
+    parse_ratio,
+)
 from harness.sim.topology import (
     MAX_DEVICES,
     NIC_MODES,
@@ -36,83 +42,6 @@ from harness.sim.topology import (
     TopologyError,
     Torus,
 )
-
-
-class SpecError(InputError):
-    """A topology (or profile) spec that cannot be parsed; the message names the bad part."""
-
-
-_NUM = r"(?P<num>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
-_BANDWIDTH = re.compile(
-    _NUM + r"\s*(?P<prefix>[kKmMgGtT]i?)?(?P<unit>bits?|b|B|[bB]ytes?)(?P<per>/s|ps)?")
-_DURATION = re.compile(_NUM + r"\s*(?P<unit>s|ms|us|µs|ns)")
-_PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
-_DURATION_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-BANDWIDTH_HELP = "use e.g. 100Gbit, 25Gbps, 300GB/s"
-DURATION_HELP = "use e.g. 5us, 1.5ms, 0"
-
-
-def parse_bandwidth(text: str) -> float:
-    """'400Gbit' -> 5e10 bytes/s; 'b'/'bit'/'bps' are bits, 'B'/'byte'/'Bps' bytes."""
-    m = _BANDWIDTH.fullmatch(text.strip())
-    if not m:
-        raise SpecError(f"bad bandwidth {text!r} ({BANDWIDTH_HELP})")
-    prefix = m.group("prefix") or ""
-    scale = 1024.0 ** ("kmgt".index(prefix[0].lower()) + 1) if prefix.endswith("i") \
-        else _PREFIX[prefix.lower()]
-    value = float(m.group("num")) * scale
-    if m.group("unit") in ("b", "bit", "bits"):
-        value /= 8
-    if not (math.isfinite(value) and 0 < value < 1e18):
-        raise SpecError(f"bandwidth {text!r} must be > 0 and finite ({BANDWIDTH_HELP})")
-    return value
-
-
-def parse_duration(text: str) -> float:
-    """'5us' -> 5e-6 seconds; a bare '0' is zero."""
-    text = text.strip()
-    if text == "0":
-        return 0.0
-    m = _DURATION.fullmatch(text)
-    if not m:
-        raise SpecError(f"bad latency {text!r} ({DURATION_HELP})")
-    value = float(m.group("num")) * _DURATION_UNIT[m.group("unit")]
-    if not (math.isfinite(value) and 0 <= value <= 1e3):
-        raise SpecError(f"latency {text!r} must be between 0 and 1000 s")
-    return value
-
-
-def parse_count(text: str, what: str, low: int = 1, high: int = MAX_DEVICES) -> int:
-    if not re.fullmatch(r"\d{1,9}", text.strip()):
-        raise SpecError(f"{what}={text!r} is not a whole number (use e.g. {what}=8)")
-    value = int(text)
-    if not low <= value <= high:
-        raise SpecError(f"{what}={value} must be from {low} to {high}")
-    return value
-
-
-def parse_ratio(text: str, what: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise SpecError(f"{what}={text!r} is not a number (use e.g. {what}=2)") from None
-    if not (math.isfinite(value) and 1 <= value <= 1e6):
-        raise SpecError(f"{what}={text!r} must be a number >= 1")
-    return value
-
-
-def parse_options(text: str, kind: str) -> dict[str, str]:
-    """'a=1,b=2' -> {'a': '1', 'b': '2'}; an empty text is no options."""
-    out: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key or not value:
-            raise SpecError(f"bad {kind} option {part!r} (use key=value)")
-        if key in out:
-            raise SpecError(f"{kind} option {key!r} given twice")
-        out[key] = value
-    return out
 
 
 def _check_keys(kind: str, options: dict[str, str], required: tuple[str, ...],
@@ -231,33 +160,3 @@ def _preset(name: str, overrides: str, spec: str) -> Topology:
     options.update(parse_options(overrides, f"preset {name}"))
     text = base_kind + ":" + ",".join(f"{k}={v}" for k, v in options.items())
     return replace(parse_topology(text), spec=spec)
-
-
-_SIZE = re.compile(_NUM + r"\s*(?P<prefix>[kKmMgGtT]i?)?(?P<unit>B|[bB]ytes?)?")
-_COUNT = re.compile(_NUM + r"\s*(?P<prefix>[kKmMgGtTpP])?")
-
-
-def parse_size(text: str, what: str = "size") -> float:
-    """'25MiB' -> 26214400 bytes, '100MB' -> 1e8, '4096' -> 4096 (K M G T decimal, Ki.. binary)."""
-    m = _SIZE.fullmatch(text.strip())
-    if not m:
-        raise SpecError(f"bad {what} {text!r} (use e.g. 100MB, 25MiB, 4096)")
-    prefix = m.group("prefix") or ""
-    scale = 1024.0 ** ("kmgt".index(prefix[0].lower()) + 1) if prefix.endswith("i") \
-        else _PREFIX[prefix.lower()]
-    value = float(m.group("num")) * scale
-    if not (math.isfinite(value) and 0 <= value < 1e18):
-        raise SpecError(f"{what} {text!r} must be >= 0 and finite")
-    return value
-
-
-def parse_number(text: str, what: str, low: float = 0.0, high: float = 1e30) -> float:
-    """'25M' -> 2.5e7, '3e9' -> 3e9, '1.5G' -> 1.5e9 (K M G T P decimal)."""
-    m = _COUNT.fullmatch(text.strip())
-    if not m:
-        raise SpecError(f"{what}={text!r} is not a number (use e.g. {what}=25M or 3e9)")
-    prefix = (m.group("prefix") or "").lower()
-    value = float(m.group("num")) * ({"p": 1e15} | _PREFIX)[prefix]
-    if not (math.isfinite(value) and low <= value <= high):
-        raise SpecError(f"{what}={text!r} must be from {low:g} to {high:g}")
-    return value

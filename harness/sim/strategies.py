@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from harness.errors import choices_message
+from harness.core.errors import SpecError, choices_message
 from harness.sim.collectives import (
     binary_tree_allreduce,
     double_binary_tree_allreduce,
@@ -26,7 +26,6 @@ from harness.sim.collectives import (
     ring_reduce_scatter,
 )
 from harness.sim.schedule import Schedule, parallel
-from harness.sim.spec import SpecError
 from harness.sim.topology import Hierarchy, Topology, TopologyError, Torus, n_devices
 
 ALLREDUCE = ("allreduce_ring", "allreduce_tree", "allreduce_halving_doubling",
@@ -39,7 +38,7 @@ SIM_STRATEGIES = (*ALLREDUCE, AFTER_BACKWARD, "fsdp", "parameter_server", "param
 #: The strategies `--strategy all` simulates (the unpipelined binary tree is a reference only).
 DEFAULT_STRATEGIES = tuple(s for s in SIM_STRATEGIES if s != "allreduce_binary_tree")
 
-#: (framework, real name) -> simulated strategy. Mirrors harness/catalog.py.
+#: (framework, real name) -> simulated strategy. Mirrors harness/core/strategies.py.
 REAL_TO_SIM: dict[tuple[str, str], str] = {
     ("tf", "mirrored"): AFTER_BACKWARD,
     ("tf", "multi_worker_mirrored"): AFTER_BACKWARD,

@@ -24,8 +24,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from harness.core.units import MAX_DEVICES
+
 #: Upper bound on the devices one topology may hold (keeps a typo from allocating gigabytes).
-MAX_DEVICES = 1 << 17
 
 NIC_MODES = ("per_device", "shared")
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # How this directory was measured (root, for the emulated hosts): local calibration and
 # one-device baselines first, then the emulated cluster whose ranking `recommend` predicted
-# from them before it was run (python -m harness.ranking_check DIR netns:hosts=4,rate=250mbit
+# from them before it was run (python -m harness.recommend.ranking_check DIR netns:hosts=4,rate=250mbit
 # mlp:M recsys:S). Usage: bash campaign.sh RESULTS_DIR
 set -euxo pipefail
 R=${1:?results directory}

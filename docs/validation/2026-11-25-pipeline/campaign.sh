@@ -3,7 +3,7 @@
 # gloo's loopback fit, then pipeline runs of transformer:M with 2 and 4 stages (one per
 # emulated host), 4 and 8 micro-batches, at 400 and 100 Mbit/s, each with its own
 # one-process baseline; last, two local pipeline runs, the loopback floor of a pipeline
-# pass (harness/predict.py, pass_overhead). Usage: bash campaign.sh RESULTS_DIR
+# pass (harness/predict/step.py, pass_overhead). Usage: bash campaign.sh RESULTS_DIR
 set -euxo pipefail
 R=${1:?results directory}
 stratbench comm --framework torch --world 2 --no-realtime --sizes 1KiB:4MiB --results "$R"

@@ -8,7 +8,7 @@
 #    a dense model whose exchange outweighs its compute at the slowest rate (mlp:M) and an
 #    embedding-heavy one (recsys:S), on 2, 4 and 6 hosts at 100 Mbit/s, 300 Mbit/s and 1 Gbit/s;
 # 3. the same strategies on one machine, no links (what `validate` takes each runtime's own
-#    time per step from: harness/predict.py runtime_overhead);
+#    time per step from: harness/predict/step.py runtime_overhead);
 # 4. a racked cluster (2 racks, 200 Mbit/s uplinks);
 # 5. the loopback sweeps at 4 and 6 ranks, which the 4- and 6-host runs take each library's
 #    cost per message and byte from (software_costs: the nearest rank count swept);
@@ -18,7 +18,7 @@
 #    1.26/1.26 and 1.56/1.62 (docs/SIMULATOR.md says what that moved).
 # 7. each library's 16 MiB all-reduce swept on every cluster above (three rounds; the whole
 #    set three times, back to back), measured four to five hours after the runs: the share of each cluster's links each library's
-#    collectives reach (harness/link_efficiency.py), which the step predictions take, as one
+#    collectives reach (harness/calibrate/link_share.py), which the step predictions take, as one
 #    runs nccl-tests on a cluster before trusting a job's numbers.
 # The 4-host 300 Mbit/s runs checked in were measured last, again: the first ones shared the
 # machine with a test suite and were dropped, unscored.

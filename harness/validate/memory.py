@@ -42,13 +42,13 @@ def framework_memory(rows: pd.DataFrame, framework: str, strategy: str) -> float
 
 def predicted_memory(row: dict[str, Any]) -> float | None:
     """The memory model's bytes for one device of the run (SGD: no optimizer state)."""
-    from harness.predict import layout_of
-    from harness.profiles import workload_facts
+    from harness.calibrate.workload import workload_facts
+    from harness.predict.step import layout_of
 
     name = f"{row['workload']}:{row['size']}"
     strategy = str(row["strategy"])
     if strategy in ("pipeline", "tensor_parallel"):
-        from harness.structure import layered
+        from harness.sim.structure import layered
 
         layout = layout_of(row)
         if layout is None:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.units import format_duration, format_usd
+from harness.core.units import format_duration, format_usd
 
 NAN = float("nan")
 DEFAULT_MIN_EFFICIENCY = 0.5

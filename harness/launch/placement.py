@@ -8,19 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-import sys
 from pathlib import Path
 
+from harness.core.case import Case
+from harness.launch.child import worker_argv
 from harness.launch.netns import Cluster, Host
 from harness.launch.processes import ProcessSpec
-from harness.plan import Case
-
-LOOPBACK = "127.0.0.1"
-
-
-def worker_argv(case_file: Path, role: str, index: int) -> tuple[str, ...]:
-    return (sys.executable, "-m", "harness.worker", "--case", str(case_file),
-            "--role", role, "--index", str(index))
 
 
 def processes(case: Case, case_file: Path, cluster: Cluster | None = None) -> list[ProcessSpec]:
@@ -28,7 +21,7 @@ def processes(case: Case, case_file: Path, cluster: Cluster | None = None) -> li
     hosts, process j runs on host j mod N and peers meet at the first process's host."""
     quiet = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
     if case.framework == "tf":
-        from harness.runners.tf_layout import tf_processes
+        from harness.launch.tf_placement import tf_processes
 
         return tf_processes(case, case_file, cluster)
     servers: list[ProcessSpec] = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.errors import InputError, choices_message
+from harness.core.errors import InputError, choices_message
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ cluster's own runs recorded (its rows and its link probes), asks `recommend` for
 prediction, and puts each predicted step time beside the measured one. The question a user
 asks of a prediction is the order, so the order is what is checked:
 
-    python -m harness.ranking_check RESULTS_DIR netns:hosts=4,rate=250mbit mlp:M recsys:S
+    python -m harness.recommend.ranking_check RESULTS_DIR netns:hosts=4,rate=250mbit mlp:M recsys:S
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from harness.profiles import row_names
+from harness.calibrate.workload import row_names
 
 STRATEGIES = (("torch", "ddp"), ("torch", "parameter_server"), ("tf", "multi_worker_mirrored"))
 
@@ -24,7 +24,7 @@ def ranking_check(root: str, cluster: str, workloads: Sequence[str],
                   strategies: Sequence[tuple[str, str]] = STRATEGIES) -> pd.DataFrame:
     """One row per (workload, strategy) measured on ``cluster``: predicted and measured step
     time, the error, and both ranks (1 = fastest) among the strategies checked."""
-    from harness.recommend import probed_networks, recommend
+    from harness.recommend.recommender import probed_networks, recommend
     from results.store import ResultsStore, load, load_table_safe
 
     store = ResultsStore(root)

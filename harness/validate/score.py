@@ -19,10 +19,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.calibrate import comm_table
-from harness.errors import InputError
-from harness.link_efficiency import link_share, shaped_all_reduces
-from harness.predict import (
+from harness.calibrate.fits import comm_table
+from harness.calibrate.link_share import link_share, shaped_all_reduces
+from harness.calibrate.workload import replica_compute_s
+from harness.core.clusters import parse_cluster
+from harness.core.errors import InputError
+from harness.predict.step import (
     LATENCY_TRIPS,
     MODEL_PARALLEL_STRATEGIES,
     SERIAL_SOFTWARE,
@@ -44,8 +46,6 @@ from harness.predict import (
     shard_bytes,
     uses_collectives,
 )
-from harness.profiles import replica_compute_s
-from harness.specs import parse_cluster
 from results.store import MANIFEST, ResultsStore, load, load_table_safe
 
 # `stratbench comm` operation -> the collective gloo actually runs (PS push/pull have no direct
@@ -289,7 +289,7 @@ def run_cores(store: ResultsStore, run_id: str) -> int:
 
 def validate_steps(store: ResultsStore) -> pd.DataFrame:
     """End-to-end step times of multi-replica cases on emulated hosts."""
-    from harness.profiles import workload_facts
+    from harness.calibrate.workload import workload_facts
 
     frame = load(store.root)
     ok = frame[(frame["status"] == "ok") & frame["cluster"].str.startswith("netns")]
@@ -495,7 +495,7 @@ def _wire_row(r: dict[str, Any], sim: dict[str, Any], grad_bytes: float, hosts: 
 
 def validate(store: ResultsStore) -> pd.DataFrame:
     """Every prediction with its error; `inputs` is the fingerprint it was computed from."""
-    from harness.validate_memory import validate_memory
+    from harness.validate.memory import validate_memory
 
     fingerprint = inputs_fingerprint(store.root)
     parts = [t for t in (validate_comm(store), validate_steps(store),

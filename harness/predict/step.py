@@ -29,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.profiles import replica_compute_s
+from harness.calibrate.workload import replica_compute_s
 
 # Libraries whose own cost adds to the wire's rather than hiding under it. Measured on
 # emulated hosts at 100 Mbit/s (2 and 4 hosts, 256 KiB-4 MiB): TF's gRPC ring all-reduce and
@@ -55,7 +55,7 @@ MEASURED_AS = {("tf", "parameter_server"): "parameter_server"}
 # all-reduce at 0.12 and 0.19 ms, three back to back at 0.19, 0.22 and 0.24 ms; TF's at 2.7
 # and 4.6 ms; the emulated points beside them repeated within 3%.
 FLOOR_SWEEPS = 3
-# The strategies an emulated cluster runs, one replica per host (harness/plan.py).
+# The strategies an emulated cluster runs, one replica per host (harness/run/plan.py).
 EMULATED_STRATEGIES = (("torch", "ddp"), ("torch", "fsdp"), ("torch", "parameter_server"),
                        ("tf", "multi_worker_mirrored"), ("tf", "parameter_server"))
 # Those whose every step waits for every worker (our TF parameter_server joins each step):
@@ -235,7 +235,7 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
     harness.sim WorkloadProfile (its compute time is replaced by ``one_replica_s`` slowed
     by oversold cores); ``ps``: the shard weights and placement of a parameter server;
     ``runtime_s``: the runtime's own time per step (`runtime_overhead`); ``link_share``:
-    the share of the links the library's collectives reach (harness.link_efficiency; the
+    the share of the links the library's collectives reach (harness.calibrate.link_share; the
     parameter servers' transports are not collectives and keep the probed rate)."""
     from harness.sim import simulate
     from harness.sim.strategies import PS_PULL
@@ -284,7 +284,7 @@ def predict_layout(workload: str, layout: Any, links: MeasuredLinks, batch: int,
     shared among the hosts' processes by the machine's cores; the links as probed; gloo's
     per-message cost and round trips."""
     from harness.sim import simulate_layout
-    from harness.structure import layered
+    from harness.sim.structure import layered
 
     # as harness/runners run it: the embeddings stay whole on every tensor rank (Megatron-LM
     # splits them by vocabulary, at one more all-reduce per micro-batch)

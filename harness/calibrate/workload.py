@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.errors import InputError
+from harness.core.errors import InputError
 from harness.sim.profile import WorkloadProfile
 
 NAN = float("nan")

@@ -22,15 +22,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness import environment
-from harness.catalog import FIT_UNAVAILABLE, STRATEGIES, WEIGHT_TOLERANCE
+from harness.core.case import Case
+from harness.core.strategies import FIT_UNAVAILABLE, STRATEGIES, WEIGHT_TOLERANCE
 from harness.launch import netns, slurm
+from harness.launch import placement as layout
 from harness.launch.netns import Cluster
 from harness.launch.processes import GroupResult, run_group
 from harness.launch.slurm import SlurmTarget
 from harness.measure import stats, wire
-from harness.plan import Case
-from harness.runners import layout
+from harness.run import environment
 from results.schema import ResultRow, Status
 from results.store import ResultsStore, load
 

@@ -1,8 +1,8 @@
 """Models cut into layers: what pipeline and tensor parallelism need to know of a workload.
 
 The adapter from workloads (architecture configs) to the simulator's layered records, as
-``harness/profiles.py`` is for data parallelism. The per-layer figures follow the same rules
-as ``workloads.costs`` (a multiply-accumulate is
+``harness/calibrate/workload.py`` is for data parallelism. The per-layer figures follow the
+same rules as ``workloads.costs`` (a multiply-accumulate is
 2 FLOPs, training = 3 x forward, fp32 activations kept by the rule of
 ``costs.activation_elements``), so each model's layers add up exactly to its totals there;
 a test checks it. Built from the architecture configs, never from a framework.

@@ -4,7 +4,7 @@ Three sources, one record (a plain dict, "point"), so the decision rule never as
 number came from; the row says it (``source``, ``validation_error``):
 - measured: the latest ok rows of this cluster in the results store;
 - predicted: an emulated cluster never run, each real strategy predicted by
-  ``harness.predict`` from this machine's calibration (the rules `validate` scores);
+  ``harness.predict.step`` from this machine's calibration (the rules `validate` scores);
 - simulated: a topology, each simulated strategy at each device count of the sweep.
 Pure functions over DataFrames: no framework, no run.
 """
@@ -20,8 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.errors import InputError
-from harness.profiles import (
+from harness.calibrate.workload import (
     WorkloadFacts,
     estimated_compute,
     measured_compute,
@@ -29,7 +28,8 @@ from harness.profiles import (
     row_names,
     scaled_compute,
 )
-from harness.targets import Target, device_counts
+from harness.core.errors import InputError
+from harness.recommend.targets import Target, device_counts
 
 NAN = float("nan")
 # The price of a device like this machine when the user names none: one replica here is a
@@ -60,7 +60,8 @@ class Context:
 
 
 def exchange_kind(framework: str, strategy: str) -> str:
-    """none | allreduce | central | parameter_server | sharded (as harness.catalog names)."""
+    """none | allreduce | central | parameter_server | sharded (as harness.core.strategies
+    names)."""
     if strategy in ("single_device", "one_device"):
         return "none"
     if strategy in ("pipeline", "tensor_parallel"):
@@ -73,7 +74,7 @@ def exchange_kind(framework: str, strategy: str) -> str:
         if strategy.startswith("parameter_server"):
             return "parameter_server"
         return {"fsdp": "sharded", "central_storage": "central"}.get(strategy, "allreduce")
-    from harness.catalog import STRATEGIES
+    from harness.core.strategies import STRATEGIES
 
     for s in STRATEGIES:
         if s.framework == framework and s.name == strategy:
@@ -177,14 +178,14 @@ def _weights_match(row: dict[Any, Any]) -> bool | None:
 
 
 def probed_links(ctx: Context, target: Target) -> Any:
-    """The target's links as this machine's link probes saw them (harness.predict's
+    """The target's links as this machine's link probes saw them (harness.predict.step's
     MeasuredLinks): probes of the same cluster, else of clusters at the same rate, else the
     spec's rate times the fraction of it every probe reached (the shaper's own overhead),
     and the probes' round-trip time (the emulated path's, whatever the rate). A racked
     cluster never probed gets its uplink the same way, from its spec."""
-    from harness.predict import MeasuredLinks
-    from harness.specs import UNSHAPED_RATE_BITS, parse_cluster
-    from harness.validate import links_from_probes
+    from harness.core.clusters import UNSHAPED_RATE_BITS, parse_cluster
+    from harness.predict.step import MeasuredLinks
+    from harness.validate.score import links_from_probes
 
     spec = parse_cluster(target.spec)
     rate = spec.rate_bits or NAN
@@ -238,10 +239,10 @@ def predict_emulated(ctx: Context, facts: WorkloadFacts, links: Any, framework: 
     machine (one replica each, as harness/runners lay them out): ``links`` as probed (the
     share of them the library's collectives reach where it was swept on ``cluster``'s
     links), cores shared as they would be, the library's and the runtime's own costs as
-    measured here (harness.predict); None where the simulator has no model for it."""
-    from harness.link_efficiency import link_share
-    from harness.plan import PS_SHARDS
-    from harness.predict import (
+    measured here (harness.predict.step); None where the simulator has no model for it."""
+    from harness.calibrate.link_share import link_share
+    from harness.core.case import PS_SHARDS
+    from harness.predict.step import (
         machine_cores,
         predict_step,
         runner_ps_layout,
@@ -274,7 +275,7 @@ def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
                      ) -> list[dict[str, Any]]:
     """An emulated cluster that was never run: each real strategy at 2, 4, ... hosts,
     predicted from this machine's calibration; the one-device baseline measured here."""
-    from harness.predict import EMULATED_STRATEGIES, simulated_as
+    from harness.predict.step import EMULATED_STRATEGIES, simulated_as
 
     links = probed_links(ctx, target)
     price, basis = _price(ctx, target, measured_here=True)
@@ -407,10 +408,10 @@ def topology_points(ctx: Context, facts: WorkloadFacts, target: Target
 def _model_parallel_rows(ctx: Context, facts: WorkloadFacts, target: Target,
                          calibration: Any, compute_s: float | None) -> list[dict[str, Any]]:
     """Pipeline / tensor / hybrid layouts, when one replica does not fit a device and the
-    workload has layers to cut (harness/layouts.py); [] otherwise."""
-    from harness.layouts import best_layouts
+    workload has layers to cut (harness/recommend/model_parallel.py); [] otherwise."""
+    from harness.recommend.model_parallel import best_layouts
     from harness.sim.memory import OPTIMIZER_SLOTS, data_parallel_memory
-    from harness.structure import layered
+    from harness.sim.structure import layered
     from workloads import WorkloadError
 
     cap = device_memory(target, ctx, 1)
@@ -447,7 +448,7 @@ def _stored(ctx: Context, facts: WorkloadFacts, target: Target, n: int
 def bandwidth_bits(ctx: Context, target: Target) -> float:
     """The target's slowest link, bits/s (NaN where unknown): probed for emulated hosts."""
     if target.kind == "emulated":
-        from harness.predict import bottleneck_bits
+        from harness.predict.step import bottleneck_bits
 
         return bottleneck_bits(probed_links(ctx, target))
     if target.kind == "topology":

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.errors import InputError
+from harness.core.errors import InputError
 
 TOPOLOGY_KINDS = ("switch", "ring", "two_level", "leaf_spine", "torus", "preset")
 CLUSTER_KINDS = ("local", "netns", "slurm")
@@ -67,7 +67,7 @@ def parse_targets(specs: Sequence[str]) -> list[Target]:
 
 
 def _cluster_target(spec: str) -> Target:
-    from harness.specs import parse_cluster
+    from harness.core.clusters import parse_cluster
 
     cluster = parse_cluster(spec)
     if cluster.kind == "local":
@@ -77,7 +77,8 @@ def _cluster_target(spec: str) -> Target:
 
 
 def _topology_targets(spec: str) -> list[Target]:
-    from harness.sim.spec import SpecError, parse_topology
+    from harness.core.errors import SpecError
+    from harness.sim.spec import parse_topology
     from harness.sim.topology import Hierarchy, n_devices
 
     variants = [spec]

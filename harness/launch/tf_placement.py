@@ -17,11 +17,11 @@ import dataclasses
 import json
 from pathlib import Path
 
+from harness.core.case import Case
+from harness.launch.child import LOOPBACK, worker_argv
 from harness.launch.netns import Cluster
 from harness.launch.ports import free_ports
 from harness.launch.processes import ProcessSpec
-from harness.plan import Case
-from harness.runners.layout import LOOPBACK, worker_argv
 
 SINGLE_PROCESS = ("one_device", "mirrored", "central_storage", "tpu")
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "KERAS_BACKEND": "tensorflow"}

@@ -1,11 +1,11 @@
 """The recommender: which strategy, on how many devices, on the user's cluster, within
 their budget, and why.
 
-For each workload and target (``harness.targets``: this machine, emulated or Slurm
-clusters, any topology spec `simulate` takes, presets), ``harness.candidates`` lists every
+For each workload and target (``harness.recommend.targets``: this machine, emulated or Slurm
+clusters, any topology spec `simulate` takes, presets), ``harness.recommend.candidates`` lists every
 configuration with its step time (measured, predicted from this machine's calibration, or
 simulated at a sweep of device counts); here each gets its memory fit, time and cost to
-train ``samples``, and a one-line reason; ``harness.decide`` picks each strategy's device
+train ``samples``, and a one-line reason; ``harness.recommend.decide`` picks each strategy's device
 count and the answer (``--budget``, ``--deadline``, else the fastest configuration that
 keeps scaling efficiency above a floor, and one device when nothing distributed does).
 
@@ -27,21 +27,21 @@ from typing import Any
 
 import pandas as pd
 
-from harness import decide
-from harness.candidates import (
+from harness.calibrate.workload import WorkloadFacts, row_names, workload_facts
+from harness.core.errors import InputError
+from harness.core.strategies import WEIGHT_TOLERANCE
+from harness.core.units import format_bytes, format_duration, format_rate, format_usd
+from harness.recommend import decide
+from harness.recommend.candidates import (
     Context,
     bandwidth_bits,
     measured_points,
     predicted_points,
     topology_points,
 )
-from harness.catalog import WEIGHT_TOLERANCE
-from harness.errors import InputError
-from harness.profiles import WorkloadFacts, row_names, workload_facts
+from harness.recommend.targets import Target, parse_targets
 from harness.sim.memory import GRADIENT_COPIES, data_parallel_memory
-from harness.targets import Target, parse_targets
-from harness.units import format_bytes, format_duration, format_rate, format_usd
-from harness.validate import latest_validation
+from harness.validate.score import latest_validation
 
 NAN = float("nan")
 DEFAULT_SAMPLES = 10_000_000
@@ -179,7 +179,7 @@ def fill(points: list[dict[str, Any]], *, samples: float, price: float | None = 
 def rank(candidates: list[dict[str, Any]], *, samples: float, price: float | None,
          bandwidth_bits: float = NAN, optimizer_slots: int = 2,
          goal: decide.Goal | None = None) -> list[dict[str, Any]]:
-    """Fill memory fit, time and cost, order by the goal (harness.decide), give reasons;
+    """Fill memory fit, time and cost, order by the goal (harness.recommend.decide), give reasons;
     rank 1 is the recommendation."""
     fill(candidates, samples=samples, price=price, optimizer_slots=optimizer_slots)
     goal = goal or decide.Goal(samples)
@@ -222,8 +222,8 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
     if not 0 <= min_efficiency <= 1:
         raise InputError(f"--min-efficiency must be from 0 to 1, got {min_efficiency}")
     if device is not None:
+        from harness.core.errors import SpecError
         from harness.sim.preset import load_preset
-        from harness.sim.spec import SpecError
 
         try:
             load_preset(device)
@@ -336,7 +336,7 @@ def probed_networks(store: Any) -> list[dict[str, Any]]:
 def recommend_from_store(root: Any, **kwargs: Any) -> pd.DataFrame:
     """``recommend`` over a results directory (measured rows, simulated, validation, the
     calibration fits and the link probes of emulated runs)."""
-    from harness.calibrate import comm_table
+    from harness.calibrate.fits import comm_table
     from results.store import ResultsStore, load, load_table_safe
 
     store = ResultsStore(root)

@@ -6,79 +6,19 @@ parent plans and the children execute without sharing anything else.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.catalog import Strategy
-from harness.errors import InputError
-
-# Replicas per strategy on the local cluster: multi-replica strategies use 2 (this machine
-# has 2 cores); parameter servers run 2 workers and 2 shards so K > 1 really shards.
-LOCAL_REPLICAS = 2
-# Interleaved passes of a `stratbench comm` sweep: slow spells on a shared machine outlast
-# one point, so each point keeps its median pass (runners/torch_comm.py).
-COMM_ROUNDS = 7
-PS_SHARDS = 2
-
-
-@dataclass(frozen=True)
-class Case:
-    framework: str
-    strategy: str
-    workload: str
-    cluster: str
-    replicas: int
-    steps: int
-    warmup: int
-    repeats: int
-    timeout_s: float
-    per_replica_batch: int
-    seed: int = 0
-    options: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def case_id(self) -> str:
-        """Unique within a run; a TF case trained by Keras fit ends in /fit, so its history
-        never mixes with the custom loop's."""
-        loop = "/fit" if self.options.get("tf_loop") == "fit" else ""
-        return (f"{self.framework}/{self.strategy}/{self.workload}/{self.cluster}/"
-                f"{self.replicas}{loop}")
-
-    @property
-    def global_batch(self) -> int:
-        return self.per_replica_batch * self.replicas
-
-    @property
-    def total_steps(self) -> int:
-        return self.warmup + self.steps
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> Case:
-        return cls(**json.loads(text))
-
-
-def replicas_for(strategy: Strategy, hosts: int = 1) -> int:
-    """One replica for baselines; on emulated hosts one per host, else this machine's 2."""
-    if strategy.exchange == "none":
-        return 1
-    return hosts if hosts > 1 else LOCAL_REPLICAS
-
-
-@dataclass(frozen=True)
-class CaseOptions:
-    """`run --stages/--microbatches/--schedule/--tensor-parallel/--tf-loop`: how a
-    model-parallel case splits its model, and how a TF case trains."""
-
-    stages: int | None = None  # default: one per emulated host, else this machine's 2
-    microbatches: int | None = None  # default: one per stage
-    schedule: str | None = None  # default 1f1b; None tells a schedule nobody asked for
-    tensor: int | None = None  # tensor_parallel's degree (same default as stages)
-    tf_loop: str | None = None  # TF cases: custom (the default) or Keras fit
+from harness.core.case import (
+    LOCAL_REPLICAS,
+    PS_SHARDS,
+    Case,
+    CaseOptions,
+    replicas_for,
+)
+from harness.core.errors import InputError
+from harness.core.strategies import Strategy
 
 
 def _refuse_unused(strategies: list[Strategy], asked: CaseOptions) -> None:

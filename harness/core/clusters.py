@@ -1,4 +1,4 @@
-"""Parsers for the small spec languages of the CLI (`--cluster`, rates, sizes).
+"""The `--cluster` spec language (local, emulated hosts, Slurm) into a typed record.
 
 Each returns a typed record or raises InputError with a one-line message that names the bad
 value and what is allowed, so the CLI can answer with exit code 2 instead of a traceback.
@@ -6,67 +6,10 @@ value and what is allowed, so the CLI can answer with exit code 2 instead of a t
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
-from harness.errors import InputError, choices_message
-
-_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(bit|bps|b|byte|bytes)?(?:/s)?\s*$", re.I)
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)(b?)\s*$", re.I)
-_PREFIX = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
-_BINARY = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-
-
-def parse_rate_bits(text: str) -> float:
-    """'400mbit', '1gbit', '100Mbps', '25G' -> bits per second (tc's units, decimal)."""
-    m = _RATE.match(text)
-    if not m:
-        raise InputError(f"bad rate {text!r} (use e.g. 400mbit, 1gbit, 25gbit)")
-    value = float(m.group(1)) * _PREFIX[m.group(2).lower()]
-    unit = (m.group(3) or "bit").lower()
-    if unit in ("byte", "bytes") or m.group(3) == "B":
-        value *= 8
-    if value <= 0:
-        raise InputError(f"rate {text!r} must be > 0")
-    return value
-
-
-def parse_size_bytes(text: str) -> int:
-    """'1KiB', '256MiB', '4096', '1M' -> bytes (K/M/G decimal, Ki/Mi/Gi binary)."""
-    m = _SIZE.match(text)
-    if not m:
-        raise InputError(f"bad size {text!r} (use e.g. 1KiB, 64MiB, 4096)")
-    prefix = m.group(2).lower()
-    scale = _BINARY[prefix] if m.group(3) else _PREFIX[prefix]
-    value = int(float(m.group(1)) * scale)
-    if value <= 0:
-        raise InputError(f"size {text!r} must be > 0")
-    return value
-
-
-def parse_size_range(text: str) -> tuple[int, int]:
-    """'1KiB:256MiB' -> (low, high) in bytes."""
-    low, sep, high = text.partition(":")
-    if not sep:
-        raise InputError(f"bad size range {text!r} (use MIN:MAX, e.g. 1KiB:256MiB)")
-    lo, hi = parse_size_bytes(low), parse_size_bytes(high)
-    if lo > hi:
-        raise InputError(f"size range {text!r} has MIN > MAX")
-    return lo, hi
-
-
-def parse_kv(text: str, what: str) -> dict[str, str]:
-    """'a=1,b=2' -> {'a': '1', 'b': '2'}; empty text is an empty dict."""
-    out: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise InputError(f"bad {what} option {part!r} (use key=value)")
-        if key.strip() in out:
-            raise InputError(f"{what} option {key.strip()!r} given twice")
-        out[key.strip()] = value.strip()
-    return out
-
+from harness.core.errors import InputError, choices_message
+from harness.core.units import parse_kv, parse_rate_bits
 
 CLUSTER_KINDS = ("local", "netns", "slurm")
 NETNS_KEYS = ("hosts", "rate", "racks", "uplink")

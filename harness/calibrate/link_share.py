@@ -22,8 +22,9 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from harness.errors import InputError
-from harness.predict import (
+from harness.core.clusters import parse_cluster
+from harness.core.errors import InputError
+from harness.predict.step import (
     LATENCY_TRIPS,
     SERIAL_SOFTWARE,
     MeasuredLinks,
@@ -33,7 +34,6 @@ from harness.predict import (
     normal_priority_first,
     software_costs,
 )
-from harness.specs import parse_cluster
 
 # The smallest all-reduce a share of the link is read from: below it the library's per-message
 # costs, not the link, set the time (4 hosts at 300 Mbit/s: 1 MiB moves 1.5 MB a host, 42 ms

@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from harness.core.errors import SpecError
+from harness.recommend.targets import Target, device_counts
 from harness.sim.calibration import Calibration
 from harness.sim.layered import LayeredModel, Layout, check_layout
 from harness.sim.memory import model_parallel_memory
-from harness.sim.spec import SpecError
-from harness.targets import Target, device_counts
 
 MODEL_PARALLEL = "model_parallel"  # the exchange kind of these candidates
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import calibrate
-from harness.execute import confined
+from harness.calibrate import fits as calibrate
+from harness.core.case import COMM_ROUNDS, Case
+from harness.launch import placement as layout
 from harness.launch.netns import Cluster
 from harness.launch.processes import run_group
-from harness.plan import COMM_ROUNDS, Case
-from harness.runners import layout
+from harness.run.execute import confined
 from results.store import ResultsStore
 
 COMM_TABLE = "comm"

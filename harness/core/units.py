@@ -1,0 +1,204 @@
+"""Quantities as people write and read them: durations, bytes, rates, counts, money.
+
+Parsers and formatters live together so that a unit means one thing everywhere. Each context
+keeps its own meaning where users expect it: a `--cluster` rate is bits per second and a bare
+number is bits (`rate=25G` is 25 Gbit/s, tc's convention), while a `--topology` bandwidth needs
+its unit and is returned in bytes per second (`300GB/s`, `400Gbit`). Every parse error is a
+SpecError, one line naming the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from harness.core.errors import SpecError
+
+
+def format_duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "-"
+    for scale, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
+def format_bytes(n: float) -> str:
+    if n >= 1e12:
+        return f"{n / 1e12:.3g} TB"
+    return f"{n / 1e9:.3g} GB" if n >= 1e8 else f"{n / 1e6:.3g} MB"
+
+
+def format_rate(bits: float) -> str:
+    if not math.isfinite(bits):
+        return ""
+    for scale, unit in ((1e9, "Gbit/s"), (1e6, "Mbit/s"), (1e3, "kbit/s")):
+        if bits >= scale:
+            return f"{bits / scale:.3g} {unit}"
+    return f"{bits:g} bit/s"
+
+
+def format_usd(value: float) -> str:
+    """Cents where they matter; whole dollars from $10,000 on (a table column stays narrow)."""
+    if not math.isfinite(value):
+        return "-"
+    return f"${value:,.0f}" if value >= 1e4 else f"${value:,.2f}"
+
+
+# Parsing
+
+# The most devices any spec may describe (a topology, a count): far above any real cluster,
+# low enough that a typo cannot ask the simulator for billions of devices.
+MAX_DEVICES = 1 << 17
+
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(bit|bps|b|byte|bytes)?(?:/s)?\s*$", re.I)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)(b?)\s*$", re.I)
+_PREFIX = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+_BINARY = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def parse_rate_bits(text: str) -> float:
+    """'400mbit', '1gbit', '100Mbps', '25G' -> bits per second (tc's units, decimal)."""
+    m = _RATE.match(text)
+    if not m:
+        raise SpecError(f"bad rate {text!r} (use e.g. 400mbit, 1gbit, 25gbit)")
+    value = float(m.group(1)) * _PREFIX[m.group(2).lower()]
+    unit = (m.group(3) or "bit").lower()
+    if unit in ("byte", "bytes") or m.group(3) == "B":
+        value *= 8
+    if value <= 0:
+        raise SpecError(f"rate {text!r} must be > 0")
+    return value
+
+
+def parse_size_bytes(text: str) -> int:
+    """'1KiB', '256MiB', '4096', '1M' -> bytes (K/M/G decimal, Ki/Mi/Gi binary)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise SpecError(f"bad size {text!r} (use e.g. 1KiB, 64MiB, 4096)")
+    prefix = m.group(2).lower()
+    scale = _BINARY[prefix] if m.group(3) else _PREFIX[prefix]
+    value = int(float(m.group(1)) * scale)
+    if value <= 0:
+        raise SpecError(f"size {text!r} must be > 0")
+    return value
+
+
+def parse_size_range(text: str) -> tuple[int, int]:
+    """'1KiB:256MiB' -> (low, high) in bytes."""
+    low, sep, high = text.partition(":")
+    if not sep:
+        raise SpecError(f"bad size range {text!r} (use MIN:MAX, e.g. 1KiB:256MiB)")
+    lo, hi = parse_size_bytes(low), parse_size_bytes(high)
+    if lo > hi:
+        raise SpecError(f"size range {text!r} has MIN > MAX")
+    return lo, hi
+
+
+_NUM = r"(?P<num>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
+_BANDWIDTH = re.compile(
+    _NUM + r"\s*(?P<prefix>[kKmMgGtT]i?)?(?P<unit>bits?|b|B|[bB]ytes?)(?P<per>/s|ps)?")
+_DURATION = re.compile(_NUM + r"\s*(?P<unit>s|ms|us|µs|ns)")
+_PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+_DURATION_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+BANDWIDTH_HELP = "use e.g. 100Gbit, 25Gbps, 300GB/s"
+DURATION_HELP = "use e.g. 5us, 1.5ms, 0"
+
+
+def parse_bandwidth(text: str) -> float:
+    """'400Gbit' -> 5e10 bytes/s; 'b'/'bit'/'bps' are bits, 'B'/'byte'/'Bps' bytes."""
+    m = _BANDWIDTH.fullmatch(text.strip())
+    if not m:
+        raise SpecError(f"bad bandwidth {text!r} ({BANDWIDTH_HELP})")
+    prefix = m.group("prefix") or ""
+    scale = 1024.0 ** ("kmgt".index(prefix[0].lower()) + 1) if prefix.endswith("i") \
+        else _PREFIX[prefix.lower()]
+    value = float(m.group("num")) * scale
+    if m.group("unit") in ("b", "bit", "bits"):
+        value /= 8
+    if not (math.isfinite(value) and 0 < value < 1e18):
+        raise SpecError(f"bandwidth {text!r} must be > 0 and finite ({BANDWIDTH_HELP})")
+    return value
+
+
+def parse_duration(text: str) -> float:
+    """'5us' -> 5e-6 seconds; a bare '0' is zero."""
+    text = text.strip()
+    if text == "0":
+        return 0.0
+    m = _DURATION.fullmatch(text)
+    if not m:
+        raise SpecError(f"bad latency {text!r} ({DURATION_HELP})")
+    value = float(m.group("num")) * _DURATION_UNIT[m.group("unit")]
+    if not (math.isfinite(value) and 0 <= value <= 1e3):
+        raise SpecError(f"latency {text!r} must be between 0 and 1000 s")
+    return value
+
+
+def parse_count(text: str, what: str, low: int = 1, high: int = MAX_DEVICES) -> int:
+    if not re.fullmatch(r"\d{1,9}", text.strip()):
+        raise SpecError(f"{what}={text!r} is not a whole number (use e.g. {what}=8)")
+    value = int(text)
+    if not low <= value <= high:
+        raise SpecError(f"{what}={value} must be from {low} to {high}")
+    return value
+
+
+def parse_ratio(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecError(f"{what}={text!r} is not a number (use e.g. {what}=2)") from None
+    if not (math.isfinite(value) and 1 <= value <= 1e6):
+        raise SpecError(f"{what}={text!r} must be a number >= 1")
+    return value
+
+
+def parse_kv(text: str, kind: str) -> dict[str, str]:
+    """'a=1,b=2' -> {'a': '1', 'b': '2'}; an empty text is no options. One grammar for every
+    KEY=VALUE list (`--cluster`, `--topology`, `--profile`, presets' overrides)."""
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise SpecError(f"bad {kind} option {part!r} (use key=value)")
+        if key in out:
+            raise SpecError(f"{kind} option {key!r} given twice")
+        out[key] = value
+    return out
+
+
+
+parse_options = parse_kv  # the topology grammar's name for it
+
+
+_SIZE = re.compile(_NUM + r"\s*(?P<prefix>[kKmMgGtT]i?)?(?P<unit>B|[bB]ytes?)?")
+_COUNT = re.compile(_NUM + r"\s*(?P<prefix>[kKmMgGtTpP])?")
+
+
+def parse_size(text: str, what: str = "size") -> float:
+    """'25MiB' -> 26214400 bytes, '100MB' -> 1e8, '4096' -> 4096 (K M G T decimal, Ki.. binary)."""
+    m = _SIZE.fullmatch(text.strip())
+    if not m:
+        raise SpecError(f"bad {what} {text!r} (use e.g. 100MB, 25MiB, 4096)")
+    prefix = m.group("prefix") or ""
+    scale = 1024.0 ** ("kmgt".index(prefix[0].lower()) + 1) if prefix.endswith("i") \
+        else _PREFIX[prefix.lower()]
+    value = float(m.group("num")) * scale
+    if not (math.isfinite(value) and 0 <= value < 1e18):
+        raise SpecError(f"{what} {text!r} must be >= 0 and finite")
+    return value
+
+
+def parse_number(text: str, what: str, low: float = 0.0, high: float = 1e30) -> float:
+    """'25M' -> 2.5e7, '3e9' -> 3e9, '1.5G' -> 1.5e9 (K M G T P decimal)."""
+    m = _COUNT.fullmatch(text.strip())
+    if not m:
+        raise SpecError(f"{what}={text!r} is not a number (use e.g. {what}=25M or 3e9)")
+    prefix = (m.group("prefix") or "").lower()
+    value = float(m.group("num")) * ({"p": 1e15} | _PREFIX)[prefix]
+    if not (math.isfinite(value) and low <= value <= high):
+        raise SpecError(f"{what}={text!r} must be from {low:g} to {high:g}")
+    return value
