@@ -7,8 +7,9 @@ import pandas as pd
 import pytest
 
 from harness.calibrate.link_share import link_key, link_share
+from harness.calibrate.links import MeasuredLinks, emulated_topology
 from harness.calibrate.workload import workload_facts
-from harness.predict.step import MeasuredLinks, emulated_topology, predict_step
+from harness.predict.step import predict_step
 from harness.sim import simulate_collective
 
 MIB16 = float(1 << 24)

@@ -12,8 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.calibrate.links import measured_topology
 from harness.launch import netns
-from harness.validate.score import measured_topology, summarize, validate, validate_steps
+from harness.validate.score import summarize, validate, validate_steps
 from results import ResultsStore
 
 
@@ -264,7 +265,7 @@ def test_nightly_emulated_stage_validates_the_simulator_into_its_run(tmp_path):
 def test_the_floor_is_the_median_of_the_latest_loopback_sweeps(tmp_path):
     """One loopback sweep is one sample of a machine that moves from minute to minute: the
     floor is the median of the latest three; an older fourth no longer counts."""
-    from harness.predict.step import FLOOR_SWEEPS
+    from harness.calibrate.sweeps import FLOOR_SWEEPS
     from harness.validate.score import loopback_time
     from results.store import load_table
 
@@ -402,6 +403,32 @@ def test_validate_reuses_the_last_table_until_a_measurement_or_the_model_changes
     assert validation.inputs_fingerprint(tmp_path) != unchanged
 
 
+def test_editing_any_prediction_module_makes_validate_predict_again(tmp_path):
+    """The cache is keyed on whole packages, not a list of file names: appending a comment to
+    the module that defines the link share (never listed by name) re-predicts."""
+    import shutil
+
+    code = tmp_path / "code"
+    for package in ("harness", "workloads", "results", "reports"):
+        shutil.copytree(Path(__file__).parent.parent / package, code / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    results = tmp_path / "results"
+    _store_with_comm(results, 2.0)
+
+    def run_validate() -> dict:
+        proc = subprocess.run([sys.executable, "-m", "harness.cli", "validate", "--results",
+                               str(results), "--json"], capture_output=True, text=True,
+                              timeout=300, cwd=code, env={**os.environ, "PYTHONPATH": str(code)})
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    assert run_validate()["cached"] is False
+    assert run_validate()["cached"] is True
+    with open(code / "harness" / "calibrate" / "link_share.py", "a") as module:
+        module.write("# an edit\n")
+    assert run_validate()["cached"] is False
+
+
 def test_a_pipeline_run_on_emulated_hosts_is_predicted_from_its_one_replica_step(tmp_path):
     """A model-parallel row (its layout in the row) is predicted by the pipeline model on the
     probed links, from the same run's one-process step of the whole model."""
@@ -478,9 +505,8 @@ def test_a_racked_cluster_is_predicted_on_the_topology_it_was_built_as(tmp_path)
     """racks=2,uplink=RATE: the probes that crossed racks give the uplink; the prediction
     runs on leaves under a core (not a flat switch at the host-link rate), so the uplink is
     what a ring across racks waits for."""
-    from harness.predict.step import bottleneck_bits, emulated_topology
+    from harness.calibrate.links import bottleneck_bits, emulated_topology, measured_links
     from harness.sim import parse_topology
-    from harness.validate.score import measured_links
 
     cluster = "netns:hosts=4,rate=800mbit,racks=2,uplink=200mbit"
     store = ResultsStore(tmp_path)

@@ -22,18 +22,16 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from harness.core.clusters import parse_cluster
-from harness.core.errors import InputError
-from harness.predict.step import (
-    LATENCY_TRIPS,
-    SERIAL_SOFTWARE,
-    MeasuredLinks,
+from harness.calibrate.links import MeasuredLinks, emulated_topology
+from harness.calibrate.sweeps import (
     at_nearest_world,
-    emulated_topology,
     latest_sweeps,
     normal_priority_first,
     software_costs,
 )
+from harness.core.clusters import parse_cluster
+from harness.core.errors import InputError
+from harness.core.strategies import library
 
 # The smallest all-reduce a share of the link is read from: below it the library's per-message
 # costs, not the link, set the time (4 hosts at 300 Mbit/s: 1 MiB moves 1.5 MB a host, 42 ms
@@ -93,8 +91,9 @@ def link_share(points: pd.DataFrame, fits: pd.DataFrame, framework: str,
     swept = latest_sweeps(swept[swept["bytes"] == nbytes])
     measured = float(swept["time_s"].median())
     alpha, beta = software_costs(fits, framework, ranks)
-    serial_beta = beta if framework in SERIAL_SOFTWARE else 0.0
-    trips = LATENCY_TRIPS.get((framework, "allreduce_ring"), 1)
+    lib = library(framework)
+    serial_beta = beta if lib.serial_software else 0.0
+    trips = lib.trips("allreduce_ring")
     at_rate = replace(links, hosts=ranks)
     modelled = simulate_collective(emulated_topology(at_rate, (alpha, serial_beta), trips),
                                    ranks, "allreduce_ring", nbytes)["time_s"]

@@ -11,6 +11,7 @@ import click
 from harness.commands.common import info, json_option, print_json, results_option
 from harness.core.errors import InputError
 from harness.core.paths import results_dir
+from harness.core.strategies import ALLREDUCE_ALGORITHMS, MODEL_PARALLEL
 
 
 def _profile(workload: str | None, profile: str | None, results: Path, topology: str,
@@ -108,11 +109,6 @@ def load_calibration(option: str | None, topology: str) -> Any:
                        name=f"measured:{path}")
 
 
-# What a framework's strategy name runs as on emulated hosts (one process per host):
-# TF's MirroredStrategy is one host's devices; across hosts it is MultiWorkerMirrored.
-ON_HOSTS = {("tf", "mirrored"): "multi_worker_mirrored"}
-
-
 def simulate_emulated(topology: str, workers: int, workload: str | None,
                       framework: str | None, strategies: tuple[str, ...],
                       results: Path) -> list[dict[str, Any]]:
@@ -122,7 +118,8 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
     runtime costs. Real strategy names only (the frameworks' own schedules)."""
     from harness.calibrate.fits import comm_table
     from harness.calibrate.workload import no_compute_message, workload_facts
-    from harness.predict.step import EMULATED_STRATEGIES
+    from harness.core.strategies import ON_HOSTS
+    from harness.core.strategies import strategy as find_strategy
     from harness.recommend.candidates import (
         Context,
         emulated_compute,
@@ -145,9 +142,15 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
                   networks=probed_networks(ResultsStore(results))
                   if (results / "runs").is_dir() else [])
     facts = workload_facts(workload, measured)
-    wanted = [(fw, ON_HOSTS.get((fw, name), name)) for fw in
+    def on_hosts(fw: str, name: str) -> str:
+        """What a strategy name runs as on emulated hosts (one process per host): TF's
+        MirroredStrategy is one host's devices; across hosts it is MultiWorkerMirrored."""
+        record = find_strategy(fw, name)
+        return record.on_hosts_as or name if record else name
+
+    wanted = [(fw, on_hosts(fw, name)) for fw in
               ([framework] if framework else ["torch", "tf"]) for name in
-              (strategies or [s for f, s in EMULATED_STRATEGIES if f == fw])]
+              (strategies or [s.name for s in ON_HOSTS if s.framework == fw])]
     links = probed_links(ctx, target)
     rows: list[dict[str, Any]] = []
     for fw, strategy in wanted:
@@ -158,7 +161,7 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
         if row is None:
             rows.append({"status": "unavailable", "strategy": f"{fw}:{strategy}",
                          "reason": f"no model of {fw} {strategy} on emulated hosts (they "
-                                   f"run: {', '.join(f'{f} {s}' for f, s in EMULATED_STRATEGIES)})",
+                                   f"run: {', '.join(s.label for s in ON_HOSTS)})",
                          "step_time_median_s": math.nan})
             continue
         row.update(source="simulated", strategy=f"{fw}:{strategy}", workload=facts.name,
@@ -170,9 +173,8 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
     return rows
 
 
-MODEL_PARALLEL = ("pipeline", "tensor_parallel")
-BUCKETED = ("allreduce_ring", "allreduce_tree", "allreduce_halving_doubling",
-            "allreduce_hierarchical", "allreduce_binary_tree", "fsdp")
+# The simulator's strategies that exchange gradients in buckets (DDP's, FSDP's units).
+BUCKETED = (*ALLREDUCE_ALGORITHMS, "fsdp")
 
 
 def _strategy_names(strategies: tuple[str, ...], framework: str | None) -> list[str] | str:
@@ -344,8 +346,8 @@ def command(topology: str, workers: int, workload: str | None, profile: str | No
 
     With --strategy pipeline|tensor_parallel, --stages or --tensor-parallel, one step of
     that model-parallel layout instead (the workers left over are data-parallel replicas)."""
+    from harness.core.strategies import library
     from harness.sim import simulate
-    from harness.sim.strategies import PS_PULL
 
     if topology.strip().startswith("netns:"):
         rows = simulate_emulated(topology, workers, workload, framework, strategies,
@@ -376,7 +378,7 @@ def command(topology: str, workers: int, workload: str | None, profile: str | No
                     workload=workload, stragglers=stragglers,
                     straggler_factor=straggler_factor, ps_shards=ps_shards,
                     ps_colocated=ps_placement == "colocated",
-                    ps_pull=PS_PULL[framework or "torch"])
+                    ps_pull=library(framework or "torch").ps_pull)
     if as_json:
         print_json(rows)
         return

@@ -1,55 +1,195 @@
-"""The strategies stratbench knows, per framework, and what kind of exchange each one does.
+"""Every fact about a strategy, in one record each; and each framework's communication library.
 
-The kind is what the simulator and the recommender reason about: an all-reduce strategy,
-a parameter server, a sharded one. Names are part of the CLI contract (DESIGN.md).
+Runners, the planner, the simulator, the predictor, the recommender and the CLI read these
+records instead of keeping their own tables, so that a fact changes in one place. Names are
+part of the CLI contract (DESIGN.md).
+
+Two facts that one word used to blur are named apart: ``weights_match`` (a run of it must end
+with one device's weights, so the weight check runs: TF's parameter_server does not, its
+updates land in any order) and ``waits_every_step`` (every step waits for every worker as
+our runners run it: TF's parameter_server does, since its coordinator joins each step).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from harness.core.errors import InputError, choices_message
+
+CPU, GPU, TPU = "cpu", "gpu", "tpu"
+# The simulator's all-reduce algorithms (harness/sim/strategies.py names them); a library
+# that picks among them per message and topology (NCCL, gloo) can run any of them.
+ALLREDUCE_ALGORITHMS = ("allreduce_ring", "allreduce_tree", "allreduce_halving_doubling",
+                        "allreduce_hierarchical", "allreduce_binary_tree")
 
 
 @dataclass(frozen=True)
 class Strategy:
     framework: str
     name: str
-    exchange: str  # none | allreduce | central | parameter_server | sharded
-    synchronous: bool
-    multi_process: bool
+    exchange: str  # none | allreduce | central | parameter_server | sharded | pipeline | tensor
+    weights_match: bool  # must end with one device's weights (the weight check runs)
+    multi_process: bool  # one process per replica (else one process drives every replica)
     summary: str
+    waits_every_step: bool = False  # every step waits for every worker, as our runners run it
+    simulated_as: str | None = None  # the simulator's model of it in general (None: baseline)
+    measured_as: str | None = None  # what our runners time, where it differs from the above
+    # other simulator models that are this strategy with another algorithm its library picks
+    also_simulates: tuple[str, ...] = ()
+    devices: tuple[str, ...] = (CPU, GPU)  # the devices it trains on
+    on_hosts: bool = False  # runs one replica per emulated host (predicted for any cluster)
+    on_hosts_as: str | None = None  # the strategy that runs it across hosts, if another
+    options: tuple[str, ...] = ()  # `run` options it takes beyond every strategy's
+
+    @property
+    def label(self) -> str:
+        return f"{self.framework} {self.name}"
+
+    @property
+    def timed_as(self) -> str | None:
+        """The simulator's model of what our runners time."""
+        return self.measured_as or self.simulated_as
+
+    @property
+    def uses_collectives(self) -> bool:
+        """Whether it exchanges through the library's collectives (gloo's, TF's), whose own
+        costs the loopback sweeps measure; parameter servers move tensors by RPC instead
+        (TensorPipe, TF's gRPC variable reads and writes)."""
+        model = self.timed_as
+        return model is not None and not model.startswith("parameter_server")
+
+    def simulates(self, model: str) -> bool:
+        """Whether the simulator's ``model`` is this strategy (with some algorithm of its)."""
+        return model in (self.simulated_as, *self.also_simulates)
+
+    def runs(self, model: str, device: str) -> bool:
+        """Whether it trains on ``device`` and does what the simulator's ``model`` does."""
+        return device in self.devices and self.simulates(model)
 
 
 STRATEGIES: tuple[Strategy, ...] = (
-    Strategy("tf", "one_device", "none", True, False, "OneDeviceStrategy: the baseline."),
+    Strategy("tf", "one_device", "none", True, False, "OneDeviceStrategy: the baseline.",
+             options=("tf_loop",)),
     Strategy("tf", "mirrored", "allreduce", True, False,
-             "MirroredStrategy: one process, all local devices, all-reduce."),
+             "MirroredStrategy: one process, all local devices, all-reduce.",
+             waits_every_step=True, simulated_as="allreduce_after_backward",
+             on_hosts_as="multi_worker_mirrored", options=("tf_loop",)),
     Strategy("tf", "central_storage", "central", True, False,
-             "CentralStorageStrategy: variables on one device, compute mirrored."),
+             "CentralStorageStrategy: variables on one device, compute mirrored.",
+             waits_every_step=True, simulated_as="central_storage", options=("tf_loop",)),
     Strategy("tf", "multi_worker_mirrored", "allreduce", True, True,
-             "MultiWorkerMirroredStrategy: one process per worker, collective all-reduce."),
+             "MultiWorkerMirroredStrategy: one process per worker, collective all-reduce.",
+             waits_every_step=True, simulated_as="allreduce_after_backward", on_hosts=True,
+             options=("tf_loop",)),
+    # TF's ParameterServerStrategy is asynchronous, but our coordinator joins every step (so
+    # that steps are comparable): each measured step is one synchronous round.
     Strategy("tf", "parameter_server", "parameter_server", False, True,
-             "ParameterServerStrategy: workers + sharded ps tasks, ClusterCoordinator."),
-    Strategy("tf", "tpu", "allreduce", True, False, "TPUStrategy: needs a TPU."),
+             "ParameterServerStrategy: workers + sharded ps tasks, ClusterCoordinator.",
+             waits_every_step=True, simulated_as="parameter_server_async",
+             measured_as="parameter_server", on_hosts=True, options=("ps_shards", "tf_loop")),
+    # TPUStrategy all-reduces along the torus dimensions, on TPUs only.
+    Strategy("tf", "tpu", "allreduce", True, False, "TPUStrategy: needs a TPU.",
+             waits_every_step=True, simulated_as="allreduce_hierarchical", devices=(TPU,),
+             options=("tf_loop",)),
     Strategy("torch", "single_device", "none", True, False, "One process: the baseline."),
+    # DDP's all-reduce is the library's choice of algorithm (NCCL's ring or tree, two-level
+    # on multi-GPU hosts; gloo's ring or halving-doubling): any of the simulator's.
     Strategy("torch", "ddp", "allreduce", True, True,
-             "DistributedDataParallel: bucketed all-reduce overlapped with backward."),
+             "DistributedDataParallel: bucketed all-reduce overlapped with backward.",
+             waits_every_step=True, simulated_as="allreduce_ring",
+             also_simulates=ALLREDUCE_ALGORITHMS, on_hosts=True, options=("bucket",)),
     Strategy("torch", "fsdp", "sharded", True, True,
-             "FSDP2 fully_shard: reduce-scatter gradients, all-gather parameters."),
+             "FSDP2 fully_shard: reduce-scatter gradients, all-gather parameters.",
+             waits_every_step=True, simulated_as="fsdp", on_hosts=True),
     Strategy("torch", "parameter_server", "parameter_server", True, True,
-             "Synchronous parameter server over torch.distributed.rpc with K shards."),
+             "Synchronous parameter server over torch.distributed.rpc with K shards.",
+             waits_every_step=True, simulated_as="parameter_server", on_hosts=True,
+             options=("ps_shards",)),
     Strategy("torch", "parameter_server_async", "parameter_server", False, True,
-             "Asynchronous parameter server over RPC: each push applied at once."),
+             "Asynchronous parameter server over RPC: each push applied at once.",
+             simulated_as="parameter_server_async", options=("ps_shards",)),
     Strategy("torch", "pipeline", "pipeline", True, True,
              "torch.distributed.pipelining: one stage per process, GPipe or 1F1B over "
-             "micro-batches (transformer family; named, never part of 'all')."),
+             "micro-batches (transformer family; named, never part of 'all').",
+             waits_every_step=True, options=("stages", "microbatches", "schedule")),
     Strategy("torch", "tensor_parallel", "tensor", True, True,
              "DTensor tensor parallelism: each block's attention heads and MLP split over "
-             "the ranks (transformer family; named, never part of 'all')."),
+             "the ranks (transformer family; named, never part of 'all').",
+             waits_every_step=True, options=("tensor",)),
 )
+
+
+def strategy(framework: str, name: str) -> Strategy | None:
+    """The record of ``framework``'s ``name``, None for a name it does not have."""
+    return _BY_KEY.get((framework, name))
+
+
+_BY_KEY = {(s.framework, s.name): s for s in STRATEGIES}
+#: (framework, name) -> the simulator's model of it, for every strategy that has one.
+SIMULATED_AS: Mapping[tuple[str, str], str] = MappingProxyType(
+    {(s.framework, s.name): s.simulated_as for s in STRATEGIES if s.simulated_as})
+#: The strategies an emulated cluster runs, one replica per host.
+ON_HOSTS: tuple[Strategy, ...] = tuple(s for s in STRATEGIES if s.on_hosts)
+#: The one-device baselines.
+BASELINES: tuple[Strategy, ...] = tuple(s for s in STRATEGIES if s.exchange == "none")
+
+
+def baseline(framework: str) -> Strategy:
+    return next(s for s in BASELINES if s.framework == framework)
+
+
+def running(model: str, device: str) -> tuple[Strategy, ...]:
+    """The framework strategies that train on ``device`` (cpu, gpu, tpu) and do what the
+    simulator's ``model`` does: what a user would run for a simulated answer."""
+    return tuple(s for s in STRATEGIES if s.runs(model, device))
+
+
+@dataclass(frozen=True)
+class CommLibrary:
+    """A framework's communication library as the step rules need it, measured here
+    (docs/SIMULATOR.md): passed to the rules instead of `if framework == ...` inside them."""
+
+    framework: str
+    name: str
+    # Its own cost adds to the wire's rather than hiding under it. Measured on emulated hosts
+    # at 100 Mbit/s (2 and 4 hosts, 256 KiB-4 MiB): TF's gRPC ring all-reduce and all-gather
+    # took their wire time plus their loopback time (errors -10..-47% with the larger of the
+    # two, -8..+3% with the sum); gloo took the larger of the two (the sum over-predicted
+    # 16-64 KiB points by 30-60%). Checked afterwards on 800 Mbit/s and 6 hosts.
+    serial_software: bool
+    # One-way crossings a message of a collective costs, where more than one. Gloo's TCP
+    # transport is a rendezvous protocol: a send waits for the receiver's "ready to receive"
+    # notice (gloo/transport/tcp/pair.cc), and in a ring step every rank posts its send and
+    # its receive at once, so each step pays the notice, then the data. Measured on 4 emulated
+    # hosts at 800 Mbit/s (probed RTT 72-92 us), real-time priority: small all-reduce and
+    # all-gather took 85-95 us per ring step more than on loopback, one RTT; the broadcast
+    # tree, whose receivers are posted long before the data comes, 45 us per hop, one way.
+    latency_trips: Mapping[str, int] = field(default_factory=dict)
+    # What a parameter-server worker pulls each step (WorkloadProfile.ps_bytes): torch's
+    # runner pulls the rows that changed, TF's workers read whole variables.
+    ps_pull: str = "changed"
+
+    def trips(self, collective: str) -> int:
+        return self.latency_trips.get(collective, 1)
+
+
+LIBRARIES: Mapping[str, CommLibrary] = MappingProxyType({
+    "torch": CommLibrary("torch", "gloo", serial_software=False,
+                         latency_trips=MappingProxyType(
+                             {"allreduce_ring": 2, "all_gather_ring": 2}),
+                         ps_pull="changed"),
+    "tf": CommLibrary("tf", "TF gRPC", serial_software=True, ps_pull="whole"),
+})
+
+
+def library(framework: str) -> CommLibrary:
+    return LIBRARIES[framework]
+
+
 #: Model-parallel strategies split one model: they run only when named, on models with layers.
-MODEL_PARALLEL = ("pipeline", "tensor_parallel")
+MODEL_PARALLEL = tuple(s.name for s in STRATEGIES if s.exchange in ("pipeline", "tensor"))
 
 #: `run --tf-loop`: TensorFlow's two ways to train under a strategy.
 TF_LOOPS = ("custom", "fit")

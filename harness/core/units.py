@@ -53,9 +53,16 @@ def format_usd(value: float) -> str:
 MAX_DEVICES = 1 << 17
 
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(bit|bps|b|byte|bytes)?(?:/s)?\s*$", re.I)
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)(b?)\s*$", re.I)
-_PREFIX = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+_CLI_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)(b?)\s*$", re.I)
+# SI prefixes are decimal everywhere; 'Ki', 'Mi', ... binary.
+_PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
 _BINARY = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def _scale(prefix: str) -> float:
+    """'k' -> 1e3, 'Ki' -> 1024, '' -> 1 (any case)."""
+    prefix = prefix.lower()
+    return float(_BINARY[prefix[:-1]]) if prefix.endswith("i") else _PREFIX[prefix]
 
 
 def parse_rate_bits(text: str) -> float:
@@ -63,7 +70,7 @@ def parse_rate_bits(text: str) -> float:
     m = _RATE.match(text)
     if not m:
         raise SpecError(f"bad rate {text!r} (use e.g. 400mbit, 1gbit, 25gbit)")
-    value = float(m.group(1)) * _PREFIX[m.group(2).lower()]
+    value = float(m.group(1)) * _scale(m.group(2))
     unit = (m.group(3) or "bit").lower()
     if unit in ("byte", "bytes") or m.group(3) == "B":
         value *= 8
@@ -74,11 +81,11 @@ def parse_rate_bits(text: str) -> float:
 
 def parse_size_bytes(text: str) -> int:
     """'1KiB', '256MiB', '4096', '1M' -> bytes (K/M/G decimal, Ki/Mi/Gi binary)."""
-    m = _SIZE.match(text)
+    m = _CLI_SIZE.match(text)
     if not m:
         raise SpecError(f"bad size {text!r} (use e.g. 1KiB, 64MiB, 4096)")
     prefix = m.group(2).lower()
-    scale = _BINARY[prefix] if m.group(3) else _PREFIX[prefix]
+    scale = _scale(prefix + m.group(3))
     value = int(float(m.group(1)) * scale)
     if value <= 0:
         raise SpecError(f"size {text!r} must be > 0")
@@ -100,7 +107,6 @@ _NUM = r"(?P<num>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 _BANDWIDTH = re.compile(
     _NUM + r"\s*(?P<prefix>[kKmMgGtT]i?)?(?P<unit>bits?|b|B|[bB]ytes?)(?P<per>/s|ps)?")
 _DURATION = re.compile(_NUM + r"\s*(?P<unit>s|ms|us|µs|ns)")
-_PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _DURATION_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 BANDWIDTH_HELP = "use e.g. 100Gbit, 25Gbps, 300GB/s"
 DURATION_HELP = "use e.g. 5us, 1.5ms, 0"
@@ -112,8 +118,7 @@ def parse_bandwidth(text: str) -> float:
     if not m:
         raise SpecError(f"bad bandwidth {text!r} ({BANDWIDTH_HELP})")
     prefix = m.group("prefix") or ""
-    scale = 1024.0 ** ("kmgt".index(prefix[0].lower()) + 1) if prefix.endswith("i") \
-        else _PREFIX[prefix.lower()]
+    scale = _scale(prefix)
     value = float(m.group("num")) * scale
     if m.group("unit") in ("b", "bit", "bits"):
         value /= 8
@@ -184,8 +189,7 @@ def parse_size(text: str, what: str = "size") -> float:
     if not m:
         raise SpecError(f"bad {what} {text!r} (use e.g. 100MB, 25MiB, 4096)")
     prefix = m.group("prefix") or ""
-    scale = 1024.0 ** ("kmgt".index(prefix[0].lower()) + 1) if prefix.endswith("i") \
-        else _PREFIX[prefix.lower()]
+    scale = _scale(prefix)
     value = float(m.group("num")) * scale
     if not (math.isfinite(value) and 0 <= value < 1e18):
         raise SpecError(f"{what} {text!r} must be >= 0 and finite")
@@ -198,7 +202,7 @@ def parse_number(text: str, what: str, low: float = 0.0, high: float = 1e30) -> 
     if not m:
         raise SpecError(f"{what}={text!r} is not a number (use e.g. {what}=25M or 3e9)")
     prefix = (m.group("prefix") or "").lower()
-    value = float(m.group("num")) * ({"p": 1e15} | _PREFIX)[prefix]
+    value = float(m.group("num")) * _PREFIX[prefix]
     if not (math.isfinite(value) and low <= value <= high):
         raise SpecError(f"{what}={text!r} must be from {low:g} to {high:g}")
     return value

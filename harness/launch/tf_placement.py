@@ -18,12 +18,12 @@ import json
 from pathlib import Path
 
 from harness.core.case import Case
+from harness.core.strategies import strategy
 from harness.launch.child import LOOPBACK, worker_argv
 from harness.launch.netns import Cluster
 from harness.launch.ports import free_ports
 from harness.launch.processes import ProcessSpec
 
-SINGLE_PROCESS = ("one_device", "mirrored", "central_storage", "tpu")
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "KERAS_BACKEND": "tensorflow"}
 
 
@@ -44,7 +44,8 @@ def _tasks(case: Case) -> list[tuple[str, int]]:
 
 def tf_processes(case: Case, case_file: Path, cluster: Cluster | None = None) -> list[ProcessSpec]:
     """The processes of one repetition of a TF case, with fresh ports."""
-    if case.strategy in SINGLE_PROCESS:
+    record = strategy("tf", case.strategy)
+    if record is not None and not record.multi_process:
         return [ProcessSpec("worker", 0, worker_argv(case_file, "worker", 0), dict(QUIET))]
     tasks = _tasks(case)
     hosts = cluster.hosts if cluster else []

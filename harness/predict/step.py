@@ -11,7 +11,7 @@ The rules, measured on this machine (docs/SIMULATOR.md):
 - the library's own cost per message (alpha) and, for libraries whose work leaves the link
   idle (TF's collectives), per byte (beta): the loopback all-reduce fit at the run's rank
   count (the nearest swept);
-- gloo's rendezvous costs a round trip per ring step (LATENCY_TRIPS);
+- gloo's rendezvous costs a round trip per ring step (CommLibrary.latency_trips);
 - compute is the one-replica step of the same framework on one core (its CPU time), slowed
   where the emulated hosts' processes oversell the machine's cores;
 - each synchronous strategy's own time per step beyond the model, from its local runs;
@@ -29,156 +29,24 @@ from typing import Any
 
 import pandas as pd
 
+from harness.calibrate.links import MeasuredLinks, emulated_topology
+from harness.calibrate.sweeps import software_costs
 from harness.calibrate.workload import replica_compute_s
-
-# Libraries whose own cost adds to the wire's rather than hiding under it. Measured on
-# emulated hosts at 100 Mbit/s (2 and 4 hosts, 256 KiB-4 MiB): TF's gRPC ring all-reduce and
-# all-gather took their wire time plus their loopback time (errors -10..-47% with the larger
-# of the two, -8..+3% with the sum); gloo took the larger of the two (the sum over-predicted
-# 16-64 KiB points by 30-60%). Checked afterwards on 800 Mbit/s and 6 hosts.
-SERIAL_SOFTWARE = frozenset({"tf"})
-# One-way crossings a message costs, where a library makes it more than one. Gloo's TCP
-# transport is a rendezvous protocol: a send waits for the receiver's "ready to receive"
-# notice (gloo/transport/tcp/pair.cc), and in a ring step every rank posts its send and its
-# receive at once, so each step pays the notice, then the data. Measured on 4 emulated hosts
-# at 800 Mbit/s (probed RTT 72-92 us), real-time priority: small all-reduce and all-gather
-# took 85-95 us per ring step more than on loopback, one RTT; the broadcast tree, whose
-# receivers are posted long before the data comes, 45 us per hop, one way.
-LATENCY_TRIPS = {("torch", "allreduce_ring"): 2, ("torch", "all_gather_ring"): 2}
-# What the runners time, in the simulator's terms, where it differs from what the strategy
-# is in general: TF's ParameterServerStrategy is asynchronous, but our coordinator joins
-# every step (so that steps are comparable), so each measured step is one synchronous round.
-MEASURED_AS = {("tf", "parameter_server"): "parameter_server"}
-# Loopback sweeps an estimate is the median of (the latest ones), for a floor (validate) and
-# for a library's own costs (software_costs): one sweep is one sample of a machine state that
-# moves from minute to minute. Two torch 2-rank sweeps 20 minutes apart (SCHED_RR) put a 1 KiB
-# all-reduce at 0.12 and 0.19 ms, three back to back at 0.19, 0.22 and 0.24 ms; TF's at 2.7
-# and 4.6 ms; the emulated points beside them repeated within 3%.
-FLOOR_SWEEPS = 3
-# The strategies an emulated cluster runs, one replica per host (harness/run/plan.py).
-EMULATED_STRATEGIES = (("torch", "ddp"), ("torch", "fsdp"), ("torch", "parameter_server"),
-                       ("tf", "multi_worker_mirrored"), ("tf", "parameter_server"))
-# Those whose every step waits for every worker (our TF parameter_server joins each step):
-# a runtime's own time per step adds to them whole (runtime_overhead).
-SYNCHRONOUS = frozenset({"ddp", "fsdp", "multi_worker_mirrored", "parameter_server"})
+from harness.core.strategies import MODEL_PARALLEL, library
+from harness.core.strategies import strategy as find_strategy
 
 
 def simulated_as(framework: str, strategy: str) -> str | None:
-    """The simulator's strategy for a real one as our runners run it; None for baselines."""
-    from harness.sim.strategies import REAL_TO_SIM
-
-    key = (framework, strategy)
-    return MEASURED_AS.get(key, REAL_TO_SIM.get(key))
+    """The simulator's strategy for a real one as our runners run it; None for baselines and
+    names no framework has."""
+    record = find_strategy(framework, strategy)
+    return record.timed_as if record else None
 
 
 def uses_collectives(framework: str, strategy: str) -> bool:
-    """Whether the strategy exchanges through the library's collectives (gloo's, TF's), whose
-    own costs the loopback sweeps measure; parameter servers move tensors by RPC instead
-    (TensorPipe, TF's gRPC variable reads and writes)."""
-    model = simulated_as(framework, strategy)
-    return model is not None and not model.startswith("parameter_server")
-
-
-def realtime_rows(table: pd.DataFrame) -> pd.Series:
-    """Which rows were measured at real-time priority (tables from before it: none)."""
-    if "realtime" not in table:
-        return pd.Series(False, index=table.index)
-    return table["realtime"].fillna(False).astype(bool)
-
-
-def normal_priority_first(table: pd.DataFrame) -> pd.DataFrame:
-    """The rows measured at normal priority, as training runs, where there are any; else all."""
-    normal = table[~realtime_rows(table)]
-    return normal if not normal.empty else table
-
-
-def at_nearest_world(table: pd.DataFrame, world: int) -> tuple[pd.DataFrame, int]:
-    """The rows swept at ``world`` ranks, else at the nearest rank count swept (the smaller
-    where two are as near), and that rank count; ``table`` must not be empty."""
-    nearest = min({int(w) for w in table["world"]}, key=lambda w: (abs(w - world), w))
-    return table[table["world"] == nearest], nearest
-
-
-def latest_sweeps(table: pd.DataFrame) -> pd.DataFrame:
-    """The rows of the latest FLOOR_SWEEPS sweeps (runs) in ``table``."""
-    return table[table["run_id"].isin(sorted(table["run_id"].unique())[-FLOOR_SWEEPS:])]
-
-
-def loopback_fits(fits: pd.DataFrame, framework: str) -> pd.DataFrame:
-    """``framework``'s loopback all-reduce fits in ``fits`` (the calibration table): what a
-    library's own costs are read from."""
-    if fits.empty or "framework" not in fits:
-        return fits.iloc[0:0]
-    return fits[(fits["op"] == "all_reduce") & (fits["link_class"] == "loopback")
-                & (fits["framework"] == framework)]
-
-
-def software_costs(fits: pd.DataFrame, framework: str, world: int = 2) -> tuple[float, float]:
-    """The communication library's own cost per message (alpha, s) and per byte (beta, s/B):
-    the loopback all-reduce fits (`stratbench comm` on the local cluster) in ``fits`` (the
-    calibration table) at ``world`` ranks, else at the nearest rank count swept (2 where two
-    are as near), the median of each over the latest FLOOR_SWEEPS sweeps there; (0, 0) if
-    none. A ring step's own cost grows with the ranks that share the cores, and one sweep of
-    it is noisy: TF's loopback alpha was 1.0-1.2 ms at 2 ranks, 1.3-2.0 at 4 and 1.4-1.8 at 6
-    (2026-11-24), 1.1 at 4 and 2.0 at 6 in single sweeps the next day."""
-    local = normal_priority_first(loopback_fits(fits, framework))
-    if local.empty:
-        return 0.0, 0.0
-    local = latest_sweeps(at_nearest_world(local, world)[0])
-    beta = float(local["beta_s_per_byte"].median())
-    return float(local["alpha_s"].median()), beta if math.isfinite(beta) else 0.0
-
-
-@dataclass(frozen=True)
-class MeasuredLinks:
-    """Emulated hosts' links: as the link probe measured them before a run (medians over
-    links), or, for a cluster never run, as its spec states them (`source` says which)."""
-
-    hosts: int
-    bandwidth_bytes_s: float  # a host's link (within its rack, where there are racks)
-    rtt_s: float
-    burst_bytes: float  # the links' tc tbf bucket; 0 where the run did not record it
-    source: str = "probe"
-    # racks=K,uplink=RATE clusters: hosts in K racks whose switches meet at a core through
-    # shaped uplinks; one flow across racks as probed, and its round trip
-    racks: int = 1
-    uplink_bytes_s: float = 0.0
-    rack_rtt_s: float = 0.0
-
-    @property
-    def bucket_s(self) -> float:
-        """How long the bucket's bytes take at the link's rate."""
-        return self.burst_bytes / self.bandwidth_bytes_s
-
-
-def emulated_topology(links: MeasuredLinks, software: tuple[float, float] = (0.0, 0.0),
-                      trips: int = 1) -> str:
-    """The topology the emulated hosts were built as, with the measured links: one switch,
-    or, for racked clusters, leaves (racks) under a core whose uplinks carry the probed
-    cross-rack rate. Latency is `trips` one-way crossings (RTT/2 each) plus the software's
-    alpha per message; the bandwidth is slowed by a per-byte software cost beta where that
-    cost is serial (1/bw' = 1/bw + beta)."""
-    alpha, beta = software
-    bw = 1.0 / (1.0 / links.bandwidth_bytes_s + beta)
-    lat = links.rtt_s / 2 * trips + alpha
-    per_leaf, rest = divmod(links.hosts, max(1, links.racks))
-    if links.racks > 1 and links.uplink_bytes_s > 0 and not rest:
-        uplink = 1.0 / (1.0 / links.uplink_bytes_s + beta)
-        # the core's share of a leaf: per_leaf host ports over the uplink (>= 1: the
-        # uplink is never faster than the hosts that feed it can use)
-        oversub = max(1.0, per_leaf * bw / uplink)
-        spine_lat = max(0.0, (links.rack_rtt_s - links.rtt_s) / 2 * trips)
-        return (f"leaf_spine:hosts={links.hosts},hosts_per_leaf={per_leaf},inter={bw * 8:.0f}bit,"
-                f"inter_lat={lat * 1e6:.1f}us,oversub={oversub:.6g},"
-                f"spine_lat={spine_lat * 1e6:.1f}us")
-    return f"switch:n={links.hosts},bw={bw * 8:.0f}bit,lat={lat * 1e6:.1f}us"
-
-
-def bottleneck_bits(links: MeasuredLinks) -> float:
-    """The slowest link a step's traffic crosses, bits/s: the uplink of a racked cluster."""
-    if links.racks > 1 and links.uplink_bytes_s > 0:
-        return 8 * min(links.bandwidth_bytes_s, links.uplink_bytes_s)
-    return 8 * links.bandwidth_bytes_s
+    """Whether the strategy exchanges through its library's collectives (Strategy's)."""
+    record = find_strategy(framework, strategy)
+    return record is not None and record.uses_collectives
 
 
 def machine_cores() -> int:
@@ -238,19 +106,19 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
     the share of the links the library's collectives reach (harness.calibrate.link_share; the
     parameter servers' transports are not collectives and keep the probed rate)."""
     from harness.sim import simulate
-    from harness.sim.strategies import PS_PULL
 
     model = simulated_as(framework, strategy)
     if model is None:
         return None
     alpha, beta = software_costs(fits, framework, replicas)
     collective = uses_collectives(framework, strategy)
-    serial_beta = beta if framework in SERIAL_SOFTWARE and collective else 0.0
+    lib = library(framework)
+    serial_beta = beta if lib.serial_software and collective else 0.0
     if collective and link_share != 1.0:
         links = dataclasses.replace(links, bandwidth_bytes_s=links.bandwidth_bytes_s * link_share,
                                     uplink_bytes_s=links.uplink_bytes_s * link_share)
     topology = emulated_topology(links, (alpha, serial_beta),
-                               LATENCY_TRIPS.get((framework, model), 1))
+                               lib.trips(model))
     processes = replicas
     options: dict[str, Any] = {}
     if model.startswith("parameter_server"):
@@ -263,7 +131,7 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
     compute = one_replica_s * max(1.0, processes / (cores or machine_cores()))
     (row,) = simulate(topology, replicas, model, dataclasses.replace(
         profile, step_compute_s=compute), None, library="gloo",
-        ps_pull=PS_PULL[framework], runtime_s=runtime_s, **options)
+        ps_pull=lib.ps_pull, runtime_s=runtime_s, **options)
     row.update(topology=topology, model=model, framework=framework, strategy=strategy,
                link_share=link_share if collective else 1.0)
     return row
@@ -272,7 +140,7 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
 # Model-parallel strategies as the torch runners run them (harness/runners): gloo's ring for
 # the tensor all-reduces (a rendezvous round trip per ring step, as for DDP) and its
 # point-to-point sends between stages.
-MODEL_PARALLEL_STRATEGIES = ("pipeline", "tensor_parallel")
+MODEL_PARALLEL_STRATEGIES = MODEL_PARALLEL
 
 
 def predict_layout(workload: str, layout: Any, links: MeasuredLinks, batch: int,
@@ -292,7 +160,7 @@ def predict_layout(workload: str, layout: Any, links: MeasuredLinks, batch: int,
     model = dataclasses.replace(model, pre=tuple(dataclasses.replace(layer, tp_allreduces=0)
                                                  for layer in model.pre))
     alpha, _ = software_costs(fits, "torch")
-    topology = emulated_topology(links, (alpha, 0.0), LATENCY_TRIPS[("torch", "allreduce_ring")])
+    topology = emulated_topology(links, (alpha, 0.0), library("torch").trips("allreduce_ring"))
     compute = one_replica_s * model.batch_size / one_replica_batch
     row = simulate_layout(topology, model, layout, batch, None, step_compute_s=compute,
                           optimizer="sgd", cores=cores or machine_cores(),
@@ -398,7 +266,8 @@ def runtime_overhead(measured: pd.DataFrame, fits: pd.DataFrame, framework: str,
     steps do not wait for every worker (its runtime's time is not the step's)."""
     from statistics import median as _median
 
-    if strategy not in SYNCHRONOUS:
+    record = find_strategy(framework, strategy)
+    if record is None or not record.waits_every_step:
         return 0.0
     samples = []
     for r, base in local_runs(measured, facts.name, framework, strategy):

@@ -29,7 +29,7 @@ from harness.calibrate.workload import (
     scaled_compute,
 )
 from harness.core.errors import InputError
-from harness.recommend.targets import Target, device_counts
+from harness.recommend.targets import Target, device_counts, device_kind
 
 NAN = float("nan")
 # The price of a device like this machine when the user names none: one replica here is a
@@ -60,26 +60,34 @@ class Context:
 
 
 def exchange_kind(framework: str, strategy: str) -> str:
-    """none | allreduce | central | parameter_server | sharded (as harness.core.strategies
-    names)."""
+    """none | allreduce | central | parameter_server | sharded | model_parallel, from the
+    strategy records (a simulator name: the exchange of the real strategies it models)."""
+    from harness.core.strategies import MODEL_PARALLEL, STRATEGIES
+    from harness.core.strategies import strategy as find_strategy
+
     if strategy in ("single_device", "one_device"):
         return "none"
-    if strategy in ("pipeline", "tensor_parallel"):
+    if strategy in MODEL_PARALLEL or "+" in strategy:
         return "model_parallel"
     if framework == "sim":
-        if "+" in strategy:
-            return "model_parallel"
-        if strategy.startswith("allreduce"):
-            return "allreduce"
-        if strategy.startswith("parameter_server"):
-            return "parameter_server"
-        return {"fsdp": "sharded", "central_storage": "central"}.get(strategy, "allreduce")
-    from harness.core.strategies import STRATEGIES
+        kinds = [s.exchange for s in STRATEGIES if s.simulates(strategy)]
+        return kinds[0] if kinds else "allreduce"
+    record = find_strategy(framework, strategy)
+    return record.exchange if record else "allreduce"
 
-    for s in STRATEGIES:
-        if s.framework == framework and s.name == strategy:
-            return s.exchange
-    return "allreduce"
+
+def runs_as(model: str, device: str) -> str:
+    """The framework strategies a user would run for the simulator's ``model`` on
+    ``device``s (cpu, gpu, tpu): those that train there and do what was simulated."""
+    from harness.core.strategies import running
+
+    if model in ("pipeline", "tensor_parallel") or "+" in model:
+        parts = {"data": "ddp", "pipeline": "pipeline", "tensor": "tensor_parallel"}
+        dims = model.split("+") if "+" in model else [
+            "pipeline" if model == "pipeline" else "tensor"]
+        return "torch " + " + ".join(parts[d] for d in dims if d in parts) \
+            if device != "tpu" else ""
+    return " or ".join(s.label for s in running(model, device))
 
 
 def device_memory(target: Target, ctx: Context, replicas: int) -> float:
@@ -162,8 +170,9 @@ def _local_baseline(ctx: Context, facts: WorkloadFacts, target: Target, framewor
     local = measured_compute(ctx.measured, facts.name, framework)
     if local is None:
         return []
-    return [_point(facts, framework=framework, strategy=("single_device" if framework ==
-                                                         "torch" else "one_device"),
+    from harness.core.strategies import baseline
+
+    return [_point(facts, framework=framework, strategy=baseline(framework).name,
                    replicas=1, step_time_s=local.seconds, batch=local.batch,
                    throughput_samples_s=local.batch / local.seconds, scaling_efficiency=1.0,
                    source="measured", device_memory_bytes=device_memory(target, ctx, 1),
@@ -183,9 +192,8 @@ def probed_links(ctx: Context, target: Target) -> Any:
     spec's rate times the fraction of it every probe reached (the shaper's own overhead),
     and the probes' round-trip time (the emulated path's, whatever the rate). A racked
     cluster never probed gets its uplink the same way, from its spec."""
+    from harness.calibrate.links import MeasuredLinks, links_from_probes
     from harness.core.clusters import UNSHAPED_RATE_BITS, parse_cluster
-    from harness.predict.step import MeasuredLinks
-    from harness.validate.score import links_from_probes
 
     spec = parse_cluster(target.spec)
     rate = spec.rate_bits or NAN
@@ -275,7 +283,8 @@ def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
                      ) -> list[dict[str, Any]]:
     """An emulated cluster that was never run: each real strategy at 2, 4, ... hosts,
     predicted from this machine's calibration; the one-device baseline measured here."""
-    from harness.predict.step import EMULATED_STRATEGIES, simulated_as
+    from harness.core.strategies import ON_HOSTS, baseline
+    from harness.predict.step import simulated_as
 
     links = probed_links(ctx, target)
     price, basis = _price(ctx, target, measured_here=True)
@@ -286,13 +295,12 @@ def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
             continue
         batch = compute.batch
         t1 = compute.seconds
-        baseline = "single_device" if framework == "torch" else "one_device"
         out.append(_point(
-            facts, framework=framework, strategy=baseline, replicas=1, step_time_s=t1,
-            batch=batch, throughput_samples_s=batch / t1, scaling_efficiency=1.0,
+            facts, framework=framework, strategy=baseline(framework).name, replicas=1,
+            step_time_s=t1, batch=batch, throughput_samples_s=batch / t1, scaling_efficiency=1.0,
             source="measured", device_memory_bytes=device_memory(target, ctx, 1),
             price_per_device_hour=price, price_basis=basis, compute_note=compute.note))
-        for fw, strategy in EMULATED_STRATEGIES:
+        for fw, strategy in [(s.framework, s.name) for s in ON_HOSTS]:
             if fw != framework:
                 continue
             model = simulated_as(fw, strategy) or ""
@@ -402,6 +410,10 @@ def topology_points(ctx: Context, facts: WorkloadFacts, target: Target
                      memory_per_device_bytes=row["memory_per_device_bytes"],
                      bubble=row["bubble_fraction"])
         out.append(point)
+    kind = device_kind(target, ctx.device)
+    for point in out[1:]:
+        point["runs_as"] = runs_as(point["strategy"], kind)
+        point["device_kind"] = kind
     return out
 
 
@@ -448,7 +460,7 @@ def _stored(ctx: Context, facts: WorkloadFacts, target: Target, n: int
 def bandwidth_bits(ctx: Context, target: Target) -> float:
     """The target's slowest link, bits/s (NaN where unknown): probed for emulated hosts."""
     if target.kind == "emulated":
-        from harness.predict.step import bottleneck_bits
+        from harness.calibrate.links import bottleneck_bits
 
         return bottleneck_bits(probed_links(ctx, target))
     if target.kind == "topology":

@@ -140,11 +140,13 @@ def _label(p: Point) -> str:
     n = int(p["replicas"])
     name = f"{p['framework']}/{p['strategy']}"
     if p["framework"] == "sim":
-        from harness.sim.strategies import REAL_TO_SIM
-
-        real = [f"{fw} {real}" for (fw, real), sim in REAL_TO_SIM.items()
-                if sim == p["strategy"]]
-        name += f" (as {', '.join(real)})" if real else ""
+        # a user acts on a framework's strategy that runs on the target's devices; the
+        # simulator's name stays beside it, as what was simulated
+        real = p.get("runs_as")
+        if isinstance(real, str) and real:
+            name = f"{real} (simulated as {name})"
+        elif isinstance(real, str):
+            name += f" (no framework strategy here runs it on {p.get('device_kind', 'these')}s)"
         name += f" [{p['layout']}]" if isinstance(p.get("layout"), str) and p["layout"] else ""
     return f"{name} on {n} device{'s' if n != 1 else ''}"
 

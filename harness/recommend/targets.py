@@ -101,6 +101,20 @@ def _topology_targets(spec: str) -> list[Target]:
     return out
 
 
+def device_kind(target: Target, device: str | None = None) -> str:
+    """What the target's devices are: cpu (this machine, its emulated hosts, Slurm nodes as
+    run here), tpu (a torus, or a preset or ``device`` preset whose device is a TPU), else
+    gpu; what decides which framework strategies can run a simulated answer."""
+    from harness.sim.preset import load_preset
+
+    if target.kind != "topology":
+        return "cpu"
+    name = device or target.preset_name
+    if name is not None:
+        return "tpu" if "tpu" in load_preset(name).device_name.lower() else "gpu"
+    return "tpu" if target.spec.strip().startswith("torus:") else "gpu"
+
+
 def device_counts(target: Target) -> list[int]:
     """1, 2, 4, ... within a host, then whole hosts (1, 2, 4, ... hosts), and the whole
     target: the counts a user would actually rent."""

@@ -265,7 +265,7 @@ def execute_case(case: Case, run_id: str, workdir: Path,
         for key in ("staleness_mean", "staleness_max"):
             extra[key] = max(extra.get(key, 0), server[key])
         extra.setdefault("ps_shard_bytes", []).append(server["shard_bytes"])
-    if strat.synchronous and strat.exchange != "none" and weights:
+    if strat.weights_match and strat.exchange != "none" and weights:
         ref = run_group([layout.reference(case, case_file)], workdir / "reference",
                         case.timeout_s)
         ref_weights = ref.outcomes[0].report.get("weights") if ref.outcomes[0].report else None

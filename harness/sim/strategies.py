@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from harness.core.errors import SpecError, choices_message
+from harness.core.strategies import ALLREDUCE_ALGORITHMS, LIBRARIES, SIMULATED_AS
+from harness.core.strategies import BASELINES as BASELINE_STRATEGIES
 from harness.sim.collectives import (
     binary_tree_allreduce,
     double_binary_tree_allreduce,
@@ -28,8 +30,7 @@ from harness.sim.collectives import (
 from harness.sim.schedule import Schedule, parallel
 from harness.sim.topology import Hierarchy, Topology, TopologyError, Torus, n_devices
 
-ALLREDUCE = ("allreduce_ring", "allreduce_tree", "allreduce_halving_doubling",
-             "allreduce_hierarchical", "allreduce_binary_tree")
+ALLREDUCE = ALLREDUCE_ALGORITHMS  # the records own the list
 # TensorFlow's custom training loop under (MultiWorker)MirroredStrategy: every gradient
 # first, then one all-reduce of the dense ones and an all-gather of the sparse ones' rows.
 AFTER_BACKWARD = "allreduce_after_backward"
@@ -38,20 +39,10 @@ SIM_STRATEGIES = (*ALLREDUCE, AFTER_BACKWARD, "fsdp", "parameter_server", "param
 #: The strategies `--strategy all` simulates (the unpipelined binary tree is a reference only).
 DEFAULT_STRATEGIES = tuple(s for s in SIM_STRATEGIES if s != "allreduce_binary_tree")
 
-#: (framework, real name) -> simulated strategy. Mirrors harness/core/strategies.py.
-REAL_TO_SIM: dict[tuple[str, str], str] = {
-    ("tf", "mirrored"): AFTER_BACKWARD,
-    ("tf", "multi_worker_mirrored"): AFTER_BACKWARD,
-    ("tf", "central_storage"): "central_storage",
-    ("tf", "parameter_server"): "parameter_server_async",
-    ("tf", "tpu"): "allreduce_hierarchical",
-    ("torch", "ddp"): "allreduce_ring",
-    ("torch", "fsdp"): "fsdp",
-    ("torch", "parameter_server"): "parameter_server",
-    ("torch", "parameter_server_async"): "parameter_server_async",
-}
+#: (framework, real name) -> simulated strategy: the strategy records' (harness.core).
+REAL_TO_SIM: dict[tuple[str, str], str] = dict(SIMULATED_AS)
 #: Single-device baselines: nothing to simulate on a network.
-BASELINES = {("tf", "one_device"), ("torch", "single_device")}
+BASELINES = {(s.framework, s.name) for s in BASELINE_STRATEGIES}
 
 
 def resolve_strategy(name: str, framework: str | None = None) -> str:
@@ -139,7 +130,7 @@ def fsdp_schedules(topology: Topology, workers: int, library: str = "nccl"
 #: What a parameter-server worker pulls back, per framework (WorkloadProfile.ps_bytes):
 #: the torch RPC servers here send the rows any worker changed, TF's ParameterServerStrategy
 #: reads variables whole (both measured on the wire).
-PS_PULL = {"torch": "changed", "tf": "whole"}
+PS_PULL = {framework: lib.ps_pull for framework, lib in LIBRARIES.items()}
 
 
 def rail_orders(topology: Topology, workers: int) -> list[np.ndarray]:

@@ -13,7 +13,6 @@ import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import median
 from typing import Any
 
 import numpy as np
@@ -21,27 +20,23 @@ import pandas as pd
 
 from harness.calibrate.fits import comm_table
 from harness.calibrate.link_share import link_share, shaped_all_reduces
+from harness.calibrate.links import MeasuredLinks, emulated_topology, measured_links
+from harness.calibrate.sweeps import latest_sweeps, loopback_fits, realtime_rows
 from harness.calibrate.workload import replica_compute_s
 from harness.core.clusters import parse_cluster
 from harness.core.errors import InputError
+from harness.core.strategies import library
+from harness.core.strategies import strategy as find_strategy
 from harness.predict.step import (
-    LATENCY_TRIPS,
     MODEL_PARALLEL_STRATEGIES,
-    SERIAL_SOFTWARE,
-    SYNCHRONOUS,
-    MeasuredLinks,
     PsLayout,
-    emulated_topology,
-    latest_sweeps,
     layout_of,
     local_runs,
-    loopback_fits,
     machine_cores,
     pass_overhead,
     placed_ps_layout,
     predict_layout,
     predict_step,
-    realtime_rows,
     runtime_overhead,
     shard_bytes,
     uses_collectives,
@@ -148,41 +143,6 @@ def floor_time(points: pd.DataFrame, framework: str, op: str, world: int, nbytes
     return None, "none"
 
 
-def measured_links(store: ResultsStore, run_id: str, cluster: str) -> MeasuredLinks | None:
-    """The run's probed links on `cluster`; None if it measured none. On a racked cluster
-    the probes that crossed racks (`cross_rack`) give the uplink's rate and round trip."""
-    manifest = store.manifest(run_id) or {}
-    for network in manifest.get("networks", []):
-        if network.get("cluster") == cluster and network.get("links"):
-            return links_from_probes(cluster, network["links"],
-                                     float(network.get("burst_bytes", 0.0)))
-    return None
-
-
-def links_from_probes(cluster: str, links: list[dict[str, Any]], burst: float,
-                      source: str = "probe") -> MeasuredLinks:
-    spec = parse_cluster(cluster)
-    across = [link for link in links if link.get("cross_rack")]
-    within = [link for link in links if not link.get("cross_rack")] or links
-    racked = spec.racks > 1 and bool(across)
-    return MeasuredLinks(
-        hosts=spec.hosts,
-        bandwidth_bytes_s=median(link["throughput_bits_s"] for link in within) / 8,
-        rtt_s=median(link["rtt_median_s"] for link in within), burst_bytes=burst,
-        source=source, racks=spec.racks if racked else 1,
-        uplink_bytes_s=median(link["throughput_bits_s"] for link in across) / 8
-        if racked else 0.0,
-        rack_rtt_s=median(link["rtt_median_s"] for link in across) if racked else 0.0)
-
-
-def measured_topology(store: ResultsStore, run_id: str, cluster: str,
-                      software: tuple[float, float] = (0.0, 0.0), trips: int = 1
-                      ) -> str | None:
-    """emulated_topology() of the run's measured links; None if the run measured none."""
-    links = measured_links(store, run_id, cluster)
-    return None if links is None else emulated_topology(links, software, trips)
-
-
 @dataclass(frozen=True)
 class NetworkTimes:
     """The simulator's times for one collective on a run's measured links."""
@@ -198,20 +158,20 @@ def _combine(net: NetworkTimes, floor: float | None, source: str, framework: str
     """The predicted time and which bound set it.
 
     A loopback floor lacks the links' latency: the simulated network (bytes and latency)
-    is added to it for SERIAL_SOFTWARE libraries, else the larger of the two counts, the
+    is added to it for libraries with serial_software, else the larger of the two counts, the
     floor with the latency added. An unshaped floor was measured across the same emulated
     path and holds that latency (gloo's rendezvous round trips included): the network then
     adds only its bytes' time (`wire`). Gloo's cost hides under the wire's (the larger of
-    the two). A SERIAL_SOFTWARE library's own time leaves the link idle, and the link's tbf
+    the two). A serial_software library's own time leaves the link idle, and the link's tbf
     bucket fills meanwhile, so up to a bucket of the wire's time then passes at line speed:
     floor + max(0, wire - min(bucket, floor)); a real NIC has no bucket (the plain sum)."""
     if floor is None:
         return net.total, "network"
     if source == "unshaped":
-        if framework in SERIAL_SOFTWARE:
+        if library(framework).serial_software:
             return floor + max(0.0, net.wire - min(net.bucket_s, floor)), "network + unshaped"
         return max(net.wire, floor), source if floor > net.wire else "network"
-    if framework in SERIAL_SOFTWARE:
+    if library(framework).serial_software:
         return net.total + floor, f"network + {source}"
     floor += net.latency
     return max(net.total, floor), source if floor > net.total else "network"
@@ -238,7 +198,7 @@ def validate_comm(store: ResultsStore) -> pd.DataFrame:
         links = measured_links(store, p["run_id"], p["cluster"])
         if links is None or collective is None:
             continue
-        topology = emulated_topology(links, trips=LATENCY_TRIPS.get((framework, collective), 1))
+        topology = emulated_topology(links, trips=library(framework).trips(collective))
         net = NetworkTimes(
             total=simulate_collective(topology, world, collective, nbytes)["time_s"],
             wire=simulate_collective(emulated_topology(links, trips=0), world, collective,
@@ -385,8 +345,9 @@ def calibration_gaps(store: ResultsStore) -> list[str]:
         unrun: dict[str, list[str]] = {}
         for (strategy, workload, size), _ in group.groupby(["strategy", "workload", "size"]):
             name = f"{workload}:{size}"
-            if strategy in SYNCHRONOUS and not local_runs(frame, name, str(framework),
-                                                          str(strategy)):
+            record = find_strategy(str(framework), str(strategy))
+            if (record is not None and record.waits_every_step
+                    and not local_runs(frame, name, str(framework), str(strategy))):
                 unrun.setdefault(str(strategy), []).append(name)
         if unrun:
             cases = "; ".join(f"{s} on {', '.join(w)}" for s, w in unrun.items())
@@ -433,15 +394,21 @@ def summarize(table: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+# The packages a validation's figures come from, whole (tests/test_layers.py checks that
+# everything validate imports, directly or not, lies in them): any file added to them later
+# is in the fingerprint without anyone listing it.
+PREDICTION_PACKAGES = ("harness/core", "harness/sim", "harness/calibrate", "harness/predict",
+                       "harness/validate", "workloads", "results")
+
+
 def _prediction_sources() -> list[Path]:
-    """The code a validation's figures come from: the simulator, the step rules, the fits and
-    the workloads' sizes. A change to any of them makes an earlier validation stale."""
-    harness = Path(__file__).parent
-    files = [harness / name for name in ("validate.py", "validate_memory.py", "predict.py",
-                                         "calibrate.py", "profiles.py", "specs.py",
-                                         "structure.py")]
-    files += sorted((harness / "sim").rglob("*.py"))
-    files += sorted((harness.parent / "workloads").rglob("*.py"))
+    """The code a validation's figures come from: the simulator, the step rules, the fits,
+    the link shares and the workloads' sizes. A change to any of it makes an earlier
+    validation stale."""
+    root = Path(__file__).resolve().parent.parent.parent
+    files: list[Path] = []
+    for package in PREDICTION_PACKAGES:
+        files += sorted((root / package).rglob("*.py"))
     return [f for f in files if f.is_file()]
 
 

@@ -1,0 +1,102 @@
+"""Emulated hosts' links as probed (or as a spec states them), and the simulator's topology
+of them: what every prediction of an emulated cluster starts from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import median
+from typing import Any
+
+from harness.core.clusters import parse_cluster
+from results.store import ResultsStore
+
+
+@dataclass(frozen=True)
+class MeasuredLinks:
+    """Emulated hosts' links: as the link probe measured them before a run (medians over
+    links), or, for a cluster never run, as its spec states them (`source` says which)."""
+
+    hosts: int
+    bandwidth_bytes_s: float  # a host's link (within its rack, where there are racks)
+    rtt_s: float
+    burst_bytes: float  # the links' tc tbf bucket; 0 where the run did not record it
+    source: str = "probe"
+    # racks=K,uplink=RATE clusters: hosts in K racks whose switches meet at a core through
+    # shaped uplinks; one flow across racks as probed, and its round trip
+    racks: int = 1
+    uplink_bytes_s: float = 0.0
+    rack_rtt_s: float = 0.0
+
+    @property
+    def bucket_s(self) -> float:
+        """How long the bucket's bytes take at the link's rate."""
+        return self.burst_bytes / self.bandwidth_bytes_s
+
+
+
+def emulated_topology(links: MeasuredLinks, software: tuple[float, float] = (0.0, 0.0),
+                      trips: int = 1) -> str:
+    """The topology the emulated hosts were built as, with the measured links: one switch,
+    or, for racked clusters, leaves (racks) under a core whose uplinks carry the probed
+    cross-rack rate. Latency is `trips` one-way crossings (RTT/2 each) plus the software's
+    alpha per message; the bandwidth is slowed by a per-byte software cost beta where that
+    cost is serial (1/bw' = 1/bw + beta)."""
+    alpha, beta = software
+    bw = 1.0 / (1.0 / links.bandwidth_bytes_s + beta)
+    lat = links.rtt_s / 2 * trips + alpha
+    per_leaf, rest = divmod(links.hosts, max(1, links.racks))
+    if links.racks > 1 and links.uplink_bytes_s > 0 and not rest:
+        uplink = 1.0 / (1.0 / links.uplink_bytes_s + beta)
+        # the core's share of a leaf: per_leaf host ports over the uplink (>= 1: the
+        # uplink is never faster than the hosts that feed it can use)
+        oversub = max(1.0, per_leaf * bw / uplink)
+        spine_lat = max(0.0, (links.rack_rtt_s - links.rtt_s) / 2 * trips)
+        return (f"leaf_spine:hosts={links.hosts},hosts_per_leaf={per_leaf},inter={bw * 8:.0f}bit,"
+                f"inter_lat={lat * 1e6:.1f}us,oversub={oversub:.6g},"
+                f"spine_lat={spine_lat * 1e6:.1f}us")
+    return f"switch:n={links.hosts},bw={bw * 8:.0f}bit,lat={lat * 1e6:.1f}us"
+
+
+
+def bottleneck_bits(links: MeasuredLinks) -> float:
+    """The slowest link a step's traffic crosses, bits/s: the uplink of a racked cluster."""
+    if links.racks > 1 and links.uplink_bytes_s > 0:
+        return 8 * min(links.bandwidth_bytes_s, links.uplink_bytes_s)
+    return 8 * links.bandwidth_bytes_s
+
+
+def measured_links(store: ResultsStore, run_id: str, cluster: str) -> MeasuredLinks | None:
+    """The run's probed links on `cluster`; None if it measured none. On a racked cluster
+    the probes that crossed racks (`cross_rack`) give the uplink's rate and round trip."""
+    manifest = store.manifest(run_id) or {}
+    for network in manifest.get("networks", []):
+        if network.get("cluster") == cluster and network.get("links"):
+            return links_from_probes(cluster, network["links"],
+                                     float(network.get("burst_bytes", 0.0)))
+    return None
+
+
+
+def links_from_probes(cluster: str, links: list[dict[str, Any]], burst: float,
+                      source: str = "probe") -> MeasuredLinks:
+    spec = parse_cluster(cluster)
+    across = [link for link in links if link.get("cross_rack")]
+    within = [link for link in links if not link.get("cross_rack")] or links
+    racked = spec.racks > 1 and bool(across)
+    return MeasuredLinks(
+        hosts=spec.hosts,
+        bandwidth_bytes_s=median(link["throughput_bits_s"] for link in within) / 8,
+        rtt_s=median(link["rtt_median_s"] for link in within), burst_bytes=burst,
+        source=source, racks=spec.racks if racked else 1,
+        uplink_bytes_s=median(link["throughput_bits_s"] for link in across) / 8
+        if racked else 0.0,
+        rack_rtt_s=median(link["rtt_median_s"] for link in across) if racked else 0.0)
+
+
+
+def measured_topology(store: ResultsStore, run_id: str, cluster: str,
+                      software: tuple[float, float] = (0.0, 0.0), trips: int = 1
+                      ) -> str | None:
+    """emulated_topology() of the run's measured links; None if the run measured none."""
+    links = measured_links(store, run_id, cluster)
+    return None if links is None else emulated_topology(links, software, trips)
