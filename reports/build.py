@@ -171,12 +171,20 @@ def validation_plot(validation: pd.DataFrame) -> list[Markup]:
                   lines=False, diagonal=True)]
 
 
-def crossover_workloads(measured: pd.DataFrame) -> list[str]:
-    from harness.recommend.recommender import _spec
+def _built_in(workload: str) -> Any:
+    """The built-in workload ``workload`` names, None for any other name."""
+    from workloads import WorkloadError, parse_workload
 
+    try:
+        return parse_workload(workload)
+    except (WorkloadError, ValueError):
+        return None
+
+
+def crossover_workloads(measured: pd.DataFrame) -> list[str]:
     names = sorted({_name(w, s) for w, s in
                     zip(measured["workload"], measured["size"], strict=False)})
-    names = [n for n in names if _spec(n) is not None]
+    names = [n for n in names if _built_in(n) is not None]
     dense = [n for n in names if not n.startswith("recsys")][:1]
     sparse = [n for n in names if n.startswith("recsys")][:1]
     chosen = dense + sparse
@@ -199,15 +207,15 @@ def _compute_s(measured: pd.DataFrame, workload: str) -> float:
 def crossover(measured: pd.DataFrame) -> tuple[list[Markup], list[dict[str, Any]]]:
     """All-reduce (ring) against a parameter server on a switch: step time against workers
     (at 10 Gbit/s) and against bandwidth (8 workers), simulated here (cheap)."""
-    from harness.recommend.recommender import _spec
-    from harness.sim import WorkloadProfile, simulate
+    from harness.calibrate.workload import workload_facts
+    from harness.sim import simulate
 
     plots: list[Markup] = []
     notes: list[dict[str, Any]] = []
     for workload in crossover_workloads(measured):
-        spec = _spec(workload)
         compute = _compute_s(measured, workload)
-        profile = WorkloadProfile(**{**spec.as_profile(), "step_compute_s": compute})
+        facts = workload_facts(workload)
+        profile = facts.profile(step_compute_s=compute)
 
         def run(n: int, bits: float, profile: Any = profile, name: str = workload
                 ) -> dict[str, float]:
@@ -231,7 +239,7 @@ def crossover(measured: pd.DataFrame) -> tuple[list[Markup], list[dict[str, Any]
         wins = [n for n, t in by_n.items() if t.get("parameter_server", math.inf)
                 < t.get("allreduce_ring", math.inf)]
         notes.append({"workload": workload, "compute_s": compute,
-                      "sparsity": spec.expected_sparsity(),
+                      "sparsity": facts.sparsity,
                       "ps_wins_at": ", ".join(str(n) for n in wins) or "none"})
     return plots, notes
 

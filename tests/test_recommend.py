@@ -449,3 +449,48 @@ def test_the_run_line_flags_a_weight_mismatch():
     assert "max weight diff 3.7e-04 MISMATCH" in _row_line(r)
     r.extra = {"weights_match": True}
     assert "MISMATCH" not in _row_line(r)
+
+
+@pytest.mark.parametrize("target, device, kind", [
+    ("two_level:hosts=6,gpus=4,intra=300GB/s,inter=25Gbit", "dgx_h100_ib", "gpu"),
+    ("preset:dgx_h100_ib,hosts=2", None, "gpu"),
+    ("torus:dims=4x4,bw=50GB/s,lat=1us", "tpu_v4_cube", "tpu"),
+    ("preset:tpu_v4_cube", None, "tpu"),
+])
+def test_verdicts_name_strategies_that_run_on_the_targets_devices(target, device, kind):
+    """A user acts on a framework's strategy that runs on their devices, not on a simulator
+    name: on GPUs never TPUStrategy; on TPUs only strategies that train on TPUs; the
+    simulator's name beside as what was simulated."""
+    from harness.core.strategies import strategy
+
+    frame = recommend(pd.DataFrame(), workloads=["resnet50", "gpt2_xl"], targets=[target],
+                      device=device)
+    sims = frame[frame["framework"] == "sim"]
+    assert not sims.empty
+    for _, row in sims.iterrows():
+        if row["strategy"] == "single_device":
+            continue
+        named = [part.strip() for part in str(row["runs_as"]).split(" or ") if part.strip()]
+        for label in named:
+            framework, _, rest = label.partition(" ")
+            for name in rest.split(" + "):
+                assert kind in strategy(framework, name).devices, (row["strategy"], label)
+    verdicts = frame.attrs["verdicts"]
+    assert verdicts
+    for verdict in verdicts:
+        text = " ".join(str(verdict.get(k, "")) for k in ("headline", "why"))
+        if kind == "gpu":
+            assert "tf tpu" not in text, text
+        if "sim/" in text and "sim/single_device" not in text:
+            assert "(simulated as sim/" in text or "no framework strategy here runs it" in text
+
+
+def test_a_gpu_clusters_simulated_all_reduce_names_ddp_not_tpustrategy():
+    frame = recommend(pd.DataFrame(), workloads=["resnet50"],
+                      targets=["two_level:hosts=6,gpus=4,intra=300GB/s,inter=25Gbit"],
+                      device="dgx_h100_ib")
+    hierarchical = frame[frame["strategy"] == "allreduce_hierarchical"]
+    assert set(hierarchical["runs_as"]) == {"torch ddp"}
+    torus = recommend(pd.DataFrame(), workloads=["resnet50"],
+                      targets=["torus:dims=4x4,bw=50GB/s,lat=1us"], device="tpu_v4_cube")
+    assert set(torus[torus["strategy"] == "allreduce_hierarchical"]["runs_as"]) == {"tf tpu"}

@@ -207,3 +207,40 @@ def test_tf_and_torch_on_a_slow_cluster_differ_by_what_their_runs_differ_by(tmp_
         assert simulated > 0 and difference > 0
         assert abs(simulated - difference) <= 0.10 * measured["ddp"], (rate, simulated,
                                                                        difference)
+
+
+PROFILE = ("params=25M,batch=64,bytes=2,step_compute=120ms,sparsity=0.01,optimizer=2ms,"
+           "bucket=50MiB,name=rec,size=S")
+
+
+def test_profile_and_workload_profile_take_the_same_keys_and_give_the_same_step():
+    """One grammar for a workload as numbers: `--profile K=V,...` and `--workload
+    profile:K=V,...` accept the same keys (step_time_s an alias of step_compute) and
+    simulate the same step."""
+    from harness.sim.profile import PROFILE_KEYS
+    from workloads.profile import KEYS
+
+    assert set(PROFILE_KEYS) == set(KEYS)
+    assert {"params", "batch", "bytes", "flops_per_sample", "step_compute", "sparsity",
+            "optimizer", "bucket", "name", "size", "step_time_s"} <= set(KEYS)
+    steps = []
+    for option, value in (("--profile", PROFILE), ("--workload", f"profile:{PROFILE}"),
+                          ("--profile", PROFILE.replace("step_compute=120ms",
+                                                        "step_time_s=0.12"))):
+        proc = stratbench("simulate", "--topology", "switch:n=8,bw=10gbit,lat=5us",
+                          "--workers", "8", option, value, "--json")
+        assert proc.returncode == 0, proc.stderr
+        steps.append({r["strategy"]: r["step_time_median_s"] for r in json.loads(proc.stdout)
+                      if r["status"] == "ok"})
+    assert steps[0] and steps[0] == steps[1] == steps[2]
+
+
+def test_the_library_parser_and_the_clis_converter_build_the_same_profile():
+    from harness.calibrate.workload import workload_facts
+    from harness.sim.profile import parse_profile
+
+    by_library = parse_profile(PROFILE)
+    by_cli = workload_facts(f"profile:{PROFILE}").profile()
+    for field in ("params", "batch_per_replica", "bytes_per_element", "flops_per_sample",
+                  "step_compute_s", "gradient_sparsity", "optimizer_s", "bucket_bytes"):
+        assert getattr(by_library, field) == getattr(by_cli, field), field

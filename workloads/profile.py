@@ -2,11 +2,17 @@
 
     profile:params=25e6,flops_per_sample=1.5e8,sparsity=0.03
     profile:params=1.2G,step_time_s=0.08,batch=64,name=bigrec
+    params=25M,batch=32,step_compute=100ms,bucket=50MiB        (simulate --profile)
 
-Keys: params (required), flops_per_sample (training FLOPs per sample) or step_time_s
-(seconds of compute per step per replica) (at least one), sparsity (fraction of gradient
-entries touched per step, default 1), batch (per replica, default 32), name. Numbers accept
-k/M/G/T suffixes (decimal).
+The one grammar of a workload as numbers: `--workload profile:K=V,...` and `simulate
+--profile K=V,...` both read it (workloads import nothing from harness, so it lives here).
+Keys: params (required); flops_per_sample (training FLOPs per sample) or step_compute
+(compute per step per replica: a duration, `120ms`, or bare seconds; `step_time_s` is its
+alias), at least one; sparsity (fraction of gradient entries touched per step, default 1);
+batch (per replica, default 32); bytes (per gradient element, default 4); optimizer (the
+optimizer's time per step, a duration, default 0); bucket (DDP's bucket / FSDP's unit, a size,
+default 25 MiB); name; size. Numbers accept k/M/G/T/P suffixes (decimal) and exponents;
+sizes Ki/Mi/Gi (binary) too.
 """
 
 from __future__ import annotations
@@ -18,9 +24,15 @@ from dataclasses import dataclass
 from workloads.spec import WorkloadError, WorkloadSpec, choices_message
 
 PREFIX = "profile:"
-KEYS = ("params", "flops_per_sample", "step_time_s", "sparsity", "batch", "name")
-_NUMBER = re.compile(r"^([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)([kKmMgGtT]?)$")
-_SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+KEYS = ("params", "batch", "bytes", "flops_per_sample", "step_compute", "step_time_s",
+        "sparsity", "optimizer", "bucket", "name", "size")
+ALIASES = {"step_time_s": "step_compute"}
+_NUMBER = re.compile(r"^((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*([kKmMgGtTpP]?)$")
+_DURATION = re.compile(r"^((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*(s|ms|us|µs|ns)?$")
+_SIZE = re.compile(r"^((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*([kKmMgGtT]i?)?(B|[bB]ytes?)?$")
+_SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
+_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+DEFAULT_BUCKET = 25 * 2**20  # DDP's default bucket_cap_mb
 
 
 @dataclass(frozen=True)
@@ -33,21 +45,30 @@ class ProfileWorkload:
     sparsity: float = 1.0
     batch_size: int = 32
     name: str = "profile"
+    bytes_per_element: int = 4
+    optimizer_s: float = 0.0
+    bucket_bytes: int = DEFAULT_BUCKET
+    size: str = ""
 
     def __post_init__(self) -> None:
         if self.params < 1:
             raise WorkloadError(f"profile params={self.params} must be >= 1")
         if self.flops_per_sample is None and self.step_time_s is None:
-            raise WorkloadError("profile needs flops_per_sample= or step_time_s= "
-                                "(e.g. profile:params=25e6,flops_per_sample=1.5e8)")
+            raise WorkloadError("profile needs flops_per_sample= or step_time_s= to know its "
+                                "compute (flops_per_sample= or step_compute= with a unit, "
+                                "e.g. params=25e6,step_compute=120ms)")
         for key, value in (("flops_per_sample", self.flops_per_sample),
                            ("step_time_s", self.step_time_s)):
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise WorkloadError(f"profile {key}={value} must be > 0")
         if not 0 < self.sparsity <= 1:
             raise WorkloadError(f"profile sparsity={self.sparsity} must be in (0, 1]")
-        if self.batch_size < 1:
-            raise WorkloadError(f"profile batch={self.batch_size} must be >= 1")
+        if not 1 <= self.batch_size <= 10**7:
+            raise WorkloadError(f"profile batch={self.batch_size} must be from 1 to 10000000")
+        if not 1 <= self.bytes_per_element <= 16:
+            raise WorkloadError(f"profile bytes={self.bytes_per_element} must be from 1 to 16")
+        if self.bucket_bytes < 1:
+            raise WorkloadError(f"profile bucket={self.bucket_bytes} must be >= 1 byte")
 
     def spec(self) -> WorkloadSpec:
         """The neutral description; no framework can run it (frameworks is empty)."""
@@ -58,11 +79,17 @@ class ProfileWorkload:
         )
 
 
+def _finite(key: str, text: str, value: float) -> float:
+    if not math.isfinite(value) or value > 1e18:
+        raise WorkloadError(f"profile {key}={text!r} is out of range")
+    return value
+
+
 def _number(key: str, text: str) -> float:
     m = _NUMBER.match(text.strip())
     if not m:
         raise WorkloadError(f"profile {key}={text!r} is not a number (use e.g. 25e6 or 25M)")
-    return float(m.group(1)) * _SCALE[m.group(2).lower()]
+    return _finite(key, text, float(m.group(1)) * _SCALE[m.group(2).lower()])
 
 
 def _integer(key: str, text: str) -> int:
@@ -72,8 +99,29 @@ def _integer(key: str, text: str) -> int:
     return int(value)
 
 
+def _duration(key: str, text: str) -> float:
+    """'120ms' -> 0.12; a bare number is seconds."""
+    m = _DURATION.match(text.strip())
+    if not m:
+        raise WorkloadError(f"profile {key}={text!r} is not a duration (use e.g. 120ms or "
+                            f"0.12)")
+    return _finite(key, text, float(m.group(1)) * _SECONDS[m.group(2) or "s"])
+
+
+def _size(key: str, text: str) -> int:
+    """'50MiB' -> 52428800, '100MB' -> 1e8, '4096' -> 4096."""
+    m = _SIZE.match(text.strip())
+    if not m:
+        raise WorkloadError(f"profile {key}={text!r} is not a size (use e.g. 25MiB or 4096)")
+    prefix = (m.group(2) or "").lower()
+    scale = 2.0 ** (10 * ("kmgt".index(prefix[0]) + 1)) if prefix.endswith("i") \
+        else _SCALE[prefix]
+    return int(_finite(key, text, float(m.group(1)) * scale))
+
+
 def parse_profile(text: str) -> ProfileWorkload:
-    """'profile:params=25e6,flops_per_sample=1.5e8,sparsity=0.03' -> ProfileWorkload."""
+    """'profile:params=25e6,flops_per_sample=1.5e8,sparsity=0.03' (the prefix optional) ->
+    ProfileWorkload; WorkloadError, one line, if bad."""
     body = text.strip()
     if body.startswith(PREFIX):
         body = body[len(PREFIX):]
@@ -84,6 +132,7 @@ def parse_profile(text: str) -> ProfileWorkload:
             raise WorkloadError(f"bad profile field {part!r} (use key=value)")
         if key not in KEYS:
             raise WorkloadError(choices_message("profile field", key, KEYS))
+        key = ALIASES.get(key, key)
         if key in fields:
             raise WorkloadError(f"profile field {key!r} given twice")
         fields[key] = value
@@ -94,9 +143,13 @@ def parse_profile(text: str) -> ProfileWorkload:
         params=_integer("params", fields["params"]),
         flops_per_sample=(_number("flops_per_sample", fields["flops_per_sample"])
                           if "flops_per_sample" in fields else None),
-        step_time_s=(_number("step_time_s", fields["step_time_s"])
-                     if "step_time_s" in fields else None),
+        step_time_s=(_duration("step_compute", fields["step_compute"])
+                     if "step_compute" in fields else None),
         sparsity=_number("sparsity", fields.get("sparsity", "1")),
         batch_size=_integer("batch", fields.get("batch", "32")),
         name=fields.get("name", "profile"),
+        bytes_per_element=_integer("bytes", fields.get("bytes", "4")),
+        optimizer_s=_duration("optimizer", fields.get("optimizer", "0")),
+        bucket_bytes=_size("bucket", fields.get("bucket", str(DEFAULT_BUCKET))),
+        size=fields.get("size", ""),
     )

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from harness.core.errors import InputError
-from harness.sim.profile import WorkloadProfile
+from harness.sim.profile import DEFAULT_BUCKET, WorkloadProfile
 
 NAN = float("nan")
 BYTES_PER_PARAM = 4
@@ -38,6 +38,10 @@ class WorkloadFacts:
     embedding_row_bytes: float = 0.0
     embedding_tables: int = 1
     embedding_lookups: float = 0.0  # per sample, all tables
+    # what a profile may state beyond the size (workloads/profile.py's grammar)
+    bytes_per_element: int = BYTES_PER_PARAM
+    optimizer_s: float = 0.0
+    bucket_bytes: int = DEFAULT_BUCKET
 
     @property
     def grad_bytes(self) -> float:
@@ -45,7 +49,8 @@ class WorkloadFacts:
 
     def profile(self, step_compute_s: float | None = None, batch: int | None = None
                 ) -> WorkloadProfile:
-        """The simulator's WorkloadProfile (compute time given, or from FLOPs)."""
+        """The simulator's WorkloadProfile (compute time given, or from FLOPs): the one
+        converter from a workload's numbers, whatever named them."""
         return WorkloadProfile(
             params=max(1, int(self.params)), batch_per_replica=batch or self.batch,
             flops_per_sample=self.flops_per_sample,
@@ -54,7 +59,9 @@ class WorkloadFacts:
             size=self.name.partition(":")[2], dense_fraction=self.dense_fraction,
             embedding_row_bytes=self.embedding_row_bytes,
             embedding_tables=self.embedding_tables,
-            embedding_lookups=self.embedding_lookups)
+            embedding_lookups=self.embedding_lookups,
+            bytes_per_element=self.bytes_per_element, optimizer_s=self.optimizer_s,
+            bucket_bytes=self.bucket_bytes)
 
 
 def row_names(frame: pd.DataFrame) -> pd.Series:
@@ -70,6 +77,7 @@ def workload_facts(text: str, measured: pd.DataFrame | None = None) -> WorkloadF
     """The facts of the workload ``text`` names; InputError (one line) if it names none or
     if a user's model has neither a declared size nor a measured run."""
     from workloads import WorkloadError
+    from workloads.profile import ProfileWorkload
     from workloads.resolve import resolve_workload
     from workloads.user import UserWorkload
 
@@ -95,6 +103,10 @@ def workload_facts(text: str, measured: pd.DataFrame | None = None) -> WorkloadF
         return WorkloadFacts(workload.name, float(workload.params), workload.batch_size,
                              workload.sparsity, workload.flops_per_sample,
                              sized_by="declared by the workload")
+    stated = {}
+    if isinstance(workload, ProfileWorkload):
+        stated = {"bytes_per_element": workload.bytes_per_element,
+                  "optimizer_s": workload.optimizer_s, "bucket_bytes": workload.bucket_bytes}
     spec = workload.spec() if hasattr(workload, "spec") else workload
     dense, row, tables, lookups = _embedding_split(spec)
     return WorkloadFacts(spec.name, float(spec.params), spec.batch_size,
@@ -102,7 +114,7 @@ def workload_facts(text: str, measured: pd.DataFrame | None = None) -> WorkloadF
                          getattr(spec, "activation_bytes_per_sample", None),
                          step_time_s=spec.step_time_s, dense_fraction=dense,
                          embedding_row_bytes=row, embedding_tables=tables,
-                         embedding_lookups=lookups)
+                         embedding_lookups=lookups, **stated)
 
 
 def _embedding_split(spec: Any) -> tuple[float, float, int, float]:

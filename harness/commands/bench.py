@@ -86,15 +86,15 @@ def simulate_stage(store: ResultsStore, run_id: str, workloads: list[str]) -> in
     """Simulated rows go to their own table: they never mix with measured rows."""
     import pandas as pd
 
-    from harness.sim import WorkloadProfile, from_preset, simulate
-    from workloads import parse_workload
+    from harness.calibrate.workload import workload_facts
+    from harness.sim import from_preset, simulate
 
     rows = []
     for target in SIM_TARGETS:
         preset = target.split(":", 1)[1].split(",", 1)[0]
         topology_workers = 8 * 16 if "dgx" in preset else 8 * 4
         for name in workloads:
-            profile = WorkloadProfile(**parse_workload(name).as_profile())
+            profile = workload_facts(name).profile()
             rows += simulate(target, topology_workers, "all", profile, from_preset(preset),
                              workload=name)
     store.write_table(run_id, "simulated", "presets", pd.DataFrame(rows))

@@ -74,15 +74,6 @@ def workload_name(workload: str, size: Any) -> str:
     return f"{workload}:{size}" if isinstance(size, str) and size else str(workload)
 
 
-def _spec(workload: str) -> Any:
-    from workloads import WorkloadError, parse_workload
-
-    try:
-        return parse_workload(workload)
-    except (WorkloadError, InputError, ValueError):
-        return None
-
-
 def reason_for(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits: float) -> str:
     """One line in plain words: why this strategy ranks where it does (a run whose weights
     did not match one device's says so first)."""

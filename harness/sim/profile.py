@@ -1,16 +1,11 @@
 """What the simulator needs to know about a workload: sizes, not code.
 
-The workloads package will produce these from real models; the CLI's ``--profile K=V,...``
-builds one by hand:
+Built from a workload's numbers (harness.calibrate.workload.WorkloadFacts.profile()), or from
+the profile grammar by hand (``--profile K=V,...``, the grammar of workloads/profile.py):
 
     params=25M,batch=32,flops_per_sample=4.5e9        (compute from FLOPs and device speed)
     params=25M,batch=32,step_compute=120ms            (compute time given)
     params=1G,batch=64,step_compute=80ms,sparsity=0.01  (embedding-heavy: 1% of rows touched)
-
-Keys: params, batch, bytes (per gradient element, default 4), flops_per_sample (training,
-forward + backward), step_compute (seconds per step per replica), sparsity (fraction of
-gradient entries touched per step, default 1), optimizer (seconds per step), bucket (gradient
-bucket size, default 25MiB as torch DDP), name, size.
 """
 
 from __future__ import annotations
@@ -18,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.core.errors import SpecError
-from harness.core.units import parse_count, parse_duration, parse_number, parse_options, parse_size
-
-DEFAULT_BUCKET = 25 * 2**20
+from workloads.profile import DEFAULT_BUCKET
+from workloads.profile import KEYS as PROFILE_GRAMMAR_KEYS
+from workloads.profile import parse_profile as parse_numbers
+from workloads.spec import WorkloadError
 
 
 @dataclass(frozen=True)
@@ -125,31 +121,21 @@ class WorkloadProfile:
 
 
 PS_PULLS = ("changed", "whole")
-PROFILE_KEYS = ("params", "batch", "bytes", "flops_per_sample", "step_compute", "sparsity",
-                "optimizer", "bucket", "name", "size")
+# The one grammar of a workload as numbers is workloads.profile's (`--workload profile:` too).
+PROFILE_KEYS = PROFILE_GRAMMAR_KEYS
 
 
 def parse_profile(text: str) -> WorkloadProfile:
-    """'params=25M,batch=32,step_compute=100ms' -> WorkloadProfile; SpecError if bad."""
-    o = parse_options(text, "profile")
-    for key in o:
-        if key not in PROFILE_KEYS:
-            raise SpecError(f"unknown profile option {key!r} (choose from "
-                            f"{', '.join(PROFILE_KEYS)})")
-    if "params" not in o:
-        raise SpecError("profile needs params= (e.g. params=25M,batch=32,step_compute=100ms)")
-    if "flops_per_sample" not in o and "step_compute" not in o:
-        raise SpecError("profile needs flops_per_sample= or step_compute= to know compute time")
+    """'params=25M,batch=32,step_compute=100ms' (workloads.profile's grammar, the keys of
+    `--workload profile:`) -> WorkloadProfile; SpecError if bad. The CLI reads the same text
+    through harness.calibrate.workload (WorkloadFacts.profile()); a test holds the two equal."""
+    try:
+        numbers = parse_numbers(text)
+    except WorkloadError as exc:
+        raise SpecError(str(exc)) from None
     return WorkloadProfile(
-        params=int(parse_number(o["params"], "params", 1, 1e15)),
-        batch_per_replica=parse_count(o.get("batch", "32"), "batch", high=10**7),
-        bytes_per_element=parse_count(o.get("bytes", "4"), "bytes", high=16),
-        flops_per_sample=(parse_number(o["flops_per_sample"], "flops_per_sample", 1.0)
-                          if "flops_per_sample" in o else None),
-        step_compute_s=parse_duration(o["step_compute"]) if "step_compute" in o else None,
-        gradient_sparsity=parse_number(o.get("sparsity", "1"), "sparsity", 1e-9, 1.0),
-        optimizer_s=parse_duration(o.get("optimizer", "0")),
-        bucket_bytes=max(1, int(parse_size(o.get("bucket", str(DEFAULT_BUCKET)), "bucket"))),
-        name=o.get("name", "custom"),
-        size=o.get("size", ""),
-    )
+        params=numbers.params, batch_per_replica=numbers.batch_size,
+        bytes_per_element=numbers.bytes_per_element,
+        flops_per_sample=numbers.flops_per_sample, step_compute_s=numbers.step_time_s,
+        gradient_sparsity=numbers.sparsity, optimizer_s=numbers.optimizer_s,
+        bucket_bytes=numbers.bucket_bytes, name=numbers.name, size=numbers.size)
