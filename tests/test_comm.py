@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.calibrate import fits as calibrate
-from harness.calibrate.sweep import sweep_sizes
+from harness.calibrate.collective_sweep import sweep_sizes
 
 
 def test_sweep_steps_by_four_and_ends_at_max():
@@ -118,7 +118,7 @@ def test_one_framework_failing_keeps_the_others_sweep_and_exits_1(tmp_path, monk
     the torch sweep of the same command must still run and be stored."""
     from click.testing import CliRunner
 
-    from harness.calibrate.sweep import CommResult
+    from harness.calibrate.collective_sweep import CommResult
     from harness.commands import comm as comm_command
     from results.store import load_table
 

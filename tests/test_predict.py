@@ -77,7 +77,7 @@ def test_the_runtime_overhead_is_what_local_runs_took_beyond_the_model():
 
 
 def test_the_librarys_own_costs_come_from_the_sweeps_at_the_same_rank_count():
-    from harness.calibrate.sweeps import software_costs
+    from harness.calibrate.sweep_selection import software_costs
 
     def fit(world: int, alpha: float, run: str = "r1", framework: str = "tf") -> dict:
         return {"framework": framework, "op": "all_reduce", "link_class": "loopback",

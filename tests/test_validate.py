@@ -265,7 +265,7 @@ def test_nightly_emulated_stage_validates_the_simulator_into_its_run(tmp_path):
 def test_the_floor_is_the_median_of_the_latest_loopback_sweeps(tmp_path):
     """One loopback sweep is one sample of a machine that moves from minute to minute: the
     floor is the median of the latest three; an older fourth no longer counts."""
-    from harness.calibrate.sweeps import FLOOR_SWEEPS
+    from harness.calibrate.sweep_selection import FLOOR_SWEEPS
     from harness.validate.score import loopback_time
     from results.store import load_table
 

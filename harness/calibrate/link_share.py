@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from harness.calibrate.links import MeasuredLinks, emulated_topology
-from harness.calibrate.sweeps import (
+from harness.calibrate.sweep_selection import (
     at_nearest_world,
     latest_sweeps,
     normal_priority_first,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from harness.calibrate.sweep import run_comm, store_comm, sweep_sizes
+from harness.calibrate.collective_sweep import run_comm, store_comm, sweep_sizes
 from harness.commands.common import info, results_option
 from harness.commands.report import exit_on_regressions, fail_on_regression_option, make_report
 from harness.commands.run import SUITES, on_cluster, run_cases, start_run

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from harness.calibrate.sweep import (
+from harness.calibrate.collective_sweep import (
     REALTIME_FRAMEWORKS,
     format_table,
     run_comm,

@@ -2,7 +2,7 @@
 
 Emulated hosts put several ranks on this machine's 2 cores; at normal priority a woken rank
 waits out another's time slice, so small messages measure the scheduler, not the network
-(harness.calibrate.sweep.REALTIME_FRAMEWORKS has the figures).
+(harness.calibrate.collective_sweep.REALTIME_FRAMEWORKS has the figures).
 SCHED_RR makes a woken rank run at once.
 """
 

@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from harness.calibrate.links import MeasuredLinks, emulated_topology
-from harness.calibrate.sweeps import software_costs
+from harness.calibrate.sweep_selection import software_costs
 from harness.calibrate.workload import replica_compute_s
 from harness.core.strategies import MODEL_PARALLEL, library
 from harness.core.strategies import strategy as find_strategy

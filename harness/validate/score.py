@@ -21,7 +21,7 @@ import pandas as pd
 from harness.calibrate.fits import comm_table
 from harness.calibrate.link_share import link_share, shaped_all_reduces
 from harness.calibrate.links import MeasuredLinks, emulated_topology, measured_links
-from harness.calibrate.sweeps import latest_sweeps, loopback_fits, realtime_rows
+from harness.calibrate.sweep_selection import latest_sweeps, loopback_fits, realtime_rows
 from harness.calibrate.workload import replica_compute_s
 from harness.core.clusters import parse_cluster
 from harness.core.errors import InputError
