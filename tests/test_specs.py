@@ -74,7 +74,7 @@ def test_cluster_parser_parses_or_fails_cleanly(text):
 
 @given(st.text(max_size=30))
 def test_rate_and_size_parsers_parse_or_fail_cleanly(text):
-    for parse in (units.parse_rate_bits, units.parse_size_bytes, specs.parse_size_range):
+    for parse in (units.parse_rate_bits, units.parse_size_bytes, units.parse_size_range):
         try:
             value = parse(text)
         except InputError:

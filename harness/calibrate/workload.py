@@ -103,7 +103,7 @@ def workload_facts(text: str, measured: pd.DataFrame | None = None) -> WorkloadF
         return WorkloadFacts(workload.name, float(workload.params), workload.batch_size,
                              workload.sparsity, workload.flops_per_sample,
                              sized_by="declared by the workload")
-    stated = {}
+    stated: dict[str, Any] = {}
     if isinstance(workload, ProfileWorkload):
         stated = {"bytes_per_element": workload.bytes_per_element,
                   "optimizer_s": workload.optimizer_s, "bucket_bytes": workload.bucket_bytes}
