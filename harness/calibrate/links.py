@@ -3,11 +3,13 @@ of them: what every prediction of an emulated cluster starts from."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
-from harness.core.clusters import parse_cluster
+from harness.core.clusters import UNSHAPED_RATE_BITS, parse_cluster
+from harness.core.errors import InputError
 from results.store import ResultsStore
 
 
@@ -100,3 +102,55 @@ def measured_topology(store: ResultsStore, run_id: str, cluster: str,
     """emulated_topology() of the run's measured links; None if the run measured none."""
     links = measured_links(store, run_id, cluster)
     return None if links is None else emulated_topology(links, software, trips)
+
+
+def probed_networks(store: Any) -> list[dict[str, Any]]:
+    """The link probes every emulated run of ``store`` recorded (its manifests)."""
+    out: list[dict[str, Any]] = []
+    for run_id in store.run_ids():
+        out += (store.manifest(run_id) or {}).get("networks", []) or []
+    return out
+
+
+def links_of_cluster(networks: list[dict[str, Any]], cluster: str) -> MeasuredLinks:
+    """An emulated cluster's links as this machine's link probes (``networks``, from the runs'
+    manifests) saw them: probes of the same cluster, else of clusters at the same rate, else
+    the spec's rate times the fraction of it every probe reached (the shaper's own overhead),
+    and the probes' round-trip time (the emulated path's, whatever the rate). A racked
+    cluster never probed gets its uplink the same way, from its spec."""
+    spec = parse_cluster(cluster)
+    rate = spec.rate_bits or math.nan
+
+    def links_of(pred: Any) -> list[dict[str, Any]]:
+        return [link for net in networks if pred(net) for link in net.get("links", [])]
+
+    def same_rate(net: dict[str, Any]) -> bool:
+        try:
+            other = parse_cluster(net.get("cluster", ""))
+        except InputError:
+            return False
+        return other.unshaped == spec.unshaped and (spec.unshaped or other.rate_bits == rate)
+
+    burst = median(float(net.get("burst_bytes", 0.0)) for net in networks) \
+        if networks else 0.0
+    exact = links_of(lambda net: net.get("cluster") == cluster)
+    if exact:
+        return links_from_probes(cluster, exact, burst, "probe of this cluster")
+    similar = [link for link in links_of(same_rate) if not link.get("cross_rack")]
+    every = links_of(lambda net: True)
+    rtt = median(link["rtt_median_s"] for link in every) if every else 0.0
+    shaped = [link for link in every if link.get("configured_bits_s")
+              and link["configured_bits_s"] < UNSHAPED_RATE_BITS]
+    reach = median(link["throughput_bits_s"] / link["configured_bits_s"]
+                   for link in shaped) if shaped and not spec.unshaped else 1.0
+    if similar:
+        bandwidth = median(link["throughput_bits_s"] for link in similar) / 8
+        source = "probe of a cluster at this rate"
+    else:
+        bandwidth = rate * reach / 8
+        source = (f"spec rate x {reach:.2f} (what probes here reached)" if shaped
+                  else "spec rate")
+    uplink = (spec.uplink_bits or 0.0) * reach / 8 if spec.racks > 1 else 0.0
+    return MeasuredLinks(spec.hosts, bandwidth, rtt, burst, source=source,
+                         racks=spec.racks if uplink else 1, uplink_bytes_s=uplink,
+                         rack_rtt_s=rtt)

@@ -261,3 +261,10 @@ def scaled_compute(compute: MeasuredCompute, batch: int) -> float:
     """The measured step scaled to another per-replica batch (compute is linear in batch
     at the sizes we run; a fixed per-step cost would make this optimistic for small ones)."""
     return compute.seconds * batch / compute.batch if compute.batch else math.nan
+
+
+def emulated_compute(measured: pd.DataFrame, facts: WorkloadFacts, framework: str) -> Any:
+    """The framework's one-replica compute measured here (else estimated from FLOPs); None
+    without either."""
+    return (measured_compute(measured, facts.name, framework)
+            or estimated_compute(measured, facts, framework))

@@ -18,7 +18,7 @@ from harness.calibrate.collective_sweep import run_comm, store_comm, sweep_sizes
 from harness.commands.common import info, results_option
 from harness.commands.report import exit_on_regressions, fail_on_regression_option, make_report
 from harness.commands.run import SUITES, on_cluster, run_cases, start_run
-from harness.core import strategies as catalog
+from harness.core import strategies as strategy_records
 from harness.core.clusters import UNSHAPED, ClusterSpec, parse_cluster
 from harness.core.errors import InputError
 from harness.core.paths import results_dir
@@ -62,7 +62,7 @@ def emulated_stage(store: ResultsStore, run_id: str, steps: int) -> None:
         return
     spec, floor = parse_cluster(EMULATED), parse_cluster(EMULATED_FLOOR)
     framework, names, workload = EMULATED_CASES
-    cases = plan(catalog.strategies(framework, names), resolve_workloads([workload]),
+    cases = plan(strategy_records.strategies(framework, names), resolve_workloads([workload]),
                  spec.text, steps, 3, 1, 600.0, hosts=spec.hosts)
     info(f"stage emulated: {framework} collectives on {floor.text}, then collectives and "
          f"{len(cases)} cases on {spec.text}")
@@ -112,8 +112,8 @@ def command(suite: str, steps: int, repeats: int, results: str | None,
     """The nightly job: run, comm, simulate, recommend, report."""
     store = ResultsStore(results_dir(results))
     names = list(SUITES[suite])
-    cases = plan(catalog.strategies("all", []), resolve_workloads(names), "local", steps, 3,
-                 repeats, 600.0)
+    cases = plan(strategy_records.strategies("all", []), resolve_workloads(names), "local",
+                 steps, 3, repeats, 600.0)
     run_id = start_run(store, cases, kind="bench")
     info(f"stage run: {len(cases)} cases")
     with on_cluster(parse_cluster("local"), store, run_id):

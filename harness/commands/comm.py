@@ -13,8 +13,8 @@ from harness.calibrate.collective_sweep import (
 )
 from harness.commands.common import NotBuiltError, info, json_option, print_json, results_option
 from harness.commands.run import on_cluster
-from harness.core import clusters as specs
-from harness.core import strategies as catalog
+from harness.core import clusters
+from harness.core import strategies as strategy_records
 from harness.core.case import COMM_ROUNDS
 from harness.core.paths import results_dir
 from harness.core.units import parse_size_range
@@ -46,8 +46,8 @@ def command(framework: str, cluster: str, sizes: str, world: int, timeout: float
             rounds: int, realtime: bool, results: str | None, as_json: bool) -> None:
     """Time all-reduce, broadcast, reduce-scatter, all-gather and PS push/pull by size
     (TF: all-reduce and all-gather, what MultiWorkerMirroredStrategy exposes)."""
-    frameworks = catalog.frameworks(framework)
-    cluster_spec = specs.parse_cluster(cluster)
+    frameworks = strategy_records.frameworks(framework)
+    cluster_spec = clusters.parse_cluster(cluster)
     low, high = parse_size_range(sizes)
     if cluster_spec.kind == "slurm":
         raise NotBuiltError("comm --cluster slurm", "collective sweeps as Slurm steps")

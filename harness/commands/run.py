@@ -12,8 +12,8 @@ import click
 from tqdm import tqdm
 
 from harness.commands.common import info, json_option, print_json, results_option
-from harness.core import clusters as specs
-from harness.core import strategies as catalog
+from harness.core import clusters
+from harness.core import strategies as strategy_records
 from harness.core.case import Case, CaseOptions
 from harness.core.errors import InputError
 from harness.core.paths import results_dir
@@ -49,7 +49,7 @@ def _row_line(row: ResultRow) -> str:
     diff = "" if row.max_weight_diff != row.max_weight_diff else \
         f", max weight diff {row.max_weight_diff:.1e}"
     if row.extra.get("weights_match") is False:
-        diff += (f" MISMATCH: over the {catalog.WEIGHT_TOLERANCE:.0e} tolerance of one "
+        diff += (f" MISMATCH: over the {strategy_records.WEIGHT_TOLERANCE:.0e} tolerance of one "
                  f"device's weights")
     return (f"{row.case_id}: ok, median step {row.step_time_median_s * 1e3:.1f} ms "
             f"[{row.step_time_ci95_low_s * 1e3:.1f}, {row.step_time_ci95_high_s * 1e3:.1f}], "
@@ -116,18 +116,18 @@ def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
     """Train workloads under each strategy and store one row per case."""
     store = ResultsStore(results_dir(results))
     if dry_run:
-        write_batch_script(specs.parse_cluster(cluster), framework, strategy_names,
+        write_batch_script(clusters.parse_cluster(cluster), framework, strategy_names,
                            workloads, suite, steps, warmup, repeats, timeout, store, script,
                            CaseOptions(stages, microbatches, schedule, tensor, tf_loop))
         return
     if resume:
         run_id, cases = _resume_target(store)
         skip = store.finished_case_ids(run_id)
-        cluster_spec = specs.parse_cluster(cases[0].cluster if cases else "local")
+        cluster_spec = clusters.parse_cluster(cases[0].cluster if cases else "local")
         info(f"resuming run {run_id}: {len(skip)} of {len(cases)} cases already done")
     else:
-        strategies = catalog.strategies(framework, strategy_names)
-        cluster_spec = specs.parse_cluster(cluster)
+        strategies = strategy_records.strategies(framework, strategy_names)
+        cluster_spec = clusters.parse_cluster(cluster)
         names = list(workloads) or list(SUITES[suite or "quick"])
         cases = plan(strategies, resolve_workloads(names), cluster_spec.text, steps, warmup,
                      repeats, timeout, hosts=cluster_spec.hosts,
@@ -145,7 +145,7 @@ def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
         info(f"run {run_id}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
 
 
-def write_batch_script(cluster_spec: specs.ClusterSpec, framework: str,
+def write_batch_script(cluster_spec: clusters.ClusterSpec, framework: str,
                        strategy_names: tuple[str, ...], workloads: tuple[str, ...],
                        suite: str | None, steps: int, warmup: int, repeats: int,
                        timeout: float, store: ResultsStore, script: str,
@@ -153,7 +153,7 @@ def write_batch_script(cluster_spec: specs.ClusterSpec, framework: str,
     if cluster_spec.kind != "slurm":
         raise InputError("--dry-run writes a Slurm batch script: use it with --cluster slurm")
     names = list(workloads) or list(SUITES[suite or "quick"])
-    cases = plan(catalog.strategies(framework, strategy_names), resolve_workloads(names),
+    cases = plan(strategy_records.strategies(framework, strategy_names), resolve_workloads(names),
                  cluster_spec.text, steps, warmup, repeats, timeout, hosts=cluster_spec.hosts,
                  pipeline=layout)
     argv = [sys.executable, "-m", "harness.cli", "run", "--cluster", cluster_spec.text,
@@ -192,7 +192,7 @@ def start_run(store: ResultsStore, cases: list[Case], kind: str = "run") -> str:
 
 
 @contextlib.contextmanager
-def on_cluster(spec: specs.ClusterSpec, store: ResultsStore,
+def on_cluster(spec: clusters.ClusterSpec, store: ResultsStore,
                run_id: str) -> Iterator[Where]:
     """Build emulated hosts for a netns run (torn down whatever happens), measure their
     links and store what was measured in the run's manifest; None for other clusters, or

@@ -111,20 +111,15 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
                       framework: str | None, strategies: tuple[str, ...],
                       results: Path) -> list[dict[str, Any]]:
     """``--topology netns:...``: this machine's emulated hosts, predicted as `validate` scores
-    and `recommend` ranks them (harness.recommend.candidates.predict_emulated): the links as probed
+    and `recommend` ranks them (harness.predict.emulated): the links as probed
     here, cores shared as they would be, each framework's measured compute, library and
     runtime costs. Real strategy names only (the frameworks' own schedules)."""
     from harness.calibrate.fits import comm_table
-    from harness.calibrate.workload import no_compute_message, workload_facts
+    from harness.calibrate.links import links_of_cluster, probed_networks
+    from harness.calibrate.workload import emulated_compute, no_compute_message, workload_facts
     from harness.core.strategies import ON_HOSTS
     from harness.core.strategies import strategy as find_strategy
-    from harness.recommend.candidates import (
-        Context,
-        emulated_compute,
-        predict_emulated,
-        probed_links,
-    )
-    from harness.recommend.recommender import probed_networks
+    from harness.predict.emulated import Calibration, predict_emulated
     from harness.recommend.targets import parse_targets
     from results.store import ResultsStore
 
@@ -135,10 +130,9 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
         raise InputError(f"--workers {workers}: {topology} runs one worker on each of its "
                          f"{target.devices} hosts (give 2 to {target.devices})")
     measured = _measured(results)
-    ctx = Context(measured=measured, fits=comm_table(results),
-                  sweeps=comm_table(results, "comm"),
-                  networks=probed_networks(ResultsStore(results))
-                  if (results / "runs").is_dir() else [])
+    calibration = Calibration(measured=measured, fits=comm_table(results),
+                              sweeps=comm_table(results, "comm"))
+    networks = probed_networks(ResultsStore(results)) if (results / "runs").is_dir() else []
     facts = workload_facts(workload, measured)
     def on_hosts(fw: str, name: str) -> str:
         """What a strategy name runs as on emulated hosts (one process per host): TF's
@@ -149,13 +143,14 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
     wanted = [(fw, on_hosts(fw, name)) for fw in
               ([framework] if framework else ["torch", "tf"]) for name in
               (strategies or [s.name for s in ON_HOSTS if s.framework == fw])]
-    links = probed_links(ctx, target)
+    links = links_of_cluster(networks, target.spec)
     rows: list[dict[str, Any]] = []
     for fw, strategy in wanted:
-        compute = emulated_compute(ctx, facts, fw)
+        compute = emulated_compute(measured, facts, fw)
         if compute is None:
             raise InputError(no_compute_message(facts.name))
-        row = predict_emulated(ctx, facts, links, fw, strategy, workers, compute, topology)
+        row = predict_emulated(calibration, facts, links, fw, strategy, workers, compute,
+                               topology)
         if row is None:
             rows.append({"status": "unavailable", "strategy": f"{fw}:{strategy}",
                          "reason": f"no model of {fw} {strategy} on emulated hosts (they "

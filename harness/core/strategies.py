@@ -41,7 +41,7 @@ class Strategy:
     devices: tuple[str, ...] = (CPU, GPU)  # the devices it trains on
     on_hosts: bool = False  # runs one replica per emulated host (predicted for any cluster)
     on_hosts_as: str | None = None  # the strategy that runs it across hosts, if another
-    options: tuple[str, ...] = ()  # `run` options it takes beyond every strategy's
+    options: tuple[str, ...] = ()  # Case.options keys it reads beyond every strategy's
 
     @property
     def label(self) -> str:
@@ -75,14 +75,14 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("tf", "mirrored", "allreduce", True, False,
              "MirroredStrategy: one process, all local devices, all-reduce.",
              waits_every_step=True, simulated_as="allreduce_after_backward",
-             on_hosts_as="multi_worker_mirrored", options=("tf_loop",)),
+             on_hosts_as="multi_worker_mirrored", options=("tf_loop", "cross_device_ops")),
     Strategy("tf", "central_storage", "central", True, False,
              "CentralStorageStrategy: variables on one device, compute mirrored.",
              waits_every_step=True, simulated_as="central_storage", options=("tf_loop",)),
     Strategy("tf", "multi_worker_mirrored", "allreduce", True, True,
              "MultiWorkerMirroredStrategy: one process per worker, collective all-reduce.",
              waits_every_step=True, simulated_as="allreduce_after_backward", on_hosts=True,
-             options=("tf_loop",)),
+             options=("tf_loop", "collective", "collective_timeout_s")),
     # TF's ParameterServerStrategy is asynchronous, but our coordinator joins every step (so
     # that steps are comparable): each measured step is one synchronous round.
     Strategy("tf", "parameter_server", "parameter_server", False, True,
@@ -99,7 +99,7 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("torch", "ddp", "allreduce", True, True,
              "DistributedDataParallel: bucketed all-reduce overlapped with backward.",
              waits_every_step=True, simulated_as="allreduce_ring",
-             also_simulates=ALLREDUCE_ALGORITHMS, on_hosts=True, options=("bucket",)),
+             also_simulates=ALLREDUCE_ALGORITHMS, on_hosts=True, options=("bucket_mb",)),
     Strategy("torch", "fsdp", "sharded", True, True,
              "FSDP2 fully_shard: reduce-scatter gradients, all-gather parameters.",
              waits_every_step=True, simulated_as="fsdp", on_hosts=True),

@@ -11,17 +11,17 @@ Pure functions over DataFrames: no framework, no run.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
-from statistics import median
 from typing import Any
 
 import pandas as pd
 
+from harness.calibrate.links import links_of_cluster
 from harness.calibrate.workload import (
     WorkloadFacts,
+    emulated_compute,
     estimated_compute,
     measured_compute,
     no_compute_message,
@@ -29,6 +29,7 @@ from harness.calibrate.workload import (
     scaled_compute,
 )
 from harness.core.errors import InputError
+from harness.predict.emulated import predict_emulated
 from harness.recommend.targets import Target, device_counts, device_kind
 
 NAN = float("nan")
@@ -187,96 +188,8 @@ def _weights_match(row: dict[Any, Any]) -> bool | None:
 
 
 def probed_links(ctx: Context, target: Target) -> Any:
-    """The target's links as this machine's link probes saw them (harness.predict.step's
-    MeasuredLinks): probes of the same cluster, else of clusters at the same rate, else the
-    spec's rate times the fraction of it every probe reached (the shaper's own overhead),
-    and the probes' round-trip time (the emulated path's, whatever the rate). A racked
-    cluster never probed gets its uplink the same way, from its spec."""
-    from harness.calibrate.links import MeasuredLinks, links_from_probes
-    from harness.core.clusters import UNSHAPED_RATE_BITS, parse_cluster
-
-    spec = parse_cluster(target.spec)
-    rate = spec.rate_bits or NAN
-
-    def links_of(pred: Any) -> list[dict[str, Any]]:
-        return [link for net in ctx.networks if pred(net) for link in net.get("links", [])]
-
-    def same_rate(net: dict[str, Any]) -> bool:
-        try:
-            other = parse_cluster(net.get("cluster", ""))
-        except InputError:
-            return False
-        return other.unshaped == spec.unshaped and (spec.unshaped or other.rate_bits == rate)
-
-    burst = median(float(net.get("burst_bytes", 0.0)) for net in ctx.networks) \
-        if ctx.networks else 0.0
-    exact = links_of(lambda net: net.get("cluster") == target.spec)
-    if exact:
-        return links_from_probes(target.spec, exact, burst, "probe of this cluster")
-    similar = [link for link in links_of(same_rate) if not link.get("cross_rack")]
-    every = links_of(lambda net: True)
-    rtt = median(link["rtt_median_s"] for link in every) if every else 0.0
-    shaped = [link for link in every if link.get("configured_bits_s")
-              and link["configured_bits_s"] < UNSHAPED_RATE_BITS]
-    reach = median(link["throughput_bits_s"] / link["configured_bits_s"]
-                   for link in shaped) if shaped and not spec.unshaped else 1.0
-    if similar:
-        bandwidth = median(link["throughput_bits_s"] for link in similar) / 8
-        source = "probe of a cluster at this rate"
-    else:
-        bandwidth = rate * reach / 8
-        source = (f"spec rate x {reach:.2f} (what probes here reached)" if shaped
-                  else "spec rate")
-    uplink = (spec.uplink_bits or 0.0) * reach / 8 if spec.racks > 1 else 0.0
-    return MeasuredLinks(spec.hosts, bandwidth, rtt, burst, source=source,
-                         racks=spec.racks if uplink else 1, uplink_bytes_s=uplink,
-                         rack_rtt_s=rtt)
-
-
-def emulated_compute(ctx: Context, facts: WorkloadFacts, framework: str) -> Any:
-    """The framework's one-replica compute measured here (else estimated from FLOPs); None
-    without either."""
-    return (measured_compute(ctx.measured, facts.name, framework)
-            or estimated_compute(ctx.measured, facts, framework))
-
-
-def predict_emulated(ctx: Context, facts: WorkloadFacts, links: Any, framework: str,
-                     strategy: str, hosts: int, compute: Any, cluster: str
-                     ) -> dict[str, Any] | None:
-    """The simulator's row for ``framework/strategy`` on ``hosts`` emulated hosts of this
-    machine (one replica each, as harness/runners lay them out): ``links`` as probed (the
-    share of them the library's collectives reach where it was swept on ``cluster``'s
-    links), cores shared as they would be, the library's and the runtime's own costs as
-    measured here (harness.predict.step); None where the simulator has no model for it."""
-    from harness.calibrate.link_share import link_share
-    from harness.core.case import PS_SHARDS
-    from harness.predict.step import (
-        machine_cores,
-        predict_step,
-        runner_ps_layout,
-        runtime_overhead,
-        simulated_as,
-        uses_collectives,
-    )
-
-    model = simulated_as(framework, strategy) or ""
-    ps = (runner_ps_layout(hosts, hosts, PS_SHARDS)
-          if model.startswith("parameter_server") else None)
-    key = (framework, strategy, facts.name)
-    if key not in ctx.runtimes:
-        ctx.runtimes[key] = runtime_overhead(ctx.measured, ctx.fits, framework, strategy,
-                                             facts, machine_cores())
-    links = dataclasses.replace(links, hosts=hosts)
-    share = link_share(ctx.sweeps, ctx.fits, framework, links, cluster, hosts)
-    row = predict_step(framework, strategy, facts.profile(batch=compute.batch), links, hosts,
-                       compute.replica_s, fits=ctx.fits, cores=machine_cores(), ps=ps,
-                       runtime_s=ctx.runtimes[key], link_share=share.efficiency if share else 1.0)
-    if row is not None:
-        row["link_share_source"] = (
-            "probed rate (parameter servers)" if not uses_collectives(framework, strategy)
-            else f"{share.cluster}, {share.world} ranks" if share
-            else "probed rate (no all-reduce swept on such links)")
-    return row
+    """The target's links as this machine's link probes saw them (calibrate.links)."""
+    return links_of_cluster(ctx.networks, target.spec)
 
 
 def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
@@ -290,7 +203,7 @@ def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
     price, basis = _price(ctx, target, measured_here=True)
     out: list[dict[str, Any]] = []
     for framework in ("torch", "tf"):
-        compute = emulated_compute(ctx, facts, framework)
+        compute = emulated_compute(ctx.measured, facts, framework)
         if compute is None:
             continue
         batch = compute.batch

@@ -24,7 +24,8 @@ def ranking_check(root: str, cluster: str, workloads: Sequence[str],
                   strategies: Sequence[tuple[str, str]] = STRATEGIES) -> pd.DataFrame:
     """One row per (workload, strategy) measured on ``cluster``: predicted and measured step
     time, the error, and both ranks (1 = fastest) among the strategies checked."""
-    from harness.recommend.recommender import probed_networks, recommend
+    from harness.calibrate.links import probed_networks
+    from harness.recommend.recommender import recommend
     from results.store import ResultsStore, load, load_table_safe
 
     store = ResultsStore(root)

@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.calibrate.links import probed_networks
 from harness.calibrate.workload import WorkloadFacts, row_names, workload_facts
 from harness.core.errors import InputError
 from harness.core.strategies import WEIGHT_TOLERANCE
@@ -314,14 +315,6 @@ def _ram_bytes(store: Any) -> float | None:
         if manifest.get("memory_bytes"):
             return float(manifest["memory_bytes"])
     return None
-
-
-def probed_networks(store: Any) -> list[dict[str, Any]]:
-    """The link probes every emulated run of ``store`` recorded (its manifests)."""
-    out: list[dict[str, Any]] = []
-    for run_id in store.run_ids():
-        out += (store.manifest(run_id) or {}).get("networks", []) or []
-    return out
 
 
 def recommend_from_store(root: Any, **kwargs: Any) -> pd.DataFrame:

@@ -18,24 +18,26 @@ from harness.core.case import (
     replicas_for,
 )
 from harness.core.errors import InputError
-from harness.core.strategies import Strategy
+from harness.core.strategies import STRATEGIES, Strategy
 
 
 def _refuse_unused(strategies: list[Strategy], asked: CaseOptions) -> None:
-    """An option for a layout no chosen strategy has would be silently ignored: refuse it."""
-    exchanges = {s.exchange for s in strategies}
-    flags = {"--stages": (asked.stages, "pipeline"),
-             "--microbatches": (asked.microbatches, "pipeline"),
-             "--schedule": (asked.schedule, "pipeline"),
+    """An option no chosen strategy takes (Strategy.options) would be silently ignored:
+    refuse it."""
+    chosen = ", ".join(s.name for s in strategies)
+    flags = {"--tf-loop": (asked.tf_loop, "tf_loop"), "--stages": (asked.stages, "stages"),
+             "--microbatches": (asked.microbatches, "microbatches"),
+             "--schedule": (asked.schedule, "schedule"),
              "--tensor-parallel": (asked.tensor, "tensor")}
-    if asked.tf_loop is not None and not any(s.framework == "tf" for s in strategies):
-        raise InputError(f"--tf-loop applies to TensorFlow strategies, which are not among "
-                         f"the strategies chosen ({', '.join(s.name for s in strategies)})")
-    for flag, (value, exchange) in flags.items():
-        if value is not None and exchange not in exchanges:
-            owner = "tensor_parallel" if exchange == "tensor" else "pipeline"
-            raise InputError(f"{flag} applies to --strategy {owner}, which is not among the "
-                             f"strategies chosen ({', '.join(s.name for s in strategies)})")
+    for flag, (value, option) in flags.items():
+        if value is None or any(option in s.options for s in strategies):
+            continue
+        if option == "tf_loop":
+            raise InputError(f"--tf-loop applies to TensorFlow strategies, which are not among "
+                             f"the strategies chosen ({chosen})")
+        owners = " or ".join(s.name for s in STRATEGIES if option in s.options)
+        raise InputError(f"{flag} applies to --strategy {owners}, which is not among the "
+                         f"strategies chosen ({chosen})")
 
 
 def plan(strategies: list[Strategy], workloads: list[WorkloadChoice], cluster: str,

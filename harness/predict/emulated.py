@@ -1,0 +1,71 @@
+"""This machine's emulated hosts predicted for a cluster never run: the step rule
+(harness.predict.step) with everything it needs read from the results directory, the way
+`validate` scores runs; `recommend` ranks these rows and `simulate --topology netns:...`
+prints them."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pandas as pd
+
+from harness.calibrate.workload import WorkloadFacts
+
+
+class Calibrated(Protocol):
+    """What a prediction of emulated hosts reads: runs, the loopback fits, the swept points
+    (link shares) and a cache of each strategy's runtime cost."""
+
+    measured: pd.DataFrame
+    fits: pd.DataFrame
+    sweeps: pd.DataFrame
+    runtimes: dict[tuple[str, str, str], float]
+
+
+@dataclass
+class Calibration:
+    measured: pd.DataFrame
+    fits: pd.DataFrame = field(default_factory=pd.DataFrame)
+    sweeps: pd.DataFrame = field(default_factory=pd.DataFrame)
+    runtimes: dict[tuple[str, str, str], float] = field(default_factory=dict)
+
+
+def predict_emulated(ctx: Calibrated, facts: WorkloadFacts, links: Any, framework: str,
+                     strategy: str, hosts: int, compute: Any, cluster: str
+                     ) -> dict[str, Any] | None:
+    """The simulator's row for ``framework/strategy`` on ``hosts`` emulated hosts of this
+    machine (one replica each, as harness/runners lay them out): ``links`` as probed (the
+    share of them the library's collectives reach where it was swept on ``cluster``'s
+    links), cores shared as they would be, the library's and the runtime's own costs as
+    measured here (harness.predict.step); None where the simulator has no model for it."""
+    from harness.calibrate.link_share import link_share
+    from harness.core.case import PS_SHARDS
+    from harness.predict.step import (
+        machine_cores,
+        predict_step,
+        runner_ps_layout,
+        runtime_overhead,
+        simulated_as,
+        uses_collectives,
+    )
+
+    model = simulated_as(framework, strategy) or ""
+    ps = (runner_ps_layout(hosts, hosts, PS_SHARDS)
+          if model.startswith("parameter_server") else None)
+    key = (framework, strategy, facts.name)
+    if key not in ctx.runtimes:
+        ctx.runtimes[key] = runtime_overhead(ctx.measured, ctx.fits, framework, strategy,
+                                             facts, machine_cores())
+    links = dataclasses.replace(links, hosts=hosts)
+    share = link_share(ctx.sweeps, ctx.fits, framework, links, cluster, hosts)
+    row = predict_step(framework, strategy, facts.profile(batch=compute.batch), links, hosts,
+                       compute.replica_s, fits=ctx.fits, cores=machine_cores(), ps=ps,
+                       runtime_s=ctx.runtimes[key], link_share=share.efficiency if share else 1.0)
+    if row is not None:
+        row["link_share_source"] = (
+            "probed rate (parameter servers)" if not uses_collectives(framework, strategy)
+            else f"{share.cluster}, {share.world} ranks" if share
+            else "probed rate (no all-reduce swept on such links)")
+    return row
