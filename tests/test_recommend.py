@@ -482,7 +482,7 @@ def test_verdicts_name_strategies_that_run_on_the_targets_devices(target, device
         if kind == "gpu":
             assert "tf tpu" not in text, text
         if "sim/" in text and "sim/single_device" not in text:
-            assert "(simulated as sim/" in text or "no framework strategy here runs it" in text
+            assert "(simulated as sim/" in text or "no framework strategy runs it" in text
 
 
 def test_a_gpu_clusters_simulated_all_reduce_names_ddp_not_tpustrategy():
@@ -491,6 +491,12 @@ def test_a_gpu_clusters_simulated_all_reduce_names_ddp_not_tpustrategy():
                       device="dgx_h100_ib")
     hierarchical = frame[frame["strategy"] == "allreduce_hierarchical"]
     assert set(hierarchical["runs_as"]) == {"torch ddp"}
+    sweep = pd.DataFrame(frame.attrs["sweep"])
+    tf_loop = sweep[sweep["strategy"] == "allreduce_after_backward"]
+    # MirroredStrategy all-reduces one host's GPUs; across hosts it is MultiWorkerMirrored
+    assert set(tf_loop[tf_loop["replicas"] <= 4]["runs_as"]) == {
+        "tf mirrored or tf multi_worker_mirrored"}
+    assert set(tf_loop[tf_loop["replicas"] > 4]["runs_as"]) == {"tf multi_worker_mirrored"}
     torus = recommend(pd.DataFrame(), workloads=["resnet50"],
                       targets=["torus:dims=4x4,bw=50GB/s,lat=1us"], device="tpu_v4_cube")
     assert set(torus[torus["strategy"] == "allreduce_hierarchical"]["runs_as"]) == {"tf tpu"}

@@ -39,6 +39,7 @@ class Strategy:
     # other simulator models that are this strategy with another algorithm its library picks
     also_simulates: tuple[str, ...] = ()
     devices: tuple[str, ...] = (CPU, GPU)  # the devices it trains on
+    spans_hosts: bool | None = None  # trains across hosts (default: when multi-process)
     on_hosts: bool = False  # runs one replica per emulated host (predicted for any cluster)
     on_hosts_as: str | None = None  # the strategy that runs it across hosts, if another
     options: tuple[str, ...] = ()  # Case.options keys it reads beyond every strategy's
@@ -64,9 +65,15 @@ class Strategy:
         """Whether the simulator's ``model`` is this strategy (with some algorithm of its)."""
         return model in (self.simulated_as, *self.also_simulates)
 
-    def runs(self, model: str, device: str) -> bool:
-        """Whether it trains on ``device`` and does what the simulator's ``model`` does."""
-        return device in self.devices and self.simulates(model)
+    @property
+    def across_hosts(self) -> bool:
+        return self.multi_process if self.spans_hosts is None else self.spans_hosts
+
+    def runs(self, model: str, device: str, hosts: int = 1) -> bool:
+        """Whether it trains on ``device``s of ``hosts`` hosts and does what the simulator's
+        ``model`` does."""
+        return (device in self.devices and self.simulates(model)
+                and (hosts <= 1 or self.across_hosts))
 
 
 STRATEGIES: tuple[Strategy, ...] = (
@@ -90,8 +97,10 @@ STRATEGIES: tuple[Strategy, ...] = (
              waits_every_step=True, simulated_as="parameter_server_async",
              measured_as="parameter_server", on_hosts=True, options=("ps_shards", "tf_loop")),
     # TPUStrategy all-reduces along the torus dimensions, on TPUs only.
+    # One client process drives the whole slice, pod hosts included.
     Strategy("tf", "tpu", "allreduce", True, False, "TPUStrategy: needs a TPU.",
              waits_every_step=True, simulated_as="allreduce_hierarchical", devices=(TPU,),
+             spans_hosts=True,
              options=("tf_loop",)),
     Strategy("torch", "single_device", "none", True, False, "One process: the baseline."),
     # DDP's all-reduce is the library's choice of algorithm (NCCL's ring or tree, two-level
@@ -140,10 +149,11 @@ def baseline(framework: str) -> Strategy:
     return next(s for s in BASELINES if s.framework == framework)
 
 
-def running(model: str, device: str) -> tuple[Strategy, ...]:
-    """The framework strategies that train on ``device`` (cpu, gpu, tpu) and do what the
-    simulator's ``model`` does: what a user would run for a simulated answer."""
-    return tuple(s for s in STRATEGIES if s.runs(model, device))
+def running(model: str, device: str, hosts: int = 1) -> tuple[Strategy, ...]:
+    """The framework strategies that train on ``device``s (cpu, gpu, tpu) of ``hosts`` hosts
+    and do what the simulator's ``model`` does: what a user would run for a simulated
+    answer (MirroredStrategy all-reduces one host's GPUs only)."""
+    return tuple(s for s in STRATEGIES if s.runs(model, device, hosts))
 
 
 @dataclass(frozen=True)

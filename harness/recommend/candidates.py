@@ -77,9 +77,10 @@ def exchange_kind(framework: str, strategy: str) -> str:
     return record.exchange if record else "allreduce"
 
 
-def runs_as(model: str, device: str) -> str:
+def runs_as(model: str, device: str, hosts: int = 1) -> str:
     """The framework strategies a user would run for the simulator's ``model`` on
-    ``device``s (cpu, gpu, tpu): those that train there and do what was simulated."""
+    ``device``s (cpu, gpu, tpu) of ``hosts`` hosts: those that train there and do what was
+    simulated."""
     from harness.core.strategies import running
 
     if model in ("pipeline", "tensor_parallel") or "+" in model:
@@ -88,7 +89,7 @@ def runs_as(model: str, device: str) -> str:
             "pipeline" if model == "pipeline" else "tensor"]
         return "torch " + " + ".join(parts[d] for d in dims if d in parts) \
             if device != "tpu" else ""
-    return " or ".join(s.label for s in running(model, device))
+    return " or ".join(s.label for s in running(model, device, hosts))
 
 
 def device_memory(target: Target, ctx: Context, replicas: int) -> float:
@@ -325,7 +326,8 @@ def topology_points(ctx: Context, facts: WorkloadFacts, target: Target
         out.append(point)
     kind = device_kind(target, ctx.device)
     for point in out[1:]:
-        point["runs_as"] = runs_as(point["strategy"], kind)
+        hosts = -(-int(point["replicas"]) // max(1, target.per_host))
+        point["runs_as"] = runs_as(point["strategy"], kind, hosts)
         point["device_kind"] = kind
     return out
 

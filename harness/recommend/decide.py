@@ -146,7 +146,8 @@ def _label(p: Point) -> str:
         if isinstance(real, str) and real:
             name = f"{real} (simulated as {name})"
         elif isinstance(real, str):
-            name += f" (no framework strategy here runs it on {p.get('device_kind', 'these')}s)"
+            name += (f" (no framework strategy runs it on {n} "
+                     f"{p.get('device_kind', 'device')}s)")
         name += f" [{p['layout']}]" if isinstance(p.get("layout"), str) and p["layout"] else ""
     return f"{name} on {n} device{'s' if n != 1 else ''}"
 

@@ -47,12 +47,12 @@ from harness.validate.score import latest_validation
 NAN = float("nan")
 DEFAULT_SAMPLES = 10_000_000
 DEFAULT_PRESET_TARGETS = ("preset:eth25_v100,hosts=4", "preset:dgx_h100_ib,hosts=1|16")
-COLUMNS = ("workload", "target", "rank", "framework", "strategy", "replicas", "status",
+COLUMNS = ("workload", "target", "rank", "framework", "strategy", "runs_as", "replicas", "status",
            "step_time_s", "throughput_samples_s", "scaling_efficiency", "comm_fraction",
            "memory_per_device_bytes", "device_memory_bytes", "fits", "train_time_s",
            "price_per_device_hour", "cost_usd", "source", "train_source", "validation_error",
            "reason")
-SWEEP_COLUMNS = ("workload", "target", "framework", "strategy", "replicas", "status",
+SWEEP_COLUMNS = ("workload", "target", "framework", "strategy", "runs_as", "replicas", "status",
                  "train_time_s", "cost_usd", "scaling_efficiency", "throughput_samples_s",
                  "source", "validation_error", "pareto", "picked")
 __all__ = ["DEFAULT_SAMPLES", "Target", "format_duration", "parse_targets", "recommend"]
