@@ -43,6 +43,9 @@ class Strategy:
     on_hosts: bool = False  # runs one replica per emulated host (predicted for any cluster)
     on_hosts_as: str | None = None  # the strategy that runs it across hosts, if another
     options: tuple[str, ...] = ()  # Case.options keys it reads beyond every strategy's
+    # processes beside the replicas and servers (TF's parameter-server chief, which runs the
+    # coordinator), sharing the emulated hosts' cores
+    extra_processes: int = 0
 
     @property
     def label(self) -> str:
@@ -95,7 +98,8 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("tf", "parameter_server", "parameter_server", False, True,
              "ParameterServerStrategy: workers + sharded ps tasks, ClusterCoordinator.",
              waits_every_step=True, simulated_as="parameter_server_async",
-             measured_as="parameter_server", on_hosts=True, options=("ps_shards", "tf_loop")),
+             measured_as="parameter_server", on_hosts=True, options=("ps_shards", "tf_loop"),
+             extra_processes=1),
     # TPUStrategy all-reduces along the torus dimensions, on TPUs only.
     # One client process drives the whole slice, pod hosts included.
     Strategy("tf", "tpu", "allreduce", True, False, "TPUStrategy: needs a TPU.",

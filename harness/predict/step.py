@@ -126,7 +126,8 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
             return None
         options = {"ps_shard_weights": ps.shard_bytes, "ps_colocated": ps.colocated,
                    "ps_beside": ps.beside}
-        processes += len(ps.shard_bytes) + (framework == "tf")  # TF's chief
+        record = find_strategy(framework, strategy)
+        processes += len(ps.shard_bytes) + (record.extra_processes if record else 0)
     # the emulated hosts share the machine's cores: compute slows when they are oversold
     compute = one_replica_s * max(1.0, processes / (cores or machine_cores()))
     (row,) = simulate(topology, replicas, model, dataclasses.replace(

@@ -1,2 +1,2 @@
-"""Strategy runners. Parent side: `layout` (which processes a case needs). Child side: one
-module per framework family of strategies, imported only inside the worker process."""
+"""Strategy runners, child side only: one module per framework family of strategies, imported
+inside the worker process (which processes a case needs is harness.launch.placement's)."""
