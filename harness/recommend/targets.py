@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from harness.core.clusters import CLUSTER_KINDS
 from harness.core.errors import InputError
+from harness.sim.spec import KINDS
 
-TOPOLOGY_KINDS = ("switch", "ring", "two_level", "leaf_spine", "torus", "preset")
-CLUSTER_KINDS = ("local", "netns", "slurm")
+TOPOLOGY_KINDS = KINDS  # the topology grammar's (harness.sim.spec)
 
 
 @dataclass(frozen=True)
