@@ -18,20 +18,15 @@ sizes Ki/Mi/Gi (binary) too.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
+from workloads.quantities import read_duration, read_number, read_size
 from workloads.spec import WorkloadError, WorkloadSpec, choices_message
 
 PREFIX = "profile:"
 KEYS = ("params", "batch", "bytes", "flops_per_sample", "step_compute", "step_time_s",
         "sparsity", "optimizer", "bucket", "name", "size")
 ALIASES = {"step_time_s": "step_compute"}
-_NUMBER = re.compile(r"^((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*([kKmMgGtTpP]?)$")
-_DURATION = re.compile(r"^((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*(s|ms|us|µs|ns)?$")
-_SIZE = re.compile(r"^((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*([kKmMgGtT]i?)?(B|[bB]ytes?)?$")
-_SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
-_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 DEFAULT_BUCKET = 25 * 2**20  # DDP's default bucket_cap_mb
 
 
@@ -86,10 +81,10 @@ def _finite(key: str, text: str, value: float) -> float:
 
 
 def _number(key: str, text: str) -> float:
-    m = _NUMBER.match(text.strip())
-    if not m:
+    value = read_number(text)
+    if value is None:
         raise WorkloadError(f"profile {key}={text!r} is not a number (use e.g. 25e6 or 25M)")
-    return _finite(key, text, float(m.group(1)) * _SCALE[m.group(2).lower()])
+    return _finite(key, text, value)
 
 
 def _integer(key: str, text: str) -> int:
@@ -101,22 +96,19 @@ def _integer(key: str, text: str) -> int:
 
 def _duration(key: str, text: str) -> float:
     """'120ms' -> 0.12; a bare number is seconds."""
-    m = _DURATION.match(text.strip())
-    if not m:
+    value = read_duration(text)
+    if value is None:
         raise WorkloadError(f"profile {key}={text!r} is not a duration (use e.g. 120ms or "
                             f"0.12)")
-    return _finite(key, text, float(m.group(1)) * _SECONDS[m.group(2) or "s"])
+    return _finite(key, text, value)
 
 
 def _size(key: str, text: str) -> int:
     """'50MiB' -> 52428800, '100MB' -> 1e8, '4096' -> 4096."""
-    m = _SIZE.match(text.strip())
-    if not m:
+    value = read_size(text)
+    if value is None:
         raise WorkloadError(f"profile {key}={text!r} is not a size (use e.g. 25MiB or 4096)")
-    prefix = (m.group(2) or "").lower()
-    scale = 2.0 ** (10 * ("kmgt".index(prefix[0]) + 1)) if prefix.endswith("i") \
-        else _SCALE[prefix]
-    return int(_finite(key, text, float(m.group(1)) * scale))
+    return int(_finite(key, text, value))
 
 
 def parse_profile(text: str) -> ProfileWorkload:

@@ -1,10 +1,11 @@
 """Quantities as people write and read them: durations, bytes, rates, counts, money.
 
-Parsers and formatters live together so that a unit means one thing everywhere. Each context
-keeps its own meaning where users expect it: a `--cluster` rate is bits per second and a bare
-number is bits (`rate=25G` is 25 Gbit/s, tc's convention), while a `--topology` bandwidth needs
-its unit and is returned in bytes per second (`300GB/s`, `400Gbit`). Every parse error is a
-SpecError, one line naming the bad value and what is allowed.
+Parsers and formatters live together so that a unit means one thing everywhere; how a number,
+a prefix and a unit are written is read by workloads.quantities, for every grammar. Each
+context keeps its own meaning where users expect it: a `--cluster` rate is bits per second and
+a bare number is bits (`rate=25G` is 25 Gbit/s, tc's convention), while a `--topology`
+bandwidth needs its unit and is returned in bytes per second (`300GB/s`, `400Gbit`). Every
+parse error is a SpecError, one line naming the bad value and what is allowed.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ import math
 import re
 
 from harness.core.errors import SpecError
+from workloads.quantities import NUMBER, read_duration, read_number, read_size, scale
 
 
 def format_duration(seconds: float) -> str:
     if not math.isfinite(seconds):
         return "-"
-    for scale, unit in ((86400, "d"), (3600, "h"), (60, "min")):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
+    for factor, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= factor:
+            return f"{seconds / factor:.3g} {unit}"
     return f"{seconds:.3g} s"
 
 
@@ -33,9 +35,9 @@ def format_bytes(n: float) -> str:
 def format_rate(bits: float) -> str:
     if not math.isfinite(bits):
         return ""
-    for scale, unit in ((1e9, "Gbit/s"), (1e6, "Mbit/s"), (1e3, "kbit/s")):
-        if bits >= scale:
-            return f"{bits / scale:.3g} {unit}"
+    for factor, unit in ((1e9, "Gbit/s"), (1e6, "Mbit/s"), (1e3, "kbit/s")):
+        if bits >= factor:
+            return f"{bits / factor:.3g} {unit}"
     return f"{bits:g} bit/s"
 
 
@@ -54,15 +56,6 @@ MAX_DEVICES = 1 << 17
 
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(bit|bps|b|byte|bytes)?(?:/s)?\s*$", re.I)
 _CLI_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)(b?)\s*$", re.I)
-# SI prefixes are decimal everywhere; 'Ki', 'Mi', ... binary.
-_PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
-_BINARY = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-
-
-def _scale(prefix: str) -> float:
-    """'k' -> 1e3, 'Ki' -> 1024, '' -> 1 (any case)."""
-    prefix = prefix.lower()
-    return float(_BINARY[prefix[:-1]]) if prefix.endswith("i") else _PREFIX[prefix]
 
 
 def parse_rate_bits(text: str) -> float:
@@ -70,7 +63,7 @@ def parse_rate_bits(text: str) -> float:
     m = _RATE.match(text)
     if not m:
         raise SpecError(f"bad rate {text!r} (use e.g. 400mbit, 1gbit, 25gbit)")
-    value = float(m.group(1)) * _scale(m.group(2))
+    value = float(m.group(1)) * scale(m.group(2))
     unit = (m.group(3) or "bit").lower()
     if unit in ("byte", "bytes") or m.group(3) == "B":
         value *= 8
@@ -84,9 +77,7 @@ def parse_size_bytes(text: str) -> int:
     m = _CLI_SIZE.match(text)
     if not m:
         raise SpecError(f"bad size {text!r} (use e.g. 1KiB, 64MiB, 4096)")
-    prefix = m.group(2).lower()
-    scale = _scale(prefix + m.group(3))
-    value = int(float(m.group(1)) * scale)
+    value = int(float(m.group(1)) * scale(m.group(2) + m.group(3)))
     if value <= 0:
         raise SpecError(f"size {text!r} must be > 0")
     return value
@@ -103,11 +94,8 @@ def parse_size_range(text: str) -> tuple[int, int]:
     return lo, hi
 
 
-_NUM = r"(?P<num>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 _BANDWIDTH = re.compile(
-    _NUM + r"\s*(?P<prefix>[kKmMgGtT]i?)?(?P<unit>bits?|b|B|[bB]ytes?)(?P<per>/s|ps)?")
-_DURATION = re.compile(_NUM + r"\s*(?P<unit>s|ms|us|µs|ns)")
-_DURATION_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+    NUMBER + r"\s*(?P<prefix>[kKmMgGtT]i?)?(?P<unit>bits?|b|B|[bB]ytes?)(?P<per>/s|ps)?")
 BANDWIDTH_HELP = "use e.g. 100Gbit, 25Gbps, 300GB/s"
 DURATION_HELP = "use e.g. 5us, 1.5ms, 0"
 
@@ -117,9 +105,7 @@ def parse_bandwidth(text: str) -> float:
     m = _BANDWIDTH.fullmatch(text.strip())
     if not m:
         raise SpecError(f"bad bandwidth {text!r} ({BANDWIDTH_HELP})")
-    prefix = m.group("prefix") or ""
-    scale = _scale(prefix)
-    value = float(m.group("num")) * scale
+    value = float(m.group("num")) * scale(m.group("prefix") or "")
     if m.group("unit") in ("b", "bit", "bits"):
         value /= 8
     if not (math.isfinite(value) and 0 < value < 1e18):
@@ -129,13 +115,9 @@ def parse_bandwidth(text: str) -> float:
 
 def parse_duration(text: str) -> float:
     """'5us' -> 5e-6 seconds; a bare '0' is zero."""
-    text = text.strip()
-    if text == "0":
-        return 0.0
-    m = _DURATION.fullmatch(text)
-    if not m:
+    value = read_duration(text, bare_seconds=False)
+    if value is None:
         raise SpecError(f"bad latency {text!r} ({DURATION_HELP})")
-    value = float(m.group("num")) * _DURATION_UNIT[m.group("unit")]
     if not (math.isfinite(value) and 0 <= value <= 1e3):
         raise SpecError(f"latency {text!r} must be between 0 and 1000 s")
     return value
@@ -179,18 +161,14 @@ def parse_kv(text: str, kind: str) -> dict[str, str]:
 parse_options = parse_kv  # the topology grammar's name for it
 
 
-_SIZE = re.compile(_NUM + r"\s*(?P<prefix>[kKmMgGtT]i?)?(?P<unit>B|[bB]ytes?)?")
-_COUNT = re.compile(_NUM + r"\s*(?P<prefix>[kKmMgGtTpP])?")
 
 
 def parse_size(text: str, what: str = "size") -> float:
-    """'25MiB' -> 26214400 bytes, '100MB' -> 1e8, '4096' -> 4096 (K M G T decimal, Ki.. binary)."""
-    m = _SIZE.fullmatch(text.strip())
-    if not m:
+    """'25MiB' -> 26214400 bytes, '100MB' -> 1e8, '4096' -> 4096 (K M G T decimal, Ki..
+    binary)."""
+    value = read_size(text)
+    if value is None:
         raise SpecError(f"bad {what} {text!r} (use e.g. 100MB, 25MiB, 4096)")
-    prefix = m.group("prefix") or ""
-    scale = _scale(prefix)
-    value = float(m.group("num")) * scale
     if not (math.isfinite(value) and 0 <= value < 1e18):
         raise SpecError(f"{what} {text!r} must be >= 0 and finite")
     return value
@@ -198,11 +176,9 @@ def parse_size(text: str, what: str = "size") -> float:
 
 def parse_number(text: str, what: str, low: float = 0.0, high: float = 1e30) -> float:
     """'25M' -> 2.5e7, '3e9' -> 3e9, '1.5G' -> 1.5e9 (K M G T P decimal)."""
-    m = _COUNT.fullmatch(text.strip())
-    if not m:
+    value = read_number(text)
+    if value is None:
         raise SpecError(f"{what}={text!r} is not a number (use e.g. {what}=25M or 3e9)")
-    prefix = (m.group("prefix") or "").lower()
-    value = float(m.group("num")) * _PREFIX[prefix]
     if not (math.isfinite(value) and low <= value <= high):
         raise SpecError(f"{what}={text!r} must be from {low:g} to {high:g}")
     return value
