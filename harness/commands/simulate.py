@@ -117,7 +117,7 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
     from harness.calibrate.fits import comm_table
     from harness.calibrate.links import links_of_cluster, probed_networks
     from harness.calibrate.workload import emulated_compute, no_compute_message, workload_facts
-    from harness.core.strategies import ON_HOSTS
+    from harness.core.strategies import EMULATED
     from harness.core.strategies import strategy as find_strategy
     from harness.predict.emulated import Calibration, predict_emulated
     from harness.recommend.targets import parse_targets
@@ -138,11 +138,11 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
         """What a strategy name runs as on emulated hosts (one process per host): TF's
         MirroredStrategy is one host's devices; across hosts it is MultiWorkerMirrored."""
         record = find_strategy(fw, name)
-        return record.on_hosts_as or name if record else name
+        return record.across_hosts_as or name if record else name
 
     wanted = [(fw, on_hosts(fw, name)) for fw in
               ([framework] if framework else ["torch", "tf"]) for name in
-              (strategies or [s.name for s in ON_HOSTS if s.framework == fw])]
+              (strategies or [s.name for s in EMULATED if s.framework == fw])]
     links = links_of_cluster(networks, target.spec)
     rows: list[dict[str, Any]] = []
     for fw, strategy in wanted:
@@ -154,7 +154,7 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
         if row is None:
             rows.append({"status": "unavailable", "strategy": f"{fw}:{strategy}",
                          "reason": f"no model of {fw} {strategy} on emulated hosts (they "
-                                   f"run: {', '.join(s.label for s in ON_HOSTS)})",
+                                   f"run: {', '.join(s.label for s in EMULATED)})",
                          "step_time_median_s": math.nan})
             continue
         row.update(source="simulated", strategy=f"{fw}:{strategy}", workload=facts.name,

@@ -40,8 +40,8 @@ class Strategy:
     also_simulates: tuple[str, ...] = ()
     devices: tuple[str, ...] = (CPU, GPU)  # the devices it trains on
     spans_hosts: bool | None = None  # trains across hosts (default: when multi-process)
-    on_hosts: bool = False  # runs one replica per emulated host (predicted for any cluster)
-    on_hosts_as: str | None = None  # the strategy that runs it across hosts, if another
+    emulated: bool = False  # runs one replica per emulated host (predicted for any cluster)
+    across_hosts_as: str | None = None  # the strategy that runs it across hosts, if another
     options: tuple[str, ...] = ()  # Case.options keys it reads beyond every strategy's
     # processes beside the replicas and servers (TF's parameter-server chief, which runs the
     # coordinator), sharing the emulated hosts' cores
@@ -85,20 +85,20 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("tf", "mirrored", "allreduce", True, False,
              "MirroredStrategy: one process, all local devices, all-reduce.",
              waits_every_step=True, simulated_as="allreduce_after_backward",
-             on_hosts_as="multi_worker_mirrored", options=("tf_loop", "cross_device_ops")),
+             across_hosts_as="multi_worker_mirrored", options=("tf_loop", "cross_device_ops")),
     Strategy("tf", "central_storage", "central", True, False,
              "CentralStorageStrategy: variables on one device, compute mirrored.",
              waits_every_step=True, simulated_as="central_storage", options=("tf_loop",)),
     Strategy("tf", "multi_worker_mirrored", "allreduce", True, True,
              "MultiWorkerMirroredStrategy: one process per worker, collective all-reduce.",
-             waits_every_step=True, simulated_as="allreduce_after_backward", on_hosts=True,
+             waits_every_step=True, simulated_as="allreduce_after_backward", emulated=True,
              options=("tf_loop", "collective", "collective_timeout_s")),
     # TF's ParameterServerStrategy is asynchronous, but our coordinator joins every step (so
     # that steps are comparable): each measured step is one synchronous round.
     Strategy("tf", "parameter_server", "parameter_server", False, True,
              "ParameterServerStrategy: workers + sharded ps tasks, ClusterCoordinator.",
              waits_every_step=True, simulated_as="parameter_server_async",
-             measured_as="parameter_server", on_hosts=True, options=("ps_shards", "tf_loop"),
+             measured_as="parameter_server", emulated=True, options=("ps_shards", "tf_loop"),
              extra_processes=1),
     # TPUStrategy all-reduces along the torus dimensions, on TPUs only.
     # One client process drives the whole slice, pod hosts included.
@@ -112,13 +112,13 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("torch", "ddp", "allreduce", True, True,
              "DistributedDataParallel: bucketed all-reduce overlapped with backward.",
              waits_every_step=True, simulated_as="allreduce_ring",
-             also_simulates=ALLREDUCE_ALGORITHMS, on_hosts=True, options=("bucket_mb",)),
+             also_simulates=ALLREDUCE_ALGORITHMS, emulated=True, options=("bucket_mb",)),
     Strategy("torch", "fsdp", "sharded", True, True,
              "FSDP2 fully_shard: reduce-scatter gradients, all-gather parameters.",
-             waits_every_step=True, simulated_as="fsdp", on_hosts=True),
+             waits_every_step=True, simulated_as="fsdp", emulated=True),
     Strategy("torch", "parameter_server", "parameter_server", True, True,
              "Synchronous parameter server over torch.distributed.rpc with K shards.",
-             waits_every_step=True, simulated_as="parameter_server", on_hosts=True,
+             waits_every_step=True, simulated_as="parameter_server", emulated=True,
              options=("ps_shards",)),
     Strategy("torch", "parameter_server_async", "parameter_server", False, True,
              "Asynchronous parameter server over RPC: each push applied at once.",
@@ -144,7 +144,7 @@ _BY_KEY = {(s.framework, s.name): s for s in STRATEGIES}
 SIMULATED_AS: Mapping[tuple[str, str], str] = MappingProxyType(
     {(s.framework, s.name): s.simulated_as for s in STRATEGIES if s.simulated_as})
 #: The strategies an emulated cluster runs, one replica per host.
-ON_HOSTS: tuple[Strategy, ...] = tuple(s for s in STRATEGIES if s.on_hosts)
+EMULATED: tuple[Strategy, ...] = tuple(s for s in STRATEGIES if s.emulated)
 #: The one-device baselines.
 BASELINES: tuple[Strategy, ...] = tuple(s for s in STRATEGIES if s.exchange == "none")
 

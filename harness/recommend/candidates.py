@@ -197,7 +197,7 @@ def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
                      ) -> list[dict[str, Any]]:
     """An emulated cluster that was never run: each real strategy at 2, 4, ... hosts,
     predicted from this machine's calibration; the one-device baseline measured here."""
-    from harness.core.strategies import ON_HOSTS, baseline
+    from harness.core.strategies import EMULATED, baseline
     from harness.predict.step import simulated_as
 
     links = probed_links(ctx, target)
@@ -214,7 +214,7 @@ def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
             step_time_s=t1, batch=batch, throughput_samples_s=batch / t1, scaling_efficiency=1.0,
             source="measured", device_memory_bytes=device_memory(target, ctx, 1),
             price_per_device_hour=price, price_basis=basis, compute_note=compute.note))
-        for fw, strategy in [(s.framework, s.name) for s in ON_HOSTS]:
+        for fw, strategy in [(s.framework, s.name) for s in EMULATED]:
             if fw != framework:
                 continue
             model = simulated_as(fw, strategy) or ""
