@@ -392,6 +392,12 @@ def format_table(frame: pd.DataFrame) -> str:
                        | {f"price: {b}" for b in group.get("price_basis", pd.Series(dtype=str))
                           if isinstance(b, str) and b})
         lines += [f"  ({n})" for n in notes]
+        runs = {f"sim/{r['strategy']}": r.get("runs_as") for r in group.to_dict("records")
+                if r["framework"] == "sim" and isinstance(r.get("runs_as"), str)}
+        if any(runs.values()):
+            lines.append("  (what to run: " + "; ".join(
+                f"{sim}: {real or 'no framework strategy on these devices'}"
+                for sim, real in runs.items()) + ")")
         lines.append("")
     lines.append("source: measured (a real run), predicted (an emulated cluster never run, "
                  "from this machine's calibration) or simulated; ± the simulator's median "
