@@ -206,3 +206,15 @@ def test_validate_fingerprints_every_package_its_predictions_import():
     outside = sorted(m for m in seen if m not in ("harness",)
                      and not any(m == c or m.startswith(c + ".") for c in covered))
     assert outside == []
+
+
+def test_harness_holds_few_loose_modules_and_no_catch_all_package():
+    """The folders show the flow: at most 8 modules directly in harness/ (entry points and the
+    package itself), every other module in the package of its stage, none in a bin of
+    leftovers."""
+    loose = sorted(p.name for p in (ROOT / "harness").glob("*.py"))
+    assert len(loose) <= 8, loose
+    packages = {p.parent.name for p in (ROOT / "harness").glob("*/__init__.py")}
+    assert not packages & {"misc", "utils", "util", "helpers", "common", "lib"}, packages
+    layered = {e for layer in LAYERS for e in layer}
+    assert {f"harness.{name}" for name in packages} <= layered
