@@ -285,7 +285,7 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
     if frame.empty:
         frame = pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
     else:
-        frame = frame[list(COLUMNS) + [c for c in frame.columns if c not in COLUMNS]]
+        frame = frame.reindex(columns=[*COLUMNS, *(c for c in frame.columns if c not in COLUMNS)])
     frame.attrs["missing"] = missing
     frame.attrs["verdicts"] = verdicts
     frame.attrs["sweep"] = sweep
