@@ -18,6 +18,9 @@ from harness.core.paths import results_dir
                    "takes it (two_level:hosts=6,gpus=4,intra=300GB/s,inter=25Gbit, "
                    "preset:NAME[,hosts=1|4|32], ...). Repeatable; default: the measured "
                    "clusters plus preset:eth25_v100,hosts=4 and preset:dgx_h100_ib,hosts=1|16.")
+@click.option("--system", "systems", multiple=True, metavar="FILE",
+              help="A system file (JSON or TOML; harness/sim/presets/*.json are examples) "
+                   "to recommend for: the same as --target preset:FILE. Repeatable.")
 @click.option("--budget", type=float, default=None, metavar="USD",
               help="Spend at most this much: the fastest configuration that costs less.")
 @click.option("--deadline", type=float, default=None, metavar="HOURS",
@@ -38,7 +41,8 @@ from harness.core.paths import results_dir
                    "their own).")
 @results_option
 @json_option
-def command(workloads: tuple[str, ...], targets: tuple[str, ...], budget: float | None,
+def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple[str, ...],
+            budget: float | None,
             deadline: float | None, min_efficiency: float, device: str | None,
             samples: float | None, price: float | None, results: str | None,
             as_json: bool) -> None:
@@ -49,7 +53,10 @@ def command(workloads: tuple[str, ...], targets: tuple[str, ...], budget: float 
         recommend_from_store,
         to_records,
     )
+    from harness.sim.preset import is_system_path
 
+    targets = (*targets, *(f"preset:{s if is_system_path(s) else './' + s}" for s in systems))
+    read_as = _how_read(targets)
     frame = recommend_from_store(results_dir(results), workloads=workloads, targets=targets,
                                  samples=DEFAULT_SAMPLES if samples is None else samples,
                                  price=price, budget=budget,
@@ -59,6 +66,20 @@ def command(workloads: tuple[str, ...], targets: tuple[str, ...], budget: float 
         print_json({"verdicts": frame.attrs.get("verdicts", []),
                     "ranking": to_records(frame),
                     "sweep": frame.attrs.get("sweep", []),
-                    "missing": frame.attrs.get("missing", [])})
+                    "missing": frame.attrs.get("missing", []), "read_as": read_as})
     else:
+        from harness.commands.common import info
+
+        for line in read_as:
+            info(line)
         click.echo(format_table(frame))
+
+
+def _how_read(targets: tuple[str, ...]) -> list[str]:
+    """Each described topology as it was read, so a per-device NIC rate a user meant per
+    host shows beside the answer."""
+    from harness.recommend.targets import parse_targets
+    from harness.sim.spec import describe_topology
+
+    return [f"read {target.spec} as: {describe_topology(target.spec)}"
+            for target in parse_targets(targets) if target.kind == "topology"]

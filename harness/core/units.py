@@ -35,7 +35,7 @@ def format_bytes(n: float) -> str:
 def format_rate(bits: float) -> str:
     if not math.isfinite(bits):
         return ""
-    for factor, unit in ((1e9, "Gbit/s"), (1e6, "Mbit/s"), (1e3, "kbit/s")):
+    for factor, unit in ((1e12, "Tbit/s"), (1e9, "Gbit/s"), (1e6, "Mbit/s"), (1e3, "kbit/s")):
         if bits >= factor:
             return f"{bits / factor:.3g} {unit}"
     return f"{bits:g} bit/s"

@@ -112,7 +112,7 @@ def device_kind(target: Target, device: str | None = None) -> str:
         return "cpu"
     name = device or target.preset_name
     if name is not None:
-        return "tpu" if "tpu" in load_preset(name).device_name.lower() else "gpu"
+        return load_preset(name).device.kind
     return "tpu" if target.spec.strip().startswith("torus:") else "gpu"
 
 

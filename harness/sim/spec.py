@@ -159,4 +159,44 @@ def _preset(name: str, overrides: str, spec: str) -> Topology:
     options = parse_options(base_options, base_kind)
     options.update(parse_options(overrides, f"preset {name}"))
     text = base_kind + ":" + ",".join(f"{k}={v}" for k, v in options.items())
-    return replace(parse_topology(text), spec=spec)
+    try:
+        return replace(parse_topology(text), spec=spec)
+    except SpecError as exc:
+        raise SpecError(f"{preset.path or 'preset ' + name}: {exc}") from None
+
+
+def describe_topology(text: str) -> str:
+    """How a spec was read, in the words a user checks it against: hosts, devices, and each
+    link per device and per host (``inter`` is per device unless ``nic=shared``, which a
+    user describing 25 GbE hosts may not expect)."""
+    from harness.core.units import format_rate
+
+    topology = parse_topology(text)
+    kind, _, rest = text.strip().partition(":")
+    lead = tail = ""
+    if kind.strip() == "preset":
+        from harness.sim.preset import load_preset
+
+        preset = load_preset(rest.partition(",")[0])
+        lead = f"{preset.device.name}; "
+        tail = f" ({preset.network_note})" if preset.network_note else ""
+    if isinstance(topology, Torus):
+        dims = "x".join(map(str, topology.dims))
+        return (f"{lead}{dims} torus of {math.prod(topology.dims)} devices, "
+                f"{format_rate(topology.link.bandwidth * 8)} per link each way")
+    h = topology
+    parts = [f"{h.hosts} host{'s' if h.hosts != 1 else ''} x {h.per_host} device"
+             f"{'s' if h.per_host != 1 else ''}"]
+    if h.intra is not None and h.per_host > 1:
+        parts.append(f"intra {h.intra.bandwidth / 1e9:.4g} GB/s per device each way")
+    per_host = h.inter.bandwidth * (h.per_host if h.nic == "per_device" else 1)
+    if h.nic == "per_device":
+        parts.append(f"inter={format_rate(h.inter.bandwidth * 8)} per device (nic=per_device):"
+                     f" {format_rate(per_host * 8)} per host")
+    else:
+        parts.append(f"inter={format_rate(h.inter.bandwidth * 8)} per host, shared by its "
+                     f"devices (nic=shared)")
+    if h.spine is not None:
+        parts.append(f"{h.hosts_per_leaf} hosts per leaf, leaf uplink "
+                     f"{format_rate(h.spine.bandwidth * 8)}")
+    return lead + "; ".join(parts) + tail
