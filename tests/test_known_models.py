@@ -31,7 +31,8 @@ from workloads.known import DLRM_DIM, DLRM_TABLE_ROWS, list_known
 from workloads.spec import choices_message
 
 REPO = Path(__file__).resolve().parents[1]
-NAMES = ("resnet50", "vgg16", "inception_v3", "bert_large", "gpt2_xl", "gpt3_175b", "dlrm")
+NAMES = ("resnet50", "vgg16", "inception_v3", "bert_large", "gpt2_xl", "gpt3_175b", "llama3_8b",
+         "llama3_70b", "llama3_405b", "dlrm")
 
 
 def test_catalog_names():

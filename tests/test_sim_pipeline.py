@@ -159,4 +159,4 @@ def test_an_order_that_waits_on_itself_is_refused():
     with pytest.raises(SpecError, match="deadlocks"):
         run_pipeline(bad, [1.0], [1.0], [], [])
     with pytest.raises(SpecError, match="unknown pipeline schedule"):
-        stage_order("interleaved", 2, 2)
+        stage_order("zigzag", 2, 2)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from workloads import convnets, costs
 from workloads.configs import TransformerConfig
+from workloads.dims import TransformerDims, is_dims, parse_dims
 from workloads.spec import WorkloadError, WorkloadSpec, choices_message
 
 KNOWN = "known"  # the family and task of their specs
@@ -53,6 +54,25 @@ TRANSFORMERS = {
     "gpt2_xl": TransformerConfig(vocab=50257, context=1024, d_model=1600, layers=48, heads=25),
     "gpt3_175b": TransformerConfig(vocab=50257, context=2048, d_model=12288, layers=96,
                                    heads=96),
+}
+
+#: Current open models by their dimensions (workloads/dims.py), by name.
+LLAMA3_SOURCE = ("Llama Team, AI @ Meta 2024, The Llama 3 Herd of Models, arXiv:2407.21783, "
+                 "Table 3 (layers, model dimension, FFN dimension, attention heads, key/value "
+                 "heads, vocabulary 128,000 (128,256 in the released tokenizer), RoPE, "
+                 "SwiGLU) and section 3.4 (pre-training sequence length 8,192)",
+                 "https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json "
+                 "(vocab_size 128256, tie_word_embeddings false)")
+DIMS_MODELS = {
+    "llama3_8b": TransformerDims(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336,
+                                 vocab=128256, seq=8192, mlp="swiglu", tied=False,
+                                 positions="rope", name="llama3_8b"),
+    "llama3_70b": TransformerDims(layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672,
+                                  vocab=128256, seq=8192, mlp="swiglu", tied=False,
+                                  positions="rope", name="llama3_70b"),
+    "llama3_405b": TransformerDims(layers=126, hidden=16384, heads=128, kv_heads=8,
+                                   ffn=53248, vocab=128256, seq=8192, mlp="swiglu",
+                                   tied=False, positions="rope", name="llama3_405b"),
 }
 
 TORCHVISION_MODELS = "https://github.com/pytorch/vision/blob/main/torchvision/models/"
@@ -260,8 +280,30 @@ def _dlrm() -> KnownModel:
               "sigmoid.")
 
 
+def by_dims(dims: TransformerDims, name: str, source: tuple[str, ...] = (),
+            notes: str = "") -> KnownModel:
+    """A transformer by its dimensions as a known model: what data-parallel questions read."""
+    return KnownModel(
+        name=name, params=dims.params,
+        flops_per_sample=float(costs.TRAIN_FLOPS_FACTOR * dims.forward_flops),
+        sample=f"one {dims.seq}-token sequence", batch_size=dims.batch,
+        activation_bytes_per_sample=float(costs.ACTIVATION_BYTES * dims.activations),
+        sparsity=1.0, source=source or ("described by its dimensions",),
+        notes=notes or dims.describe())
+
+
+def _llama3(name: str, released: str) -> KnownModel:
+    dims = DIMS_MODELS[name]
+    return by_dims(dims, name, LLAMA3_SOURCE,
+                   f"{dims.describe()}; {dims.params / 1e9:.2f}e9 parameters counted (Meta: "
+                   f"{released}). Batch 1 sequence per device; Meta trained the 405B model "
+                   f"on 16M-token batches.")
+
+
 _MODELS: dict[str, KnownModel] = {m.name: m for m in (
-    _resnet50(), _vgg16(), _inception_v3(), _bert_large(), _gpt2_xl(), _gpt3_175b(), _dlrm())}
+    _resnet50(), _vgg16(), _inception_v3(), _bert_large(), _gpt2_xl(), _gpt3_175b(),
+    _llama3("llama3_8b", "8B"), _llama3("llama3_70b", "70B"), _llama3("llama3_405b", "405B"),
+    _dlrm())}
 
 
 def known_key(name: str) -> str:
@@ -275,7 +317,11 @@ def known_names() -> tuple[str, ...]:
 
 
 def get_known(name: str) -> KnownModel:
-    """The known model `name` names; WorkloadError (one line, the choices) if none."""
+    """The known model `name` names (or a transformer by its dimensions); WorkloadError (one
+    line, the choices) if none."""
+    if is_dims(name):
+        dims = parse_dims(name)
+        return by_dims(dims, name.strip())
     model = _MODELS.get(known_key(name))
     if model is None:
         raise WorkloadError(choices_message("model", name, known_names()))

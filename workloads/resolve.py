@@ -4,6 +4,7 @@
     profile:params=25e6,...         numbers only -> ProfileWorkload
     pkg.module:make / dir/f.py:make user callable -> UserWorkload
     resnet50                        known model (workloads.known), numbers only -> WorkloadSpec
+    transformer:layers=..,hidden=.. a transformer by its dimensions (workloads.dims) -> the same
     myworkload                      entry point in group stratbench.workloads -> UserWorkload
 
 A known model's name wins over an entry point of the same name.
@@ -12,6 +13,7 @@ A known model's name wins over an entry point of the same name.
 from __future__ import annotations
 
 from workloads.catalog import parse_workload
+from workloads.dims import is_dims
 from workloads.known import get_known, known_key, known_names
 from workloads.profile import PREFIX, ProfileWorkload, parse_profile
 from workloads.spec import FAMILIES, SIZES, WorkloadError, WorkloadSpec
@@ -38,6 +40,8 @@ def resolve_workload(text: str) -> Workload:
     text = text.strip()
     if text.startswith(PREFIX):
         return parse_profile(text)
+    if is_dims(text):
+        return get_known(text).spec()
     target, sep, attr = text.rpartition(":")
     if sep:
         if _looks_builtin(target, attr):

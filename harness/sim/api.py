@@ -23,8 +23,8 @@ from harness.sim.collectives import (
     tree_broadcast,
 )
 from harness.sim.engine import MODES, run_collective
-from harness.sim.layered import LayeredModel, Layout
-from harness.sim.memory import model_parallel_memory
+from harness.sim.layered import LayeredModel, Layout, recompute_mode
+from harness.sim.memory import model_parallel_memory, optimizer_slots
 from harness.sim.model_parallel_step import model_parallel_step
 from harness.sim.profile import WorkloadProfile
 from harness.sim.ps import central_storage, ps_sync
@@ -39,6 +39,7 @@ from harness.sim.strategies import (
     expand_strategies,
 )
 from harness.sim.topology import Hierarchy, Topology, TopologyError, n_devices, with_servers
+from workloads.precision import FP32, Precision
 
 NAN = float("nan")
 
@@ -117,26 +118,29 @@ def simulate_layout(topology_spec: str, model: LayeredModel, layout: Layout,
                     global_batch: int | None = None,
                     calibration: cal.Calibration | None = None, *,
                     step_compute_s: float | None = None, optimizer: str = "adam",
-                    recompute: bool = False, mode: str = "fast",
-                    cores: float | None = None, pass_overhead_s: float = 0.0
-                    ) -> dict[str, Any]:
+                    recompute: str | bool = False, mode: str = "fast",
+                    cores: float | None = None, pass_overhead_s: float = 0.0,
+                    precision: Precision | None = None) -> dict[str, Any]:
     """One step of a data x pipeline x tensor layout as a results row (with the memory the
     fullest device needs). ``global_batch`` defaults to the model's batch per replica times
     the data-parallel degree, cut into ``layout.microbatches`` micro-batches per pipeline.
-    ``cores``: devices are one-thread processes sharing this many cores (emulated hosts)."""
+    ``cores``: devices are one-thread processes sharing this many cores (emulated hosts).
+    ``precision``: the model's bytes must already be at it (``structure.layered``); here it
+    sets the optimizer's state and the device's peak (None: fp32 bytes at the device's
+    training peak, as a system's single FLOPS figure always read)."""
     if mode not in MODES:
         raise SpecError(f"unknown simulation mode {mode!r} (choose from {', '.join(MODES)})")
     topo, calib = _setup(topology_spec, layout.devices, calibration)
     batch = global_batch if global_batch is not None else model.batch_size * layout.data
+    slots = optimizer_slots(optimizer)
     result = model_parallel_step(topo, model, layout, batch, calib,
                                  step_compute_s=step_compute_s, recompute=recompute, mode=mode,
-                                 cores=cores, pass_overhead_s=pass_overhead_s)
+                                 cores=cores, pass_overhead_s=pass_overhead_s,
+                                 precision=precision, optimizer_slots=slots)
     micro = batch // (layout.data * layout.microbatches)
-    single = (step_compute_s * micro / model.batch_size if step_compute_s is not None else
-              cal.compute_seconds(WorkloadProfile(params=model.params, batch_per_replica=micro,
-                                                  flops_per_sample=model.flops_per_sample),
-                                  calib)[0])
-    memory = model_parallel_memory(model, layout, micro, optimizer, recompute)
+    single = _one_device_s(model, micro, calib, step_compute_s, precision)
+    memory = model_parallel_memory(model, layout, micro, optimizer, recompute,
+                                   precision or FP32)
     base = {
         "source": "simulated", "framework": "sim", "strategy": result.strategy,
         "requested_strategy": result.strategy, "workload": model.name, "size": "",
@@ -152,8 +156,28 @@ def simulate_layout(topology_spec: str, model: LayeredModel, layout: Layout,
         "global_batch": batch, "bubble_fraction": result.bubble,
         "memory_per_device_bytes": memory.total,
         "memory_activations_bytes": memory.activations,
+        "recompute": recompute_mode(recompute),
+        "precision": precision.name if precision else "fp32",
+        "virtual_stages": layout.virtual, "sequence_parallel": layout.sequence_parallel,
+        "zero": layout.zero,
     }
     return base | _row(result, single, micro, calib)
+
+
+def _one_device_s(model: LayeredModel, micro: int, calib: cal.Calibration,
+                  step_compute_s: float | None, precision: Precision | None) -> float:
+    """One micro-batch's forward and backward on one device: what scaling efficiency is
+    counted against (no recomputation, no communication)."""
+    if step_compute_s is not None:
+        return step_compute_s * micro / model.batch_size
+    if calib.device is not None and calib.compute_s_per_step is None:
+        from harness.sim.compute import device_rate, layer_split
+
+        rate = device_rate(calib.device, precision, calib.efficiency)
+        return sum(layer_split(layer, rate, micro).passes_s for layer in model.layers)
+    return cal.compute_seconds(WorkloadProfile(params=model.params, batch_per_replica=micro,
+                                               flops_per_sample=model.flops_per_sample),
+                               calib)[0]
 
 
 def _unavailable(reason: str) -> dict[str, Any]:

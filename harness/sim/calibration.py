@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.core.errors import SpecError
-from harness.sim.preset import load_preset
+from harness.sim.preset import Device, load_preset
 from harness.sim.profile import WorkloadProfile
 from harness.sim.spec import parse_topology
 from harness.sim.topology import Topology, link_classes, with_classes
@@ -48,6 +48,10 @@ class Calibration:
     compute_source: str = "preset"
     name: str = ""
     price_per_device_hour: float | None = None
+    # the device, where a system names one: model-parallel steps time each layer on it
+    # (harness/sim/compute.py), at ``efficiency`` of its matmul peak where one was fitted
+    device: Device | None = None
+    efficiency: float | None = None
 
     def sources(self) -> dict[str, str]:
         """Where each number came from, for the report: {'inter': 'measured', ...}."""
@@ -69,7 +73,8 @@ def from_preset(name: str) -> Calibration:
     base = from_topology(parse_topology(f"preset:{name}"), "preset")
     return Calibration(base.links, device_flops=preset.device_flops, compute_source="preset",
                        name=name, price_per_device_hour=(
-                           preset.price.usd_per_device_hour if preset.price else None))
+                           preset.price.usd_per_device_hour if preset.price else None),
+                       device=preset.device)
 
 
 def merge(base: Calibration, override: Calibration) -> Calibration:
@@ -86,7 +91,9 @@ def merge(base: Calibration, override: Calibration) -> Calibration:
         name=override.name or base.name,
         price_per_device_hour=(override.price_per_device_hour
                                if override.price_per_device_hour is not None
-                               else base.price_per_device_hour))
+                               else base.price_per_device_hour),
+        device=override.device or base.device,
+        efficiency=override.efficiency if override.efficiency is not None else base.efficiency)
 
 
 def apply(topology: Topology, calibration: Calibration | None) -> Topology:

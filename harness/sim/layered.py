@@ -15,8 +15,23 @@ import math
 from dataclasses import dataclass
 
 from harness.core.errors import SpecError
+from harness.sim.pipeline import SCHEDULES
 
-SCHEDULES = ("gpipe", "1f1b")
+RECOMPUTE = ("none", "selective", "full")
+#: How the data-parallel axis holds model state: replicated, the optimizer's state sharded
+#: (Megatron-LM's distributed optimizer, ZeRO-1), or everything sharded (FSDP, ZeRO-3).
+SHARDING = {0: "replicated", 1: "distributed optimizer", 3: "fsdp"}
+
+
+def recompute_mode(value: str | bool | None) -> str:
+    """none | selective | full; a bare flag (True) means full, as ``--recompute`` always did."""
+    if value is True:
+        return "full"
+    if value is None or value is False:
+        return "none"
+    if value not in RECOMPUTE:
+        raise SpecError(f"unknown recompute {value!r} (choose from {', '.join(RECOMPUTE)})")
+    return value
 
 
 @dataclass(frozen=True)
@@ -33,6 +48,14 @@ class Layer:
     tp_units: int = 0  # what tensor parallelism splits (attention heads); 0: not split
     # the part of the kept activations every tensor-parallel rank holds whole (norms' I/O)
     replicated_activation_bytes_per_sample: float = 0.0
+    # forward element-wise traffic (bytes read + written at memory bandwidth), split by
+    # tensor parallelism, and the part every rank does whole without sequence parallelism
+    elementwise_bytes_per_sample: float = 0.0
+    replicated_elementwise_bytes_per_sample: float = 0.0
+    # what selective recomputation re-runs (forward) and does not keep: the attention scores
+    attention_flops_per_sample: float = 0.0
+    attention_elementwise_bytes_per_sample: float = 0.0
+    attention_activation_bytes_per_sample: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -83,6 +106,9 @@ class Layout:
     tensor: int = 1
     microbatches: int = 1
     schedule: str = "1f1b"
+    virtual: int = 1  # chunks of layers per device (the interleaved schedule)
+    sequence_parallel: bool = False  # norms and dropout split along the sequence (Megatron)
+    zero: int = 0  # SHARDING of the data-parallel axis
 
     @property
     def devices(self) -> int:
@@ -92,6 +118,12 @@ class Layout:
         parts = [f"dp={self.data}", f"pp={self.stages}", f"tp={self.tensor}"]
         if self.stages > 1:
             parts += [f"microbatches={self.microbatches}", self.schedule]
+            if self.virtual > 1:
+                parts.append(f"v={self.virtual}")
+        if self.sequence_parallel:
+            parts.append("sp")
+        if self.zero:
+            parts.append("zero1" if self.zero == 1 else "fsdp")
         return ",".join(parts)
 
     def device(self, data: int, stage: int, tensor: int) -> int:
@@ -109,10 +141,26 @@ def check_layout(model: LayeredModel, layout: Layout, global_batch: int) -> None
     if layout.schedule not in SCHEDULES:
         raise SpecError(f"unknown pipeline schedule {layout.schedule!r} (choose from "
                         f"{', '.join(SCHEDULES)})")
+    if layout.zero not in SHARDING:
+        raise SpecError(f"zero={layout.zero} (choose from 0 replicated, 1 distributed "
+                        f"optimizer, 3 fsdp)")
+    if layout.virtual != 1 and layout.schedule != "interleaved":
+        raise SpecError(f"{layout.virtual} virtual stages need the interleaved schedule")
+    if layout.virtual < 1:
+        raise SpecError(f"virtual stages {layout.virtual} must be >= 1")
+    if layout.sequence_parallel and layout.tensor == 1:
+        raise SpecError("sequence parallelism splits along the tensor-parallel group: give "
+                        "a tensor-parallel degree above 1")
     blocks = len(model.blocks)
-    if blocks % layout.stages:
-        raise SpecError(f"{layout.stages} stages do not divide the {blocks} layers of "
-                        f"{model.name} (choose a divisor of {blocks})")
+    chunks = layout.stages * layout.virtual
+    if blocks % chunks:
+        what = (f"{layout.stages} stages" if layout.virtual == 1 else
+                f"{layout.stages} stages x {layout.virtual} virtual stages")
+        raise SpecError(f"{what} do not divide the {blocks} layers of {model.name}")
+    if layout.schedule == "interleaved" and layout.microbatches % layout.stages:
+        raise SpecError(f"the interleaved schedule needs micro-batches "
+                        f"({layout.microbatches}) to be a multiple of the stages "
+                        f"({layout.stages})")
     if layout.tensor > 1:
         heads = model.heads
         if not heads:
@@ -130,7 +178,9 @@ def check_layout(model: LayeredModel, layout: Layout, global_batch: int) -> None
 
 
 def stage_layers(model: LayeredModel, stages: int) -> list[tuple[Layer, ...]]:
-    """Equal runs of blocks per stage; embeddings with the first, the head with the last."""
+    """Equal runs of blocks per stage; embeddings with the first, the head with the last.
+    With V virtual stages per device, ``stages`` is devices x V and stage q runs on device
+    q mod devices."""
     per = len(model.blocks) // stages
     out = [model.blocks[s * per:(s + 1) * per] for s in range(stages)]
     out[0] = (*model.pre, *out[0])

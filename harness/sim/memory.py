@@ -14,7 +14,9 @@
 * full recomputation keeps only each layer's input per waiting micro-batch, plus one
   layer's activations while its backward runs (and costs one more forward).
 
-fp32 throughout, as the runners train: 4 bytes per parameter, gradient and optimizer slot.
+Bytes per parameter, gradient and optimizer slot follow the precision
+(``workloads/precision.py``): fp32 as the runners train, or mixed bf16/fp16 with an fp32
+master copy.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.core.errors import SpecError
-from harness.sim.layered import Layer, LayeredModel, Layout, stage_layers
-from harness.sim.pipeline import peak_in_flight, stage_order
+from harness.sim.layered import Layer, LayeredModel, Layout, recompute_mode, stage_layers
+from harness.sim.pipeline import in_flight_per_chunk
+from workloads.precision import FP32, Precision
 
-BYTES_PER_PARAM = 4
 #: optimizer state slots per parameter
 OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2}
 #: Copies of the gradients a framework's strategy keeps: torch DDP also holds them in flat
@@ -55,42 +57,80 @@ def optimizer_slots(optimizer: str) -> int:
 
 
 def data_parallel_memory(params: float, exchange: str, replicas: int, slots: int = 2,
-                         activation_bytes: float = 0.0, gradient_copies: int = 1) -> Memory:
+                         activation_bytes: float = 0.0, gradient_copies: int = 1,
+                         precision: Precision = FP32) -> Memory:
     """One data-parallel replica; ``exchange`` is the catalog's kind (sharded, ...)."""
-    p = float(params) * BYTES_PER_PARAM
+    weight_b, grad_b, state_b = precision.model_state_bytes(slots)
+    w, g, o = (float(params) * b for b in (weight_b, grad_b, state_b))
     if exchange == "sharded":
-        share = p / max(1, replicas)
-        return Memory(share, share, share * slots, activation_bytes)
+        n = max(1, replicas)
+        return Memory(w / n, g / n, o / n, activation_bytes)
     if exchange == "parameter_server":
-        return Memory(p, p, 0.0, activation_bytes)
-    return Memory(p, p * gradient_copies, p * slots, activation_bytes)
+        return Memory(w, g, 0.0, activation_bytes)
+    return Memory(w, g * gradient_copies, o, activation_bytes)
+
+
+def checkpointed_activation_bytes(model: LayeredModel) -> float:
+    """Bytes one sample keeps with every layer checkpointed (torch's activation checkpointing
+    as FSDP and torchtitan wrap it): each layer's input, plus the whole activations of the one
+    layer whose backward runs."""
+    return (sum(layer.input_bytes_per_sample for layer in model.layers)
+            + max(layer.activation_bytes_per_sample for layer in model.layers))
 
 
 def model_parallel_memory(model: LayeredModel, layout: Layout, microbatch: int,
-                          optimizer: str = "adam", recompute: bool = False) -> Memory:
-    """The fullest device of the layout: the stage with the most bytes."""
+                          optimizer: str = "adam", recompute: str | bool = False,
+                          precision: Precision = FP32) -> Memory:
+    """The fullest device of the layout: the device with the most bytes. Model state follows
+    ``precision``'s rule (workloads/precision.py); the distributed optimizer shards the
+    optimizer state (master copy included) over the data-parallel axis, FSDP everything.
+    Activations: the micro-batches waiting for their backward (the schedule's peak in
+    flight; a chunk of an interleaved device holds 1/V of its layers), each keeping what
+    ``recompute`` leaves: everything (none), all but the attention scores (selective), or
+    each layer's input plus one layer's whole activations while its backward runs (full).
+    Sequence parallelism splits the norms' activations too."""
+    how = recompute_mode(recompute)
     slots = optimizer_slots(optimizer)
-    orders = stage_order(layout.schedule, layout.stages, layout.microbatches)
+    weight_b, grad_b, state_b = precision.model_state_bytes(slots)
+    P, V, T, D = layout.stages, layout.virtual, layout.tensor, layout.data
+    in_flight = in_flight_per_chunk(layout.schedule, P, layout.microbatches, V)
+    chunks = stage_layers(model, P * V)
     worst: Memory | None = None
-    for stage, layers in enumerate(stage_layers(model, layout.stages)):
-        count = sum(layer.params for layer in layers)
-        if stage == layout.stages - 1 and layout.stages > 1:
+    for device in range(P):
+        mine = [chunks[q] for q in range(device, P * V, P)]
+        count = sum(layer.params for layers in mine for layer in layers)
+        if device == P - 1 and P > 1:
             count += model.tied_head_params  # the head's copy of the embedding
-        params = count * BYTES_PER_PARAM / layout.tensor
-        waiting = peak_in_flight(orders[stage]) * microbatch
-        if recompute:
-            kept = waiting * sum(layer.input_bytes_per_sample for layer in layers)
-            kept += microbatch * max(_split(layer, layout.tensor) for layer in layers)
-        else:
-            kept = waiting * sum(_split(layer, layout.tensor) for layer in layers)
-        memory = Memory(params, params, params * slots, kept)
+        per_rank = count / T
+        shard = D if layout.zero == 3 else 1
+        state_shard = D if layout.zero else 1
+        params = per_rank * weight_b / shard
+        grads = per_rank * grad_b / shard
+        state = per_rank * state_b / state_shard
+        held = in_flight[device]
+        kept = 0.0
+        for c, layers in enumerate(mine):
+            waiting = held[c] * microbatch
+            if how == "full":
+                kept += waiting * sum(layer.input_bytes_per_sample for layer in layers)
+            else:
+                kept += waiting * sum(_split(layer, T, layout.sequence_parallel, how)
+                                      for layer in layers)
+        if how == "full":
+            kept += microbatch * max(_split(layer, T, layout.sequence_parallel, "none")
+                                     for layers in mine for layer in layers)
+        memory = Memory(params, grads, state, kept)
         if worst is None or memory.total > worst.total:
             worst = memory
     assert worst is not None
     return worst
 
 
-def _split(layer: Layer, tensor: int) -> float:
+def _split(layer: Layer, tensor: int, sequence_parallel: bool = False,
+           recompute: str = "none") -> float:
     """One sample's kept activations of ``layer`` on one of ``tensor`` ranks."""
+    total = layer.activation_bytes_per_sample
+    if recompute == "selective":
+        total -= layer.attention_activation_bytes_per_sample
     whole = layer.replicated_activation_bytes_per_sample
-    return whole + (layer.activation_bytes_per_sample - whole) / tensor
+    return (whole / (tensor if sequence_parallel else 1)) + (total - whole) / tensor

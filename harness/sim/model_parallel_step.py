@@ -9,54 +9,122 @@ and last stage). Apart from the data-parallel step: the two share only the resul
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 
 from harness.sim.calibration import Calibration, compute_seconds
 from harness.sim.collectives import grouped_ring_allreduce, point_to_point
+from harness.sim.compute import (
+    ZERO,
+    ComputeSplit,
+    DeviceRate,
+    device_rate,
+    layer_split,
+    optimizer_seconds,
+)
 from harness.sim.engine import CollectiveResult, run_collective
-from harness.sim.layered import LayeredModel, Layout, check_layout, stage_layers
-from harness.sim.pipeline import run_pipeline, stage_order
+from harness.sim.layered import (
+    Layer,
+    LayeredModel,
+    Layout,
+    check_layout,
+    recompute_mode,
+    stage_layers,
+)
+from harness.sim.pipeline import BACKWARD, run_pipeline, stage_order
 from harness.sim.profile import WorkloadProfile
-from harness.sim.schedule import Schedule
 from harness.sim.spec import SpecError
 from harness.sim.step_result import StepResult
-from harness.sim.topology import Topology, n_devices
+from harness.sim.topology import Hierarchy, Topology, n_devices
+from workloads.precision import FP32, Precision
+
+
+@functools.lru_cache(maxsize=8192)
+def _timed(kind: str, groups: int, size: int, topology: Topology, nbytes: float,
+           devices: tuple[int, ...], mode: str) -> CollectiveResult:
+    """One placed collective, simulated once per process: the layouts a recommender weighs
+    share most of their tensor-parallel groups and sends."""
+    schedule = (grouped_ring_allreduce(groups, size) if kind == "allreduce"
+                else point_to_point(groups))
+    return run_collective(schedule, topology, nbytes, mode=mode, devices=list(devices))
 
 
 class _PlacedCollectives:
-    """Collective times per (schedule, size, devices), computed once each, and what a step
-    spends on them counted as often as it runs them."""
+    """Collective times per (kind, groups, size, bytes, devices), and what a step spends on
+    them counted as often as it runs them."""
 
     def __init__(self, topology: Topology, mode: str):
         self.topology, self.mode = topology, mode
-        self.cache: dict[tuple[str, int, float, tuple[int, ...]], CollectiveResult] = {}
+        self.seen: set[tuple[object, ...]] = set()
         self.time_s = self.bytes_sent = 0.0
         self.count = self.events = 0
 
-    def time(self, schedule: Schedule, nbytes: float, devices: Sequence[int],
-             times: int = 1) -> float:
-        key = (schedule.name, schedule.world, float(nbytes), tuple(devices))
-        if key not in self.cache:
-            self.cache[key] = run_collective(schedule, self.topology, nbytes, mode=self.mode,
-                                             devices=list(devices))
-            self.events += self.cache[key].events
-        result = self.cache[key]
+    def allreduce(self, groups: int, size: int, nbytes: float, devices: Sequence[int],
+                  times: int = 1) -> float:
+        """``groups`` concurrent ring all-reduces of ``size`` ranks each."""
+        return self._time("allreduce", groups, size, nbytes, devices, times)
+
+    def send(self, pairs: int, nbytes: float, devices: Sequence[int], times: int = 1) -> float:
+        """``pairs`` concurrent point-to-point sends (sources then destinations)."""
+        return self._time("send", pairs, 2, nbytes, devices, times)
+
+    def _time(self, kind: str, groups: int, size: int, nbytes: float,
+              devices: Sequence[int], times: int) -> float:
+        groups, devices = _alone(self.topology, kind, groups, size, devices)
+        key = (kind, groups, size, self.topology, float(nbytes),
+               _canonical(self.topology, devices), self.mode)
+        result = _timed(*key)
+        if key not in self.seen:
+            self.seen.add(key)
+            self.events += result.events
         self.time_s += result.time_s * times
         self.bytes_sent += result.bytes_sent * times
         self.count += times
         return result.time_s
 
 
+def _alone(topology: Topology, kind: str, groups: int, size: int, devices: Sequence[int]
+           ) -> tuple[int, Sequence[int]]:
+    """All-reduce groups that each sit inside one host of per-device switch ports share no
+    link: one of them takes as long as all, so one is simulated."""
+    if (kind == "allreduce" and groups > 1 and isinstance(topology, Hierarchy)
+            and topology.per_host % size == 0
+            and all(devices[g * size] % size == 0
+                    and devices[g * size + size - 1] == devices[g * size] + size - 1
+                    for g in range(groups))):
+        return 1, devices[:size]
+    return groups, devices
+
+
+def _canonical(topology: Topology, devices: Sequence[int]) -> tuple[int, ...]:
+    """The devices with their hosts renumbered in order of appearance: on hosts all alike
+    under one switch, a collective takes as long wherever it is placed, so placements that
+    differ only by which hosts share one simulation."""
+    if not (isinstance(topology, Hierarchy) and not topology.hosts_per_leaf
+            and not topology.slow and not topology.servers):
+        return tuple(devices)
+    hosts: dict[int, int] = {}
+    out = []
+    for d in devices:
+        host, local = divmod(d, topology.per_host)
+        out.append(hosts.setdefault(host, len(hosts)) * topology.per_host + local)
+    return tuple(out)
+
+
 def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
                         global_batch: int, calibration: Calibration | None = None, *,
                         step_compute_s: float | None = None, optimizer_s: float = 0.0,
-                        recompute: bool = False, mode: str = "fast",
-                        cores: float | None = None, pass_overhead_s: float = 0.0
+                        recompute: str | bool = False, mode: str = "fast",
+                        cores: float | None = None, pass_overhead_s: float = 0.0,
+                        precision: Precision | None = None, optimizer_slots: int = 2
                         ) -> StepResult:
     """One step of ``layout`` (data x pipeline x tensor) training ``model`` on ``global_batch``
-    samples. ``step_compute_s``: forward + backward of the whole model on one device for its
-    ``model.batch_size`` samples, when measured; else FLOPs over the calibration's device.
+    samples. Compute, in order of precedence: ``step_compute_s`` (forward + backward of the
+    whole model on one device for its ``model.batch_size`` samples, measured), shared among
+    layers by their FLOPs; else each layer timed on the calibration's device
+    (``harness/sim/compute.py``: matmuls at the precision's peak, element-wise work at memory
+    bandwidth, the optimizer's update); else FLOPs over the calibration's device speed.
 
     Symmetry keeps it fast: every data-parallel replica runs the same pipeline, and every
     tensor rank of a stage the same passes, so one pipeline is scheduled; the collectives are
@@ -71,76 +139,138 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
     if layout.devices > n_devices(topology):
         raise SpecError(f"layout {layout.describe()} needs {layout.devices} devices; the "
                         f"topology has {n_devices(topology)}")
-    D, P, T, M = layout.data, layout.stages, layout.tensor, layout.microbatches
+    how = recompute_mode(recompute)
+    D, P, T, M, V = layout.data, layout.stages, layout.tensor, layout.microbatches, layout.virtual
     micro = global_batch // (D * M)
+    rate = _device_rate(calibration, step_compute_s, precision)
+    stages = stage_layers(model, P * V)
+    if rate is not None:
+        splits = [sum((layer_split(layer, rate, micro, T, layout.sequence_parallel, how)
+                       for layer in layers), ZERO) for layers in stages]
+        source = (f"{rate.device.name} at {rate.efficiency:.1%} of its "
+                  f"{rate.precision or 'training'} peak ({rate.source})")
+    else:
+        splits, source = _shared_splits(model, stages, micro, T, how, calibration,
+                                        step_compute_s)
+    forward = [c.forward_s + pass_overhead_s for c in splits]
+    backward = [c.backward_s + c.recompute_s + pass_overhead_s for c in splits]
+    colls = _PlacedCollectives(topology, mode)
+    forward_comm, backward_comm = [], []
+    for q, layers in enumerate(stages):
+        fwd_comm = bwd_comm = 0.0
+        if T > 1:
+            devices = [layout.device(d, q % P, t) for d in range(D) for t in range(T)]
+            for layer in layers:
+                if layer.tp_allreduces:
+                    runs = layer.tp_allreduces * M * (3 if how == "full" else 2)
+                    ar = colls.allreduce(D, T, layer.output_bytes_per_sample * micro,
+                                         devices, runs)
+                    fwd_comm += layer.tp_allreduces * ar
+                    bwd_comm += layer.tp_allreduces * ar * (2 if how == "full" else 1)
+        forward_comm.append(fwd_comm)
+        backward_comm.append(bwd_comm)
+    sends = []
+    for q in range(P * V - 1):
+        nbytes = stages[q][-1].output_bytes_per_sample * micro / T
+        src = [layout.device(d, q % P, t) for d in range(D) for t in range(T)]
+        dst = [layout.device(d, (q + 1) % P, t) for d in range(D) for t in range(T)]
+        there = colls.send(D * T, nbytes, src + dst, M)
+        back = colls.send(D * T, nbytes, dst + src, M)
+        sends.append((there, back))
+    order = stage_order(layout.schedule, P, M, V)
+    timing = run_pipeline(order, forward, backward, [t for t, _ in sends],
+                          [b for _, b in sends], cores / (D * T) if cores is not None else None,
+                          forward_comm, backward_comm)
+    ends, optimizer_each = [], []
+    for s in range(P):
+        mine = range(s, P * V, P)  # the device's chunks
+        params = sum(layer.params for q in mine for layer in stages[q])
+        blocks = max(1, sum(len(stages[q]) for q in mine))
+        last = max((timing.spans[(q, BACKWARD, p.microbatch)] for q in mine
+                    for p in order[s][-1:]), key=lambda span: span[1])
+        end = timing.ends_s[s]
+        if D > 1:
+            groups = [layout.device(d, s, t) for t in range(T) for d in range(D)]
+            reduce_s = colls.allreduce(T, D, params * model.bytes_per_element / T, groups,
+                                       M if layout.zero == 3 else 1)
+            if layout.zero == 3:  # every micro-batch gathers the weights twice, then reduces
+                reduce_s *= M + 0.5
+                busy = timing.busy_s[s]
+                end += max(0.0, reduce_s - busy) + reduce_s / (2 * M * blocks)
+            else:  # buckets reduce as the last backward frees them (Megatron, DDP)
+                end = overlapped_end(last[0], end, reduce_s, blocks)
+        if P > 1 and model.tied_head_params and s in (0, P - 1):
+            pair = [layout.device(d, r, t) for d in range(D) for t in range(T)
+                    for r in (0, P - 1)]
+            end += colls.allreduce(D * T, 2, model.tied_head_params * model.bytes_per_element
+                                   / T, pair, 1 if s == 0 else 0)
+        shards = D if layout.zero else 1
+        if rate is not None:
+            update = optimizer_seconds(params / T / shards, precision or FP32,
+                                       optimizer_slots, rate)
+        else:
+            update = optimizer_s * params / model.params / T / shards
+        optimizer_each.append(update)
+        ends.append(end + update)
+    step_time = max(ends)
+    slowest = max(timing.busy_s)
+    update = max(optimizer_each)
+    notes = (f"{layout.describe()}: {micro} sample{'s' if micro != 1 else ''} per "
+             f"micro-batch, bubble {timing.bubble:.1%}"
+             + ("" if how == "none" else f", {how} recomputation")
+             + ("" if precision in (None, FP32) else f", {precision.name} mixed precision"))
+    return StepResult(
+        strategy=_layout_name(layout), workers=layout.devices, step_time_s=step_time,
+        compute_s=slowest, optimizer_s=update, comm_s=colls.time_s,
+        exposed_comm_s=max(0.0, step_time - slowest - update),
+        bytes_per_step=colls.bytes_sent, throughput_samples_s=global_batch / step_time,
+        collectives=colls.count, events=colls.events, mode=mode,
+        wall_s=time.perf_counter() - started, compute_source=source,
+        layout=layout.describe(), bubble=timing.bubble, notes=(notes,))
+
+
+def overlapped_end(last_backward_start: float, backward_end: float, reduce_s: float,
+                   buckets: int) -> float:
+    """When a gradient reduction bucketed over ``buckets`` equal layers ends, started bucket
+    by bucket as the last backward frees them (Megatron-LM's overlap_grad_reduce, DDP's
+    buckets): the first bucket is ready 1/buckets into that backward; the reduction then
+    runs at the link's pace, but the last bucket cannot leave before the backward ends."""
+    window = backward_end - last_backward_start
+    return max(backward_end + reduce_s / buckets,
+               last_backward_start + window / buckets + reduce_s)
+
+
+def _device_rate(calibration: Calibration | None, step_compute_s: float | None,
+                 precision: Precision | None) -> DeviceRate | None:
+    """The device to time layers on: only where no measured time says otherwise."""
+    if (step_compute_s is not None or calibration is None or calibration.device is None
+            or calibration.compute_s_per_step is not None):
+        return None
+    return device_rate(calibration.device, precision, calibration.efficiency,
+                       f"fitted: {calibration.compute_source}" if calibration.efficiency
+                       is not None else "assumed by the system file")
+
+
+def _shared_splits(model: LayeredModel, stages: list[tuple[Layer, ...]], micro: int,
+                   tensor: int, how: str, calibration: Calibration | None,
+                   step_compute_s: float | None) -> tuple[list[ComputeSplit], str]:
+    """A whole step's compute (measured, or FLOPs over a device speed) shared by FLOPs."""
     scale = micro / model.batch_size
     profile = WorkloadProfile(params=model.params, batch_per_replica=micro,
                               flops_per_sample=model.flops_per_sample,
                               step_compute_s=(step_compute_s * scale
                                               if step_compute_s is not None else None))
     whole, source = compute_seconds(profile, calibration)  # one micro-batch, one device
-    colls = _PlacedCollectives(topology, mode)
-    stages = stage_layers(model, P)
-    forward, backward, forward_comm, backward_comm, compute_only = [], [], [], [], []
-    for s, layers in enumerate(stages):
-        f = whole * sum(layer.flops_per_sample for layer in layers) / model.flops_per_sample / T
-        forward.append(f / 3 + pass_overhead_s)
-        backward.append(2 * f / 3 + (f / 3 if recompute else 0.0) + pass_overhead_s)
-        compute_only.append((forward[-1] + backward[-1]) * M)
-        fwd_comm = bwd_comm = 0.0
-        if T > 1:
-            devices = [layout.device(d, s, t) for d in range(D) for t in range(T)]
-            for layer in layers:
-                if layer.tp_allreduces:
-                    runs = layer.tp_allreduces * M * (3 if recompute else 2)
-                    ar = colls.time(grouped_ring_allreduce(D, T),
-                                    layer.output_bytes_per_sample * micro, devices, runs)
-                    fwd_comm += layer.tp_allreduces * ar
-                    bwd_comm += layer.tp_allreduces * ar * (2 if recompute else 1)
-        forward_comm.append(fwd_comm)
-        backward_comm.append(bwd_comm)
-    sends = []
-    for s in range(P - 1):
-        nbytes = stages[s][-1].output_bytes_per_sample * micro / T
-        src = [layout.device(d, s, t) for d in range(D) for t in range(T)]
-        dst = [layout.device(d, s + 1, t) for d in range(D) for t in range(T)]
-        there = colls.time(point_to_point(D * T), nbytes, src + dst, M)
-        back = colls.time(point_to_point(D * T), nbytes, dst + src, M)
-        sends.append((there, back))
-    timing = run_pipeline(stage_order(layout.schedule, P, M), forward, backward,
-                          [t for t, _ in sends], [b for _, b in sends],
-                          cores / (D * T) if cores is not None else None,
-                          forward_comm, backward_comm)
-    ends = []
-    for s, layers in enumerate(stages):
-        params = sum(layer.params for layer in layers)
-        end = timing.ends_s[s]
-        if D > 1:
-            groups = [layout.device(d, s, t) for t in range(T) for d in range(D)]
-            end += colls.time(grouped_ring_allreduce(T, D),
-                              params * model.bytes_per_element / T, groups)
-        if P > 1 and model.tied_head_params and s in (0, P - 1):
-            pair = [layout.device(d, r, t) for d in range(D) for t in range(T)
-                    for r in (0, P - 1)]
-            end += colls.time(grouped_ring_allreduce(D * T, 2),
-                              model.tied_head_params * model.bytes_per_element / T, pair,
-                              1 if s == 0 else 0)
-        ends.append(end + optimizer_s * params / model.params / T)
-    step_time = max(ends)
-    slowest = max(compute_only)
-    return StepResult(
-        strategy=_layout_name(layout), workers=layout.devices, step_time_s=step_time,
-        compute_s=slowest, optimizer_s=optimizer_s / (P * T), comm_s=colls.time_s,
-        exposed_comm_s=max(0.0, step_time - slowest - optimizer_s / (P * T)),
-        bytes_per_step=colls.bytes_sent, throughput_samples_s=global_batch / step_time,
-        collectives=colls.count, events=colls.events, mode=mode,
-        wall_s=time.perf_counter() - started, compute_source=source,
-        layout=layout.describe(), bubble=timing.bubble,
-        notes=(f"{layout.describe()}: {micro} sample{'s' if micro != 1 else ''} per "
-               f"micro-batch, bubble "
-               f"{timing.bubble:.1%}" + (", activations recomputed" if recompute else ""),))
-
-
+    out = []
+    for layers in stages:
+        flops = sum(layer.flops_per_sample for layer in layers)
+        f = whole * flops / model.flops_per_sample / tensor
+        again = f / 3 if how == "full" else 0.0
+        if how == "selective":
+            attention = sum(layer.attention_flops_per_sample for layer in layers)
+            again = whole * attention / model.flops_per_sample / tensor
+        out.append(ComputeSplit(f / 3, 2 * f / 3, again))
+    return out, source
 def _layout_name(layout: Layout) -> str:
     parallel = [name for name, degree in (("data", layout.data), ("pipeline", layout.stages),
                                           ("tensor", layout.tensor)) if degree > 1]

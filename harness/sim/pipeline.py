@@ -1,4 +1,5 @@
-"""Pipeline schedules (GPipe, 1F1B) as data, and their timing on given stage and link costs.
+"""Pipeline schedules (GPipe, 1F1B, interleaved 1F1B) as data, and their timing on given stage
+and link costs.
 
 A schedule is, per stage, the order in which it runs forward (F) and backward (B) passes of
 micro-batches; torch.distributed.pipelining's ScheduleGPipe and Schedule1F1B, Megatron-LM's
@@ -8,6 +9,11 @@ non-interleaved schedule and PipeDream-flush all run one of these two orders:
 * 1F1B (Narayanan et al. 2021): stage s runs S-s-1 warm-up forwards, then alternates one
   forward and one backward, then drains the remaining backwards, so at most S-s micro-batches
   wait for their backward (activation memory) instead of M.
+* Interleaved 1F1B (Narayanan et al. 2021, section 2.2.2; Megatron-LM's
+  ``--num-layers-per-virtual-pipeline-stage``): each device holds V chunks of layers (device s
+  holds virtual stages s, s + S, ...), micro-batches go round the devices V times in groups of
+  S, so the bubble shrinks V-fold to (S - 1) / (V M + S - 1) for V times the stage-to-stage
+  messages.
 
 Timing is list scheduling, which is what the runtimes do: a stage runs its next pass as soon
 as the stage is free and the pass's input has arrived (the previous stage's activations, the
@@ -19,6 +25,7 @@ every stage, is (S - 1) / (M + S - 1).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,23 +34,68 @@ from harness.core.errors import SpecError
 FORWARD, BACKWARD = "F", "B"
 
 
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+
 @dataclass(frozen=True)
 class Pass:
     kind: str  # FORWARD | BACKWARD
     microbatch: int
+    chunk: int = 0  # which of the device's virtual stages (interleaved schedules)
 
 
-def stage_order(schedule: str, stages: int, microbatches: int) -> list[list[Pass]]:
-    """Per stage, the passes it runs, in order."""
+def stage_order(schedule: str, stages: int, microbatches: int, virtual: int = 1
+                ) -> list[list[Pass]]:
+    """Per stage (device), the passes it runs, in order. ``virtual``: chunks per device, for
+    the interleaved schedule only."""
+    return [list(order) for order in _orders(schedule, stages, microbatches, virtual)]
+
+
+@functools.lru_cache(maxsize=256)
+def _orders(schedule: str, stages: int, microbatches: int, virtual: int
+            ) -> tuple[tuple[Pass, ...], ...]:
+    """stage_order, built once per shape: a recommender asks for the same ones often."""
+    return tuple(map(tuple, _build_order(schedule, stages, microbatches, virtual)))
+
+
+def in_flight_per_chunk(schedule: str, stages: int, microbatches: int, virtual: int = 1
+                        ) -> tuple[tuple[int, ...], ...]:
+    """Per stage, per chunk, the micro-batches holding activations at the moment the stage
+    as a whole holds the most (each chunk's share of the peak: the memory model's count)."""
+    return _in_flight(schedule, stages, microbatches, virtual)
+
+
+@functools.lru_cache(maxsize=256)
+def _in_flight(schedule: str, stages: int, microbatches: int, virtual: int
+               ) -> tuple[tuple[int, ...], ...]:
+    out = []
+    for order in _orders(schedule, stages, microbatches, virtual):
+        held = [0] * virtual
+        peak, at_peak = -1, [0] * virtual
+        for p in order:
+            held[p.chunk] += 1 if p.kind == FORWARD else -1
+            if sum(held) > peak:
+                peak, at_peak = sum(held), list(held)
+        out.append(tuple(at_peak))
+    return tuple(out)
+
+
+def _build_order(schedule: str, stages: int, microbatches: int, virtual: int
+                 ) -> list[list[Pass]]:
     if stages < 1 or microbatches < 1:
         raise SpecError(f"a pipeline needs stages >= 1 and micro-batches >= 1, not "
                         f"{stages} and {microbatches}")
+    if schedule not in SCHEDULES:
+        raise SpecError(f"unknown pipeline schedule {schedule!r} (choose from "
+                        f"{', '.join(SCHEDULES)})")
+    if schedule == "interleaved":
+        return _interleaved(stages, microbatches, virtual)
+    if virtual != 1:
+        raise SpecError(f"virtual stages ({virtual}) need --schedule interleaved")
     forwards = [Pass(FORWARD, m) for m in range(microbatches)]
     backwards = [Pass(BACKWARD, m) for m in range(microbatches)]
     if schedule == "gpipe":
         return [forwards + backwards for _ in range(stages)]
-    if schedule != "1f1b":
-        raise SpecError(f"unknown pipeline schedule {schedule!r} (choose from gpipe, 1f1b)")
     orders = []
     for s in range(stages):
         warmup = min(stages - s - 1, microbatches)
@@ -51,6 +103,35 @@ def stage_order(schedule: str, stages: int, microbatches: int) -> list[list[Pass
         for i in range(microbatches - warmup):
             order += [forwards[warmup + i], backwards[i]]
         order += backwards[microbatches - warmup:]
+        orders.append(order)
+    return orders
+
+
+def _interleaved(stages: int, microbatches: int, virtual: int) -> list[list[Pass]]:
+    """Megatron-LM's interleaved 1F1B: forwards walk micro-batches in groups of ``stages``
+    through chunk 0, then chunk 1, ...; backwards the same with the chunks reversed; device s
+    warms up with (S - s - 1) * 2 + (V - 1) * S forwards, then alternates, then drains."""
+    if virtual < 1:
+        raise SpecError(f"virtual stages must be >= 1, not {virtual}")
+    if microbatches % stages:
+        raise SpecError(f"the interleaved schedule needs micro-batches ({microbatches}) to be "
+                        f"a multiple of the stages ({stages})")
+    total = microbatches * virtual
+
+    def nth(k: int, kind: str) -> Pass:
+        group, within = divmod(k, stages * virtual)
+        chunk = within // stages
+        if kind == BACKWARD:
+            chunk = virtual - 1 - chunk
+        return Pass(kind, group * stages + within % stages, chunk)
+
+    orders = []
+    for s in range(stages):
+        warmup = min(total, (stages - s - 1) * 2 + (virtual - 1) * stages)
+        order = [nth(k, FORWARD) for k in range(warmup)]
+        for i in range(total - warmup):
+            order += [nth(warmup + i, FORWARD), nth(i, BACKWARD)]
+        order += [nth(k, BACKWARD) for k in range(total - warmup, total)]
         orders.append(order)
     return orders
 
@@ -85,43 +166,48 @@ def run_pipeline(orders: Sequence[Sequence[Pass]], forward_s: Sequence[float],
                  send_back_s: Sequence[float], cores: float | None = None,
                  forward_comm_s: Sequence[float] | None = None,
                  backward_comm_s: Sequence[float] | None = None) -> PipelineTiming:
-    """Time the schedule: ``forward_s[s]``/``backward_s[s]`` of compute per micro-batch on
-    stage s, then ``forward_comm_s[s]``/``backward_comm_s[s]`` of blocking collectives
-    (tensor parallelism's all-reduces; none by default); ``send_s[s]`` moves activations
-    from stage s to s+1, ``send_back_s[s]`` gradients from s+1 back to s.
+    """Time the schedule: ``forward_s[q]``/``backward_s[q]`` of compute per micro-batch on
+    (virtual) stage q, then ``forward_comm_s[q]``/``backward_comm_s[q]`` of blocking
+    collectives (tensor parallelism's all-reduces; none by default); ``send_s[q]`` moves
+    activations from stage q to q+1, ``send_back_s[q]`` gradients from q+1 back to q. With
+    V chunks per device (interleaved), there are V x devices stages; device s runs stages
+    s, s + devices, ...
 
     ``cores``: when fewer than the stages (emulated hosts on one machine), the stages
     computing at a moment share them evenly (processor sharing): compute runs slower while
     more stages compute; collectives do not take a core."""
-    stages = len(orders)
+    devices = len(orders)
+    stages = len(forward_s)
     fwd_comm = list(forward_comm_s) if forward_comm_s is not None else [0.0] * stages
     bwd_comm = list(backward_comm_s) if backward_comm_s is not None else [0.0] * stages
-    if not (len(forward_s) == len(backward_s) == len(fwd_comm) == len(bwd_comm) == stages
+    if not (devices and stages % devices == 0
+            and len(backward_s) == len(fwd_comm) == len(bwd_comm) == stages
             and len(send_s) == len(send_back_s) == stages - 1):
         raise SpecError("one forward and backward time per stage, one send per boundary")
-    links = _Links(send_s, send_back_s)
-    if cores is not None and cores < stages:
+    links = _Links(send_s, send_back_s, devices)
+    if cores is not None and cores < devices:
         return _run_shared(orders, (forward_s, backward_s), (fwd_comm, bwd_comm), links, cores)
     spans: dict[tuple[int, str, int], tuple[float, float]] = {}
-    free = [0.0] * stages
-    busy = [0.0] * stages
-    nxt = [0] * stages
+    free = [0.0] * devices
+    busy = [0.0] * devices
+    nxt = [0] * devices
     remaining = sum(len(o) for o in orders)
     while remaining:
         progressed = False
-        for s in range(stages):
+        for s in range(devices):
             while nxt[s] < len(orders[s]):
                 p = orders[s][nxt[s]]
-                ready = _input_time(s, p, stages, links.arrival, spans)
+                q = p.chunk * devices + s
+                ready = _input_time(q, p, stages, links.arrival, spans)
                 if ready is None:
                     break
                 start = max(free[s], ready)
-                duration = (forward_s[s] + fwd_comm[s] if p.kind == FORWARD
-                            else backward_s[s] + bwd_comm[s])
-                spans[(s, p.kind, p.microbatch)] = (start, start + duration)
+                duration = (forward_s[q] + fwd_comm[q] if p.kind == FORWARD
+                            else backward_s[q] + bwd_comm[q])
+                spans[(q, p.kind, p.microbatch)] = (start, start + duration)
                 free[s] = start + duration
                 busy[s] += duration
-                links.send(s, p, start + duration, stages)
+                links.send(q, p, start + duration)
                 nxt[s] += 1
                 remaining -= 1
                 progressed = True
@@ -134,23 +220,29 @@ DEADLOCK = "the pipeline schedule deadlocks: a stage waits for a pass that waits
 
 
 class _Links:
-    """The directed links between neighbouring stages: a send leaves when its pass ends and
-    the link is free (sends queue; the two directions do not share)."""
+    """The directed links between the devices of neighbouring stages: a send leaves when its
+    pass ends and the link is free (sends queue; the two directions do not share; with
+    virtual stages, every chunk's sends between the same two devices share their link)."""
 
-    def __init__(self, send_s: Sequence[float], send_back_s: Sequence[float]) -> None:
-        self.send_s, self.send_back_s = send_s, send_back_s
-        self.forward_free = [0.0] * len(send_s)
-        self.back_free = [0.0] * len(send_back_s)
+    def __init__(self, send_s: Sequence[float], send_back_s: Sequence[float],
+                 devices: int) -> None:
+        self.send_s, self.send_back_s, self.devices = send_s, send_back_s, devices
+        self.stages = len(send_s) + 1
+        self.free: dict[tuple[int, int], float] = {}  # (from device, to device) -> free at
         self.arrival: dict[tuple[int, str, int], float] = {}  # input of (stage, kind, mb)
 
-    def send(self, stage: int, p: Pass, end: float, stages: int) -> None:
-        if p.kind == FORWARD and stage + 1 < stages:
-            self.forward_free[stage] = max(end, self.forward_free[stage]) + self.send_s[stage]
-            self.arrival[(stage + 1, FORWARD, p.microbatch)] = self.forward_free[stage]
+    def _go(self, src: int, dst: int, end: float, duration: float) -> float:
+        key = (src % self.devices, dst % self.devices)
+        self.free[key] = max(end, self.free.get(key, 0.0)) + duration
+        return self.free[key]
+
+    def send(self, stage: int, p: Pass, end: float) -> None:
+        if p.kind == FORWARD and stage + 1 < self.stages:
+            self.arrival[(stage + 1, FORWARD, p.microbatch)] = self._go(
+                stage, stage + 1, end, self.send_s[stage])
         elif p.kind == BACKWARD and stage > 0:
-            b = stage - 1
-            self.back_free[b] = max(end, self.back_free[b]) + self.send_back_s[b]
-            self.arrival[(b, BACKWARD, p.microbatch)] = self.back_free[b]
+            self.arrival[(stage - 1, BACKWARD, p.microbatch)] = self._go(
+                stage, stage - 1, end, self.send_back_s[stage - 1])
 
 
 def _run_shared(orders: Sequence[Sequence[Pass]],
@@ -159,27 +251,29 @@ def _run_shared(orders: Sequence[Sequence[Pass]],
                 cores: float) -> PipelineTiming:
     """Event by event: between two events (compute or a collective ends, an input arrives)
     the k computing passes each progress at min(1, cores / k) of full speed."""
-    stages = len(orders)
+    devices, stages = len(orders), links.stages
     spans: dict[tuple[int, str, int], tuple[float, float]] = {}
-    computing: dict[int, tuple[Pass, float, float]] = {}  # stage -> (pass, start, work left)
-    talking: dict[int, tuple[Pass, float, float]] = {}  # stage -> (pass, start, ends at)
-    nxt = [0] * stages
+    computing: dict[int, tuple[Pass, float, float]] = {}  # device -> (pass, start, work left)
+    talking: dict[int, tuple[Pass, float, float]] = {}  # device -> (pass, start, ends at)
+    nxt = [0] * devices
     now, left = 0.0, sum(len(o) for o in orders)
 
     def finish(s: int, p: Pass, start: float) -> None:
-        spans[(s, p.kind, p.microbatch)] = (start, now)
-        links.send(s, p, now, stages)
+        q = p.chunk * devices + s
+        spans[(q, p.kind, p.microbatch)] = (start, now)
+        links.send(q, p, now)
 
     while left:
         waits = []
-        for s in range(stages):
+        for s in range(devices):
             if s in computing or s in talking or nxt[s] >= len(orders[s]):
                 continue
             p = orders[s][nxt[s]]
-            ready = _input_time(s, p, stages, links.arrival, spans)
+            q = p.chunk * devices + s
+            ready = _input_time(q, p, stages, links.arrival, spans)
             if ready is not None and ready <= now + 1e-15:
                 kind = 0 if p.kind == FORWARD else 1
-                computing[s] = (p, now, compute[kind][s])
+                computing[s] = (p, now, compute[kind][q])
                 nxt[s] += 1
             elif ready is not None:
                 waits.append(ready)
@@ -202,17 +296,17 @@ def _run_shared(orders: Sequence[Sequence[Pass]],
                 computing[s] = (p, start, work)
                 continue
             del computing[s]
-            tail = comm[0 if p.kind == FORWARD else 1][s]
+            tail = comm[0 if p.kind == FORWARD else 1][p.chunk * devices + s]
             if tail > 0:
                 talking[s] = (p, start, now + tail)
             else:
                 finish(s, p, start)
                 left -= 1
-    busy = [0.0] * stages
-    ends = [0.0] * stages
-    for (s, _, _), (start, end) in spans.items():
-        busy[s] += end - start
-        ends[s] = max(ends[s], end)
+    busy = [0.0] * devices
+    ends = [0.0] * devices
+    for (q, _, _), (start, end) in spans.items():
+        busy[q % devices] += end - start
+        ends[q % devices] = max(ends[q % devices], end)
     return PipelineTiming(max(ends), tuple(busy), tuple(ends), spans)
 
 

@@ -18,46 +18,60 @@ a test checks it. Built from the architecture configs, never from a framework.
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 from harness.sim.layered import Layer, LayeredModel
 from workloads import costs
 from workloads.configs import MLPConfig, TransformerConfig
-from workloads.known import TRANSFORMERS, known_key
+from workloads.dims import TransformerDims, from_config, is_dims, parse_dims
+from workloads.known import DIMS_MODELS, TRANSFORMERS, known_key
+from workloads.precision import FP32, Precision
 from workloads.spec import WorkloadError
 
-E = costs.ACTIVATION_BYTES
 TOKEN_ID_BYTES = 8  # int64 ids: what the first stage reads
 
 
-def transformer(config: TransformerConfig, name: str, batch_size: int) -> LayeredModel:
-    t, d, r, h, v = config.context, config.d_model, config.mlp_ratio, config.heads, config.vocab
+def transformer(config: TransformerConfig | TransformerDims, name: str, batch_size: int,
+                precision: Precision = FP32) -> LayeredModel:
+    """A decoder-only transformer (the built-in family's config or a model by its
+    dimensions) in layers, its bytes at ``precision``."""
+    dims = (config if isinstance(config, TransformerDims) else
+            from_config(config.vocab, config.context, config.d_model, config.layers,
+                        config.heads, config.mlp_ratio, name))
+    E = precision.value_bytes
+    t, d, v = dims.seq, dims.hidden, dims.vocab
     stream = float(t * d * E)  # the residual stream of one sequence
-    embedding = Layer("embedding", params=(v + t) * d, flops_per_sample=0.0,
+    embedding = Layer("embedding", params=dims.embedding_params, flops_per_sample=0.0,
                       activation_bytes_per_sample=0.0, output_bytes_per_sample=stream,
-                      input_bytes_per_sample=float(t * TOKEN_ID_BYTES), tp_allreduces=1)
-    block_flops = costs.TRAIN_FLOPS_FACTOR * (2 * t * (4 + 2 * r) * d * d + 4 * t * t * d)
-    block = Layer("block", params=(4 + 2 * r) * d * d + (9 + r) * d,
-                  flops_per_sample=float(block_flops),
-                  activation_bytes_per_sample=float(t * ((8 + 2 * r) * d + h * t) * E),
+                      input_bytes_per_sample=float(t * TOKEN_ID_BYTES), tp_allreduces=1,
+                      replicated_elementwise_bytes_per_sample=2.0 * stream)
+    block = Layer("block", params=dims.block_params,
+                  flops_per_sample=costs.TRAIN_FLOPS_FACTOR * dims.block_forward_flops,
+                  activation_bytes_per_sample=dims.block_activations * E,
                   output_bytes_per_sample=stream, input_bytes_per_sample=stream,
-                  tp_allreduces=2, tp_units=h,
-                  replicated_activation_bytes_per_sample=float(t * 4 * d * E))
-    head = Layer("head", params=2 * d,
-                 flops_per_sample=float(costs.TRAIN_FLOPS_FACTOR * 2 * t * d * v),
-                 activation_bytes_per_sample=float(t * (2 * d + v) * E),
+                  tp_allreduces=2, tp_units=dims.groups,
+                  replicated_activation_bytes_per_sample=dims.block_replicated_activations * E,
+                  elementwise_bytes_per_sample=dims.block_elementwise * E,
+                  replicated_elementwise_bytes_per_sample=dims.block_replicated_elementwise * E,
+                  attention_flops_per_sample=dims.attention_forward_flops,
+                  attention_elementwise_bytes_per_sample=dims.attention_elementwise * E,
+                  attention_activation_bytes_per_sample=dims.attention_activations * E)
+    head = Layer("head", params=dims.head_params,
+                 flops_per_sample=costs.TRAIN_FLOPS_FACTOR * dims.head_forward_flops,
+                 activation_bytes_per_sample=dims.head_activations * E,
                  output_bytes_per_sample=0.0, input_bytes_per_sample=stream,
-                 replicated_activation_bytes_per_sample=float(t * 2 * d * E))
-    blocks = tuple(Layer(f"block{i}", block.params, block.flops_per_sample,
-                         block.activation_bytes_per_sample, block.output_bytes_per_sample,
-                         block.input_bytes_per_sample, block.tp_allreduces, block.tp_units,
-                         block.replicated_activation_bytes_per_sample)
-                   for i in range(config.layers))
-    # the head reuses the token embedding: a pipeline's last stage keeps a copy (Megatron-LM)
+                 replicated_activation_bytes_per_sample=float(t * 2 * d * E),
+                 elementwise_bytes_per_sample=float(2 * t * v * E),
+                 replicated_elementwise_bytes_per_sample=2.0 * stream)
+    blocks = tuple(replace(block, name=f"block{i}") for i in range(dims.layers))
+    # a tied head reuses the token embedding: a pipeline's last stage keeps a copy (Megatron)
     return LayeredModel(name, (embedding,), blocks, (head,), batch_size,
-                        tied_head_params=v * d)
+                        bytes_per_element=E, tied_head_params=v * d if dims.tied else 0)
 
 
-def mlp(config: MLPConfig, name: str, batch_size: int) -> LayeredModel:
+def mlp(config: MLPConfig, name: str, batch_size: int, precision: Precision = FP32
+        ) -> LayeredModel:
+    E = precision.value_bytes
     widths = config.widths
     layers = []
     for i, (a, b) in enumerate(itertools.pairwise(widths)):
@@ -67,26 +81,32 @@ def mlp(config: MLPConfig, name: str, batch_size: int) -> LayeredModel:
                             activation_bytes_per_sample=float((a + (b if last else 0)) * E),
                             output_bytes_per_sample=float(b * E),
                             input_bytes_per_sample=float(a * E)))
-    return LayeredModel(name, (), tuple(layers), (), batch_size)
+    return LayeredModel(name, (), tuple(layers), (), batch_size, bytes_per_element=E)
 
 
-def layered(text: str) -> LayeredModel:
-    """The layers of the workload ``text`` names; WorkloadError (one line) for one that has
-    no layer structure here."""
+def layered(text: str, precision: Precision = FP32) -> LayeredModel:
+    """The layers of the workload ``text`` names, bytes at ``precision``; WorkloadError (one
+    line) for one that has no layer structure here."""
     key = known_key(text)
     if key in TRANSFORMERS:
         from workloads.known import get_known
 
-        return transformer(TRANSFORMERS[key], key, get_known(key).batch_size)
+        return transformer(TRANSFORMERS[key], key, get_known(key).batch_size, precision)
+    if key in DIMS_MODELS:
+        return transformer(DIMS_MODELS[key], key, DIMS_MODELS[key].batch, precision)
+    if is_dims(text):
+        dims = parse_dims(text)
+        return transformer(dims, text.strip(), dims.batch, precision)
     from workloads.resolve import resolve_workload
 
     workload = resolve_workload(text)
     config = getattr(workload, "config", None)
     batch = int(getattr(workload, "batch_size", 1))
     if isinstance(config, TransformerConfig):
-        return transformer(config, text, batch)
+        return transformer(config, text, batch, precision)
     if isinstance(config, MLPConfig):
-        return mlp(config, text, batch)
+        return mlp(config, text, batch, precision)
     raise WorkloadError(f"{text} has no layer structure here: pipeline and tensor parallelism "
                         f"take the transformer family (transformer:S|M|L), "
-                        f"{', '.join(TRANSFORMERS)} or the mlp family")
+                        f"{', '.join([*TRANSFORMERS, *DIMS_MODELS])}, a transformer by its "
+                        f"dimensions (transformer:layers=...,hidden=...) or the mlp family")

@@ -1,0 +1,247 @@
+"""A decoder-only transformer by its dimensions, as users name the models they train.
+
+    transformer:layers=80,hidden=8192,heads=64,kv_heads=8,ffn=28672,vocab=128256,seq=8192
+
+Keys: ``layers``, ``hidden``, ``heads``, ``vocab``, ``seq`` (required); ``kv_heads``
+(grouped-query attention; default ``heads``), ``ffn`` (the MLP's width), ``mlp`` (``gelu``:
+two matrices, GPT; ``swiglu``: three, gated, Llama), ``tied`` (``yes``: the head reuses the
+token embedding), ``positions`` (``learned`` or ``rope``), ``dropout`` (a probability; 0:
+none), ``batch`` (sequences per device, default 1).
+
+GPT-style by default (GELU MLP of 4 x hidden, LayerNorm with biases, learned positions, a tied
+head); giving ``ffn`` without ``mlp`` means a gated MLP with RMSNorm, no biases, rotary
+positions and an untied head, as Llama and most current open models are built.
+
+Per block and per sequence of ``seq`` tokens, the figures the simulator reads (the rules of
+``workloads.costs``: a multiply-accumulate is 2 FLOPs, training = 3 x forward, a value is
+kept for backward when some backward reads it), in values (multiply by the precision's bytes):
+parameters, forward FLOPs, kept activations (and the part tensor parallelism leaves whole on
+every rank: the norms' inputs and outputs), and the element-wise traffic of the forward pass
+(norms, residual adds, the MLP's activation, softmax and dropout over the attention scores),
+which runs at memory bandwidth rather than at the matmul rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workloads.quantities import read_number
+from workloads.spec import WorkloadError, choices_message
+
+PREFIX = "transformer:"
+_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "mlp", "tied",
+         "positions", "dropout", "batch")
+_REQUIRED = ("layers", "hidden", "heads", "vocab", "seq")
+MLPS = ("gelu", "swiglu")
+POSITIONS = ("learned", "rope")
+
+
+@dataclass(frozen=True)
+class TransformerDims:
+    layers: int
+    hidden: int
+    heads: int
+    vocab: int
+    seq: int
+    kv_heads: int = 0  # 0: as many as heads (multi-head attention)
+    ffn: int = 0  # 0: 4 x hidden
+    mlp: str = "gelu"
+    tied: bool = True
+    positions: str = "learned"
+    dropout: float = 0.0
+    batch: int = 1
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        for key in ("layers", "hidden", "heads", "vocab", "seq", "batch"):
+            if getattr(self, key) < 1:
+                raise WorkloadError(f"transformer {key}={getattr(self, key)} must be >= 1")
+        if self.hidden % self.heads:
+            raise WorkloadError(f"transformer hidden={self.hidden} must be a multiple of "
+                                f"heads={self.heads}")
+        if self.heads % self.groups:
+            raise WorkloadError(f"transformer kv_heads={self.kv_heads} must divide "
+                                f"heads={self.heads}")
+        if self.mlp not in MLPS:
+            raise WorkloadError(choices_message("transformer mlp", self.mlp, MLPS))
+        if self.positions not in POSITIONS:
+            raise WorkloadError(choices_message("transformer positions", self.positions,
+                                                POSITIONS))
+        if not 0 <= self.dropout < 1:
+            raise WorkloadError(f"transformer dropout={self.dropout} must be in [0, 1)")
+
+    @property
+    def groups(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def width(self) -> int:
+        """The MLP's hidden width."""
+        return self.ffn or 4 * self.hidden
+
+    @property
+    def gated(self) -> bool:
+        return self.mlp == "swiglu"
+
+    @property
+    def kv_width(self) -> int:
+        return self.groups * (self.hidden // self.heads)
+
+    # Per block, per sequence ------------------------------------------------------------
+
+    @property
+    def block_params(self) -> int:
+        d, f, kv = self.hidden, self.width, self.kv_width
+        matrices = d * (d + 2 * kv) + d * d + (3 if self.gated else 2) * d * f
+        if self.gated:  # RMSNorm weights only, no biases (Llama)
+            return matrices + 2 * d
+        return matrices + (d + 2 * kv) + d + f + d + 4 * d  # biases, two LayerNorms
+
+    @property
+    def block_forward_flops(self) -> float:
+        d, t = self.hidden, self.seq
+        matrices = d * (d + 2 * self.kv_width) + d * d + (3 if self.gated else 2) * d * self.width
+        return float(2 * t * matrices + self.attention_forward_flops)
+
+    @property
+    def attention_forward_flops(self) -> float:
+        """Scores q.k^T and their weighted sum of v: what selective recomputation repeats."""
+        return float(4 * self.seq * self.seq * self.hidden)
+
+    @property
+    def block_activations(self) -> float:
+        """Values kept per sequence: norms' inputs and outputs, q, k, v, the attention
+        output, the MLP's inputs (GELU: fc1 out and GELU out; SwiGLU: gate, up and their
+        product), heads x T attention probabilities per token (a non-fused kernel)."""
+        d, t = self.hidden, self.seq
+        mlp = (3 if self.gated else 2) * self.width
+        return float(t * (6 * d + 2 * self.kv_width + mlp) + self.attention_activations)
+
+    @property
+    def attention_activations(self) -> float:
+        """The heads x T x T probabilities: what selective recomputation does not keep."""
+        return float(self.heads * self.seq * self.seq)
+
+    @property
+    def block_replicated_activations(self) -> float:
+        """Kept values every tensor-parallel rank holds whole without sequence parallelism:
+        the two norms' inputs and outputs (Korthikanti et al. 2022, section 4.1)."""
+        return float(self.seq * 4 * self.hidden)
+
+    @property
+    def block_elementwise(self) -> float:
+        """Forward element-wise traffic split by tensor parallelism (values read + written):
+        the MLP's activation (GELU: read f, write f; SwiGLU: read 2f, write f) and softmax
+        over the scores (read, write), plus dropout over them (read, write) when trained
+        with dropout."""
+        t = self.seq
+        mlp = (3 if self.gated else 2) * self.width
+        scores = (4 if self.dropout else 2) * self.heads * t
+        return float(t * (mlp + scores))
+
+    @property
+    def attention_elementwise(self) -> float:
+        """The scores' share of ``block_elementwise``: re-run by selective recomputation."""
+        return float(self.seq * (4 if self.dropout else 2) * self.heads * self.seq)
+
+    @property
+    def block_replicated_elementwise(self) -> float:
+        """Forward element-wise traffic every tensor-parallel rank does whole without
+        sequence parallelism: two norms (read, write) and two residual adds (read two,
+        write one)."""
+        return float(self.seq * 10 * self.hidden)
+
+    # Whole model -------------------------------------------------------------------------
+
+    @property
+    def embedding_params(self) -> int:
+        positions = self.seq * self.hidden if self.positions == "learned" else 0
+        return self.vocab * self.hidden + positions
+
+    @property
+    def head_params(self) -> int:
+        norm = (1 if self.gated else 2) * self.hidden
+        return norm + (0 if self.tied else self.vocab * self.hidden)
+
+    @property
+    def params(self) -> int:
+        return self.embedding_params + self.layers * self.block_params + self.head_params
+
+    @property
+    def head_forward_flops(self) -> float:
+        return float(2 * self.seq * self.hidden * self.vocab)
+
+    @property
+    def forward_flops(self) -> float:
+        return self.layers * self.block_forward_flops + self.head_forward_flops
+
+    @property
+    def head_activations(self) -> float:
+        """The final norm's input and output and the softmax over the vocabulary."""
+        return float(self.seq * (2 * self.hidden + self.vocab))
+
+    @property
+    def activations(self) -> float:
+        return self.layers * self.block_activations + self.head_activations
+
+    def describe(self) -> str:
+        parts = [f"{self.layers} layers", f"hidden {self.hidden}", f"{self.heads} heads"]
+        if self.kv_heads and self.kv_heads != self.heads:
+            parts.append(f"{self.kv_heads} kv heads")
+        parts += [f"{self.mlp} MLP {self.width}", f"vocab {self.vocab}", f"seq {self.seq}"]
+        return ", ".join(parts)
+
+
+def is_dims(text: str) -> bool:
+    """``transformer:KEY=...`` (a model by its dimensions), not ``transformer:S``."""
+    return text.strip().lower().startswith(PREFIX) and "=" in text
+
+
+def parse_dims(text: str) -> TransformerDims:
+    """The model ``transformer:k=v,...`` names; WorkloadError (one line, naming the key)."""
+    body = text.strip()[len(PREFIX):]
+    values: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in body.split(","))):
+        key, sep, value = item.partition("=")
+        key = key.strip().lower()
+        if not sep or not value.strip():
+            raise WorkloadError(f"transformer: {item!r} is not KEY=VALUE")
+        if key not in _KEYS:
+            raise WorkloadError(choices_message("transformer key", key, _KEYS))
+        if key in values:
+            raise WorkloadError(f"transformer: {key} given twice")
+        values[key] = value.strip()
+    missing = [k for k in _REQUIRED if k not in values]
+    if missing:
+        raise WorkloadError(f"transformer needs {', '.join(k + '=' for k in missing)} "
+                            f"(keys: {', '.join(_KEYS)})")
+    ints = {k: _int(k, values[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn",
+                                            "vocab", "seq", "batch") if k in values}
+    llama = "ffn" in values and "mlp" not in values
+    mlp = values.get("mlp", "swiglu" if llama else "gelu")
+    tied = values.get("tied", "no" if llama else "yes").lower()
+    if tied not in ("yes", "no", "true", "false"):
+        raise WorkloadError(f"transformer tied={tied!r} must be yes or no")
+    try:
+        dropout = float(values.get("dropout", "0"))
+    except ValueError:
+        raise WorkloadError(f"transformer dropout={values['dropout']!r} is not a number"
+                            ) from None
+    return TransformerDims(**ints, mlp=mlp, tied=tied in ("yes", "true"),
+                           positions=values.get("positions", "rope" if llama else "learned"),
+                           dropout=dropout, name=text.strip())
+
+
+def _int(key: str, text: str) -> int:
+    value = read_number(text)
+    if value is None or value != int(value):
+        raise WorkloadError(f"transformer {key}={text!r} is not a whole number")
+    return int(value)
+
+
+def from_config(vocab: int, context: int, d_model: int, layers: int, heads: int,
+                mlp_ratio: int, name: str, batch: int = 1) -> TransformerDims:
+    """The built-in family's architecture (workloads.configs.TransformerConfig) in these
+    terms: GPT-style, tied, learned positions, no dropout."""
+    return TransformerDims(layers=layers, hidden=d_model, heads=heads, vocab=vocab,
+                           seq=context, ffn=mlp_ratio * d_model, batch=batch, name=name)
