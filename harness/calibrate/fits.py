@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import nnls
 
 # (latency terms, bandwidth terms per byte of S) for n ranks; S is the per-rank buffer.
 TERMS = {
@@ -62,6 +61,8 @@ def fit_one(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float, float]:
     """t = a + b S with a, b >= 0, weighted by 1/t so small messages count as much as big."""
     weights = 1.0 / times
     design = np.column_stack([np.ones_like(sizes), sizes]) * weights[:, None]
+    from scipy.optimize import nnls  # here: scipy costs every CLI command half a second
+
     (a, b), _ = nnls(design, times * weights)
     predicted = a + b * sizes
     residual = float(np.sqrt(np.mean(((predicted - times) / times) ** 2)))

@@ -75,7 +75,9 @@ def load_calibration(option: str | None, topology: str) -> Any:
 
     if option is None:
         return None
-    if option in preset_names():
+    from harness.sim.preset import is_system_path
+
+    if option in preset_names() or (is_system_path(option) and Path(option).is_file()):
         return from_preset(option)
     path = Path(option)
     if not path.is_dir():
@@ -105,6 +107,19 @@ def load_calibration(option: str | None, topology: str) -> Any:
                                 f"{float(best['residual_rel']):.0%}")
     return Calibration({c.name: link for c in classes}, compute_source="profile",
                        name=f"measured:{path}")
+
+
+def _topology_option(topology: str | None, system: str | None) -> str:
+    if system and topology:
+        raise InputError("give --topology or --system, not both (a system file's hosts: "
+                         "--topology preset:FILE,hosts=N)")
+    if system:
+        from harness.sim.preset import is_system_path
+
+        return f"preset:{system if is_system_path(system) else './' + system}"
+    if not topology:
+        raise InputError("give --topology SPEC or --system FILE")
+    return topology
 
 
 def simulate_emulated(topology: str, workers: int, workload: str | None,
@@ -210,14 +225,20 @@ def _deployed(profile: Any, names: list[str] | str, ps_shards: int | None,
 
 
 def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tensor: int | None,
-            microbatches: int | None, schedule: str) -> Any:
-    """The data x pipeline x tensor split of ``workers``; InputError if it does not divide."""
+            microbatches: int | None, schedule: str, virtual: int | None = None,
+            sequence_parallel: bool = False, distributed_optimizer: bool = False) -> Any:
+    """The data x pipeline x tensor split of ``workers``; InputError if it does not divide.
+    ``--strategy fsdp`` with a tensor-parallel degree: FSDP over the data axis (torchtitan's
+    2D)."""
     from harness.sim.layered import Layout
 
-    other = [s for s in strategies if s not in MODEL_PARALLEL]
+    fsdp = "fsdp" in strategies
+    other = [s for s in strategies if s not in MODEL_PARALLEL and s != "fsdp"]
     if other:
         raise InputError(f"--strategy {other[0]} is data-parallel: simulate it without "
                          f"--stages/--tensor-parallel")
+    if virtual is not None and schedule != "interleaved":
+        raise InputError("--virtual-stages needs --schedule interleaved")
     if stages is None:
         stages = workers // (tensor or 1) if "pipeline" in strategies else 1
     if tensor is None:
@@ -226,13 +247,20 @@ def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tenso
     if rest or data < 1:
         raise InputError(f"--workers {workers} is not a multiple of stages x tensor-parallel "
                          f"degree = {stages * tensor}")
+    if fsdp and distributed_optimizer:
+        raise InputError("--strategy fsdp already shards the optimizer: drop "
+                         "--distributed-optimizer")
     return Layout(data=data, stages=stages, tensor=tensor, microbatches=microbatches or 1,
-                  schedule=schedule)
+                  schedule=schedule,
+                  virtual=(virtual or 2) if schedule == "interleaved" else 1,
+                  sequence_parallel=sequence_parallel,
+                  zero=3 if fsdp else 1 if distributed_optimizer else 0)
 
 
 def _simulate_layout(topology: str, workload: str | None, profile: str | None, results: Path,
-                     calib: Any, layout: Any, global_batch: int | None, recompute: bool,
-                     optimizer: str, microbatches: int | None) -> dict[str, Any]:
+                     calib: Any, layout: Any, global_batch: int | None, recompute: str,
+                     optimizer: str, microbatches: int | None,
+                     precision: str | None = None) -> dict[str, Any]:
     from dataclasses import replace
 
     from harness.sim import simulate_layout
@@ -242,16 +270,37 @@ def _simulate_layout(topology: str, workload: str | None, profile: str | None, r
     if profile or not workload:
         raise InputError("model parallelism needs --workload (a transformer or mlp: its "
                          "layers), not --profile")
+    from workloads.precision import precision as find_precision
+
+    bytes_at = find_precision(precision) if precision else None
     try:
-        model = layered(workload)
+        model = layered(workload, find_precision(precision))
     except WorkloadError as exc:
         raise InputError(str(exc)) from None
     compute = _profile(workload, None, results, topology, calib).step_compute_s
     batch = global_batch or model.batch_size * layout.data
     if microbatches is None:  # one sample per micro-batch: the smallest bubble
         layout = replace(layout, microbatches=max(1, batch // layout.data))
+    if precision is not None:
+        calib = _at_precision(calib, topology, precision)
     return simulate_layout(topology, model, layout, batch, calib, step_compute_s=compute,
-                           optimizer=optimizer, recompute=recompute)
+                           optimizer=optimizer, recompute=recompute, precision=bytes_at)
+
+
+def _at_precision(calib: Any, topology: str, precision: str) -> Any:
+    """The calibration with the device's speed at ``precision``'s peak (a system's device)."""
+    from dataclasses import replace
+
+    from harness.sim.calibration import from_preset, merge
+
+    kind, _, rest = topology.strip().partition(":")
+    if kind == "preset":
+        calib = merge(from_preset(rest.partition(",")[0].strip()), calib) if calib else \
+            from_preset(rest.partition(",")[0].strip())
+    device = getattr(calib, "device", None)
+    if device is None:
+        return calib
+    return replace(calib, device_flops=device.peak(precision) * device.assumed_efficiency)
 
 
 def format_layout_row(r: dict[str, Any]) -> str:
@@ -284,10 +333,14 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 
 
 @click.command("simulate")
-@click.option("--topology", required=True, metavar="SPEC",
+@click.option("--topology", default=None, metavar="SPEC",
               help="e.g. two_level:hosts=4,gpus=8,intra=450GB/s,inter=400Gbit, "
                    "preset:dgx_h100_ib,hosts=16, or this machine's emulated hosts "
                    "netns:hosts=4,rate=250mbit")
+@click.option("--system", default=None, metavar="FILE",
+              help="A system file (JSON or TOML: devices, scale-up, scale-out, price; "
+                   "harness/sim/presets/*.json are examples): the same as --topology "
+                   "preset:FILE.")
 @click.option("--workers", type=click.IntRange(min=1), required=True)
 @click.option("--workload", default=None, metavar="FAMILY:SIZE|MODEL",
               help="A built-in (mlp:S) or a known model (resnet50, gpt3_175b; see "
@@ -319,20 +372,36 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
               help="Micro-batches per pipeline per step (default: one sample each).")
 @click.option("--tensor-parallel", "tensor", type=click.IntRange(min=1), default=None,
               help="Tensor-parallel degree (must divide the attention heads).")
-@click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), default="1f1b",
-              show_default=True, help="Pipeline schedule.")
+@click.option("--schedule", type=click.Choice(["1f1b", "gpipe", "interleaved"]),
+              default="1f1b", show_default=True,
+              help="Pipeline schedule (interleaved: Megatron-LM's, with --virtual-stages).")
+@click.option("--virtual-stages", type=click.IntRange(min=1), default=None,
+              help="Chunks of layers per device under --schedule interleaved (default 2).")
+@click.option("--sequence-parallel", is_flag=True,
+              help="Split norms and dropout along the sequence in the tensor-parallel group.")
+@click.option("--distributed-optimizer", is_flag=True,
+              help="Shard the optimizer state over the data-parallel replicas (ZeRO-1).")
+@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default=None,
+              help="fp32, or bf16/fp16 mixed precision (fp32 master weights and optimizer "
+                   "state): bytes of activations, messages, gradients and memory, and the "
+                   "device's peak. Default fp32 bytes at the device's training peak.")
 @click.option("--global-batch", type=click.IntRange(min=1), default=None,
               help="Samples per step over all replicas (default: the workload's batch per "
                    "data-parallel replica).")
-@click.option("--recompute", is_flag=True, help="Recompute activations in the backward pass.")
+@click.option("--recompute", is_flag=False, flag_value="full", default="none",
+              type=click.Choice(["none", "selective", "full"]),
+              help="Recompute activations in the backward pass: full (a bare --recompute), "
+                   "selective (the attention scores only), none.")
 @click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), default="adam",
               show_default=True, help="Optimizer whose state the memory figure counts.")
 @json_option
-def command(topology: str, workers: int, workload: str | None, profile: str | None,
-            strategies: tuple[str, ...], calibration: str | None, results: str | None,
-            stragglers: int, straggler_factor: float, stages: int | None,
+def command(topology: str | None, system: str | None, workers: int, workload: str | None,
+            profile: str | None, strategies: tuple[str, ...], calibration: str | None,
+            results: str | None, stragglers: int, straggler_factor: float, stages: int | None,
             microbatches: int | None, tensor: int | None, schedule: str,
-            global_batch: int | None, recompute: bool, optimizer: str, framework: str | None,
+            virtual_stages: int | None, sequence_parallel: bool, distributed_optimizer: bool,
+            precision: str | None, global_batch: int | None, recompute: str, optimizer: str,
+            framework: str | None,
             ps_shards: int | None, ps_placement: str | None, bucket: str | None,
             bytes_per_element: int | None, as_json: bool) -> None:
     """Simulate a training step of each strategy on a topology; rows are source=simulated.
@@ -342,6 +411,7 @@ def command(topology: str, workers: int, workload: str | None, profile: str | No
     from harness.core.strategies import library
     from harness.sim import simulate
 
+    topology = _topology_option(topology, system)
     if topology.strip().startswith("netns:"):
         rows = simulate_emulated(topology, workers, workload, framework, strategies,
                                  results_dir(results))
@@ -352,11 +422,23 @@ def command(topology: str, workers: int, workload: str | None, profile: str | No
         click.echo(format_rows(rows))
         return
     calib = load_calibration(calibration, topology)
+    from harness.sim.spec import describe_topology
+
+    read_as = f"read {topology} as: {describe_topology(topology)}"
     names = _strategy_names(strategies, framework)
-    if stages or tensor or set(strategies) & set(MODEL_PARALLEL):
-        layout = _layout(workers, strategies, stages, tensor, microbatches, schedule)
+    model_parallel = bool(stages or tensor or set(strategies) & set(MODEL_PARALLEL))
+    if not model_parallel and (virtual_stages or sequence_parallel or distributed_optimizer
+                               or recompute != "none"):
+        raise InputError("--virtual-stages, --sequence-parallel, --distributed-optimizer and "
+                         "--recompute apply to a model-parallel layout: give --stages or "
+                         "--tensor-parallel")
+    if model_parallel:
+        layout = _layout(workers, strategies, stages, tensor, microbatches, schedule,
+                         virtual_stages, sequence_parallel, distributed_optimizer)
         row = _simulate_layout(topology, workload, profile, results_dir(results), calib,
-                               layout, global_batch, recompute, optimizer, microbatches)
+                               layout, global_batch, recompute, optimizer, microbatches,
+                               precision)
+        info(read_as)
         if as_json:
             print_json([row])
             return
@@ -364,6 +446,10 @@ def command(topology: str, workers: int, workload: str | None, profile: str | No
              + (f" with calibration {calibration}" if calibration else ""))
         click.echo(format_layout_row(row))
         return
+    if precision is not None and bytes_per_element is None:
+        from workloads.precision import precision as find_precision
+
+        bytes_per_element = find_precision(precision).value_bytes
     prof = _deployed(_profile(workload, profile, results_dir(results), topology, calib,
                               framework),
                      names, ps_shards, ps_placement, bucket, bytes_per_element)
@@ -372,6 +458,7 @@ def command(topology: str, workers: int, workload: str | None, profile: str | No
                     straggler_factor=straggler_factor, ps_shards=ps_shards,
                     ps_colocated=ps_placement == "colocated",
                     ps_pull=library(framework or "torch").ps_pull)
+    info(read_as)
     if as_json:
         print_json(rows)
         return

@@ -12,7 +12,6 @@ import statistics
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 
 @dataclass(frozen=True)
@@ -36,6 +35,8 @@ def median_ci(values: np.ndarray, confidence: float = 0.95) -> tuple[float, floa
     if n < 6:  # too few points for a 95% order-statistic interval: report the range
         return float(x[0]), float(x[-1])
     alpha = 1.0 - confidence
+    from scipy import stats  # here: scipy.stats costs every CLI command a second to import
+
     low = int(stats.binom.ppf(alpha / 2, n, 0.5))
     high = int(stats.binom.isf(alpha / 2, n, 0.5))
     low = max(low - 1, 0)

@@ -12,7 +12,6 @@ Pure functions over DataFrames: no framework, no run.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,8 +38,6 @@ NAN = float("nan")
 # on-demand/, list price as of 2026; re-check before relying on it). Shown as assumed.
 HERE_PRICE_PER_HOUR = 0.096
 HERE_PRICE_BASIS = "assumed: a 2-vCPU cloud instance like this machine (AWS m6i.large on demand)"
-# Device memory where a preset's device name does not say it (public datasheets).
-DEVICE_MEMORY_BYTES = {"Google TPU v4": 32 * 2**30}  # 32 GiB HBM2 per chip
 
 
 @dataclass
@@ -93,15 +90,13 @@ def runs_as(model: str, device: str, hosts: int = 1) -> str:
 
 
 def device_memory(target: Target, ctx: Context, replicas: int) -> float:
-    """Memory of one device: the named device's (its datasheet name says e.g. '80GB'), or
-    this machine's RAM shared by the replicas that run on it."""
+    """Memory of one device: the named system's device (its file states it), or this
+    machine's RAM shared by the replicas that run on it."""
     name = ctx.device or target.preset_name
     if name is not None:
         from harness.sim.preset import load_preset
 
-        device = load_preset(name).device_name
-        m = re.search(r"(\d+)\s*GB", device)
-        return float(m.group(1)) * 1e9 if m else float(DEVICE_MEMORY_BYTES.get(device, NAN))
+        return load_preset(name).device.memory_bytes
     if ctx.ram_bytes is None or not ctx.ram_bytes > 0:
         return NAN
     on_this_machine = replicas if target.kind in ("measured", "emulated") else 1
@@ -288,7 +283,8 @@ def topology_points(ctx: Context, facts: WorkloadFacts, target: Target
         preset_cal = from_preset(device)
         calibration = Calibration(device_flops=preset_cal.device_flops,
                                   compute_source=f"preset {device}", name=device,
-                                  price_per_device_hour=preset_cal.price_per_device_hour)
+                                  price_per_device_hour=preset_cal.price_per_device_hour,
+                                  device=preset_cal.device)
         compute_note = f"compute from FLOPs on the {device} device"
     elif facts.step_time_s is not None:
         compute_s, compute_note = facts.step_time_s, "compute stated by the profile"
@@ -307,20 +303,33 @@ def topology_points(ctx: Context, facts: WorkloadFacts, target: Target
                   throughput_samples_s=facts.batch / single_s, scaling_efficiency=1.0,
                   source="simulated", device_memory_bytes=device_memory(target, ctx, 1),
                   price_per_device_hour=price, price_basis=basis, compute_note=compute_note)]
+    checkpointed = _checkpointed_activations(facts)
     for n in [c for c in device_counts(target) if c > 1]:
-        rows = _stored(ctx, facts, target, n) or simulate(
-            target.spec, n, "all", profile, calibration, workload=facts.name)
+        fitting, too_big = _fitting_strategies(ctx, facts, target, n)
+        rows = _stored(ctx, facts, target, n) or (simulate(
+            target.spec, n, fitting, profile, calibration, workload=facts.name)
+            if fitting else [])
+        rows += too_big
         for row in rows:
             out.append(_sim_point(ctx, facts, target, row, framework="sim",
                                   strategy=row["strategy"], model=row["strategy"],
                                   batch=facts.batch, single_s=single_s, price=price,
                                   basis=basis, source="simulated", compute_note=compute_note))
+        if "fsdp" not in fitting and checkpointed is not None:
+            wrapped = _checkpointed_fsdp(ctx, facts, target, n, profile, calibration,
+                                         checkpointed)
+            if wrapped is not None:
+                out.append(_sim_point(ctx, facts, target, wrapped[0], framework="sim",
+                                      strategy="fsdp", model="fsdp", batch=facts.batch,
+                                      single_s=single_s, price=price, basis=basis,
+                                      source="simulated", compute_note=compute_note)
+                           | wrapped[1])
     for row in _model_parallel_rows(ctx, facts, target, calibration, compute_s):
         point = _sim_point(ctx, facts, target, row, framework="sim", strategy=row["strategy"],
                            model=row["strategy"], batch=facts.batch, single_s=single_s,
                            price=price, basis=basis, source="simulated",
                            compute_note=compute_note)
-        point.update(layout=row["layout"] + (", recomputed" if row["recompute"] else ""),
+        point.update(layout=row["layout"] + _recomputed(row["recompute"]),
                      memory_per_device_bytes=row["memory_per_device_bytes"],
                      bubble=row["bubble_fraction"])
         out.append(point)
@@ -330,6 +339,80 @@ def topology_points(ctx: Context, facts: WorkloadFacts, target: Target
         point["runs_as"] = runs_as(point["strategy"], kind, hosts)
         point["device_kind"] = kind
     return out
+
+
+def _recomputed(how: Any) -> str:
+    return {"full": ", recomputed", True: ", recomputed", "selective":
+            ", selective recomputation"}.get(how, "")
+
+
+def _fitting_strategies(ctx: Context, facts: WorkloadFacts, target: Target, n: int
+                        ) -> tuple[list[str], list[dict[str, Any]]]:
+    """The simulated data-parallel strategies whose replica fits a device at ``n`` devices,
+    and an unavailable row, saying by how much, for each that does not: memory is a
+    formula, so a strategy that cannot hold the model is not simulated."""
+    from harness.core.units import format_bytes
+    from harness.sim.memory import data_parallel_memory
+    from harness.sim.strategies import expand_strategies
+
+    cap = device_memory(target, ctx, n)
+    activations = (facts.activation_bytes_per_sample or 0.0) * facts.batch
+    fitting, too_big = [], []
+    for _, name in expand_strategies("all"):
+        need = data_parallel_memory(facts.params, exchange_kind("sim", name), n,
+                                    ctx.optimizer_slots, activations).total
+        if not math.isfinite(cap) or need <= cap:
+            fitting.append(name)
+            continue
+        too_big.append({"strategy": name, "replicas": n, "status": "unavailable",
+                        "reason": f"does not fit: needs {format_bytes(need)} per device, the "
+                                  f"device has {format_bytes(cap)}",
+                        "step_time_median_s": NAN, "throughput_samples_s": NAN,
+                        "exposed_comm_s": NAN, "bytes_per_worker": NAN})
+    return fitting, too_big
+
+
+def _checkpointed_activations(facts: WorkloadFacts) -> tuple[float, float] | None:
+    """(bytes one sample keeps under activation checkpointing of every layer: its layers'
+    inputs, plus one layer's whole activations during its backward; the bytes of one
+    block, FSDP's wrapping unit); None for a workload without layers here."""
+    from harness.sim.memory import checkpointed_activation_bytes
+    from harness.sim.structure import layered
+    from workloads import WorkloadError
+
+    try:
+        model = layered(facts.name)
+    except WorkloadError:
+        return None
+    unit = max(layer.params for layer in model.layers) * model.bytes_per_element
+    return checkpointed_activation_bytes(model), float(unit)
+
+
+def _checkpointed_fsdp(ctx: Context, facts: WorkloadFacts, target: Target, n: int,
+                       profile: Any, calibration: Any, checkpointed: tuple[float, float]
+                       ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """FSDP with every layer checkpointed and wrapped (torchtitan's default for large
+    models): the row and the point's memory, or None when even that does not fit. The
+    forward runs twice; each block is one FSDP unit."""
+    from dataclasses import replace
+
+    from harness.sim import simulate
+    from harness.sim.memory import data_parallel_memory
+
+    per_sample, unit = checkpointed
+    cap = device_memory(target, ctx, n)
+    need = data_parallel_memory(facts.params, "sharded", n, ctx.optimizer_slots,
+                                per_sample * facts.batch).total
+    if math.isfinite(cap) and need > cap:
+        return None
+    again = replace(profile,
+                    flops_per_sample=(profile.flops_per_sample * 4 / 3
+                                      if profile.flops_per_sample else None),
+                    step_compute_s=(profile.step_compute_s * 4 / 3
+                                    if profile.step_compute_s is not None else None),
+                    bucket_bytes=max(1, int(unit)))
+    row = simulate(target.spec, n, ["fsdp"], again, calibration, workload=facts.name)[0]
+    return row, {"layout": "every layer checkpointed", "memory_per_device_bytes": need}
 
 
 def _model_parallel_rows(ctx: Context, facts: WorkloadFacts, target: Target,

@@ -41,6 +41,8 @@ class Goal:
             parts.append(f"budget ${self.budget_usd:,.2f}")
         if self.deadline_s is not None:
             parts.append(f"deadline {format_duration(self.deadline_s)}")
+        if not parts:
+            parts.append(f"minimum scaling efficiency {self.min_efficiency:.0%}")
         return ", ".join(parts)
 
 
@@ -61,7 +63,11 @@ def meets(p: Point, goal: Goal) -> bool:
 
 
 def efficient(p: Point, goal: Goal) -> bool:
+    """Scaling efficiency at least the goal's; not judged where one device cannot hold the
+    model (against a device that cannot train it, the ratio says nothing)."""
     eff = p.get("scaling_efficiency", NAN)
+    if not p.get("baseline_fits", True):
+        return True
     return int(p["replicas"]) == 1 or not _finite(eff) or eff >= goal.min_efficiency
 
 

@@ -2,21 +2,23 @@
 
 For each device count of the sweep, every data x pipeline x tensor split the model can take
 (tensor groups within a host, as Megatron-LM places them; stages dividing the blocks; one
-sample per micro-batch, the smallest bubble), with and without activation recomputation,
-is simulated (``harness.sim.simulate_layout``); the fastest that fits the device's memory
-stands for that count, else the one that needs the least. The same samples per device and
+sample per micro-batch, the smallest bubble; the 1F1B and interleaved schedules; FSDP x
+tensor parallelism), each with the least activation recomputation that fits, is simulated
+(``harness.sim.simulate_layout``); the fastest that fits the device's memory stands for
+that count, else the one that needs the least. The same samples per device and
 step as the data-parallel candidates, so the two compare like with like.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from harness.core.errors import SpecError
 from harness.recommend.targets import Target, device_counts
 from harness.sim.calibration import Calibration
-from harness.sim.layered import LayeredModel, Layout, check_layout
+from harness.sim.layered import RECOMPUTE, LayeredModel, Layout, check_layout
 from harness.sim.memory import model_parallel_memory
 
 MODEL_PARALLEL = "model_parallel"  # the exchange kind of these candidates
@@ -29,7 +31,11 @@ def _divisors(n: int) -> list[int]:
 def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
                       global_batch: int) -> list[Layout]:
     """Every split of ``devices`` with a pipeline or tensor degree above one that the model
-    and the batch allow."""
+    and the batch allow, as Megatron-LM and torchtitan run them: sequence parallelism with
+    tensor parallelism, the distributed optimizer with data parallelism, and beside each
+    pipeline its interleaved schedule (two chunks per device) where the blocks and
+    micro-batches allow; and FSDP over the data axis with tensor parallelism (torchtitan's
+    2D)."""
     tensors = [t for t in _divisors(model.heads) if t <= per_host] if model.heads else [1]
     out = []
     for tensor in tensors:
@@ -39,12 +45,19 @@ def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
             data = devices // (stages * tensor)
             if global_batch % data:
                 continue
-            layout = Layout(data, stages, tensor, global_batch // data)
-            try:
-                check_layout(model, layout, global_batch)
-            except SpecError:
-                continue
-            out.append(layout)
+            base = Layout(data, stages, tensor, global_batch // data,
+                          sequence_parallel=tensor > 1, zero=1 if data > 1 else 0)
+            variants = [base]
+            if stages > 1:
+                variants.append(replace(base, schedule="interleaved", virtual=2))
+            if stages == 1 and tensor > 1 and data > 1:
+                variants.append(replace(base, zero=3, microbatches=1))
+            for layout in variants:
+                try:
+                    check_layout(model, layout, global_batch)
+                except SpecError:
+                    continue
+                out.append(layout)
     return out
 
 
@@ -52,8 +65,9 @@ def best_layouts(model: LayeredModel, target: Target, batch_per_device: int,
                  calibration: Calibration | None, step_compute_s: float | None,
                  device_memory: float, optimizer: str) -> list[dict[str, Any]]:
     """Per device count, the simulated row of the fastest layout that fits (else the one
-    that needs the least memory), ``recompute`` saying whether it recomputes activations.
-    Memory is a formula, so only the layouts that fit are simulated."""
+    that needs the least memory), ``recompute`` saying what it recomputes: for each layout
+    the least recomputation that fits (none, then selective, then full), as less is always
+    faster. Memory is a formula, so only the layouts that fit are simulated."""
     from harness.sim import simulate_layout
 
     out = []
@@ -62,18 +76,18 @@ def best_layouts(model: LayeredModel, target: Target, batch_per_device: int,
         options = []
         for layout in candidate_layouts(model, n, max(1, target.per_host), batch):
             micro = batch // (layout.data * layout.microbatches)
-            for recompute in (False, True):
-                need = model_parallel_memory(model, layout, micro, optimizer, recompute).total
-                options.append((need, recompute, layout))
+            needs = [(model_parallel_memory(model, layout, micro, optimizer, how).total, how)
+                     for how in RECOMPUTE]
+            fits = [(need, how) for need, how in needs
+                    if not math.isfinite(device_memory) or need <= device_memory]
+            need, how = fits[0] if fits else min(needs)
+            options.append((need, how, layout, bool(fits)))
         if not options:
             continue
-        fitting = [o for o in options if not math.isfinite(device_memory)
-                   or o[0] <= device_memory]
-        if not fitting:  # the nearest miss, to say by how much
-            fitting = [min(options, key=lambda o: o[0])]
+        fitting = [o for o in options if o[3]] or [min(options, key=lambda o: o[0])]
         rows = [simulate_layout(target.spec, model, layout, batch, calibration,
                                 step_compute_s=step_compute_s, optimizer=optimizer,
-                                recompute=recompute) | {"recompute": recompute}
-                for _, recompute, layout in fitting]
+                                recompute=how)
+                for _, how, layout, _ in fitting]
         out.append(min(rows, key=lambda r: r["step_time_median_s"]))
     return out

@@ -150,7 +150,7 @@ def fill(points: list[dict[str, Any]], *, samples: float, price: float | None = 
             # a measured split model: what its fullest process measured (a simulated
             # layout's memory comes with its simulation)
             r["memory_per_device_bytes"] = r.get("measured_memory_bytes", NAN)
-        if r["exchange"] != "model_parallel":
+        if r["exchange"] != "model_parallel" and "memory_per_device_bytes" not in r:
             copies = GRADIENT_COPIES.get((r["framework"], r["strategy"]), 1)
             r["memory_per_device_bytes"] = (
                 data_parallel_memory(r["params"], r["exchange"], r["replicas"],
@@ -166,6 +166,10 @@ def fill(points: list[dict[str, Any]], *, samples: float, price: float | None = 
         r["train_time_s"] = samples / tput if ok else NAN
         r["cost_usd"] = r["train_time_s"] * r["replicas"] / 3600 * r["price_per_device_hour"]
         r["train_source"] = f"extrapolated from {r['source']}"
+    baselines = [r for r in points if int(r["replicas"]) == 1]
+    if baselines and not any(r["fits"] for r in baselines):
+        for r in points:
+            r["baseline_fits"] = False
 
 
 def rank(candidates: list[dict[str, Any]], *, samples: float, price: float | None,

@@ -1,0 +1,152 @@
+"""The simulator against a published table: Megatron-LM's weak scaling of GPT models on up to
+3,072 A100 GPUs (Narayanan et al. 2021, arXiv:2104.04473, Table 1).
+
+The table is data (``published/megatron_lm_2021_table1.json``, with its source and what it
+states). The procedure fixes every constant but one before comparing: the DGX A100 system file
+(datasheet figures), the memory-bandwidth efficiency of ``harness/sim/compute.py``, the
+model's shape and the layout of each row. The matmul efficiency of the A100 is then fitted on
+the smallest row alone, and every other row is predicted with it:
+
+    python -m harness.validate.megatron
+
+prints, per row, the published and predicted teraFLOP/s per GPU, the error and what the
+simulator assumed that the paper does not state.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from harness.sim.calibration import Calibration, from_preset, merge
+from harness.sim.compute import fit_efficiency
+from harness.sim.layered import LayeredModel, Layout
+from harness.sim.model_parallel_step import model_parallel_step
+from harness.sim.spec import parse_topology
+from harness.sim.structure import layered
+from workloads.precision import PRECISIONS
+
+TABLE = "megatron_lm_2021_table1.json"
+SEQUENCE, VOCAB, PER_HOST = 2048, 51200, 8
+PRECISION = PRECISIONS["fp16"]
+DROPOUT = 0.1
+
+
+@dataclass(frozen=True)
+class Row:
+    params_billion: float
+    heads: int
+    hidden: int
+    layers: int
+    tensor: int
+    pipeline: int
+    gpus: int
+    batch: int
+    tflops_per_gpu: float
+
+    @property
+    def data(self) -> int:
+        return self.gpus // (self.tensor * self.pipeline)
+
+    @property
+    def workload(self) -> str:
+        return (f"transformer:layers={self.layers},hidden={self.hidden},heads={self.heads},"
+                f"seq={SEQUENCE},vocab={VOCAB},dropout={DROPOUT}")
+
+    def layout(self) -> Layout:
+        """Micro-batch 1 (the table does not state it): batch / data micro-batches."""
+        return Layout(data=self.data, stages=self.pipeline, tensor=self.tensor,
+                      microbatches=self.batch // self.data)
+
+    @property
+    def flops_per_iteration(self) -> float:
+        """The paper's count: 96 B s l h^2 (1 + s / (6h) + V / (16 l h)), recomputation
+        included."""
+        b, s, h, n = self.batch, SEQUENCE, self.hidden, self.layers
+        return 96 * b * s * n * h * h * (1 + s / (6 * h) + VOCAB / (16 * n * h))
+
+    def published_step_s(self) -> float:
+        return self.flops_per_iteration / (self.tflops_per_gpu * 1e12 * self.gpus)
+
+
+def table() -> tuple[list[Row], dict[str, Any]]:
+    """The rows and the file's source, stated and assumed notes."""
+    text = (resources.files("harness.validate") / "published" / TABLE).read_text("utf-8")
+    data = json.loads(text)
+    rows = [Row(**dict(zip(data["columns"], values, strict=True))) for values in data["rows"]]
+    return rows, data
+
+
+def _system(row: Row, name: str) -> str:
+    return f"preset:{name},hosts={max(1, row.gpus // PER_HOST)}"
+
+
+def predict_step(row: Row, efficiency: float, system: str = "dgx_a100",
+                 model: LayeredModel | None = None) -> float:
+    """The simulated step time of ``row`` with the A100 at ``efficiency`` of its fp16 peak."""
+    spec = _system(row, system)
+    base = from_preset(system)
+    calibration = merge(base, Calibration(efficiency=efficiency, compute_source="fitted"))
+    topology = parse_topology(spec)
+    from harness.sim.calibration import apply
+
+    topology = apply(topology, calibration)
+    model = model or layered(row.workload, PRECISION)
+    result = model_parallel_step(topology, model, row.layout(), row.batch, calibration,
+                                 recompute="full", precision=PRECISION, optimizer_slots=2)
+    return result.step_time_s
+
+
+def compare(system: str = "dgx_a100") -> tuple[float, list[dict[str, Any]]]:
+    """(the fitted efficiency, one record per row): calibrated on the first row only."""
+    rows, _ = table()
+    first = rows[0]
+    first_model = layered(first.workload, PRECISION)
+    efficiency = fit_efficiency(lambda e: predict_step(first, e, system, first_model),
+                                first.published_step_s())
+    out = []
+    for row in rows:
+        step = predict_step(row, efficiency, system)
+        predicted = row.flops_per_iteration / (step * row.gpus) / 1e12
+        out.append({
+            "params_billion": row.params_billion, "layout": row.layout().describe(),
+            "gpus": row.gpus, "batch": row.batch, "published_tflops": row.tflops_per_gpu,
+            "predicted_tflops": predicted, "error": predicted / row.tflops_per_gpu - 1,
+            "step_s": step, "published_step_s": row.published_step_s(),
+            "fitted_here": row is first,
+            "assumed": "micro-batch 1, 1F1B (no interleaving), full recomputation, fp16 "
+                       "mixed precision, dropout 0.1",
+        })
+    return efficiency, out
+
+
+def format_comparison(efficiency: float, records: list[dict[str, Any]]) -> str:
+    lines = [f"A100 matmul efficiency fitted on the {records[0]['params_billion']}B row: "
+             f"{efficiency:.1%} of 312 TFLOP/s; every other constant fixed",
+             f"{'params':>8} {'layout':<36}{'GPUs':>6}{'published':>11}{'predicted':>11}"
+             f"{'error':>8}"]
+    for r in records:
+        lines.append(f"{r['params_billion']:>7}B {r['layout']:<36}{r['gpus']:>6}"
+                     f"{r['published_tflops']:>11.0f}{r['predicted_tflops']:>11.1f}"
+                     f"{r['error']:>+8.1%}" + ("  (fitted)" if r["fitted_here"] else ""))
+    errors = [abs(r["error"]) for r in records[1:]]
+    lines.append(f"mean |error| over the {len(errors)} predicted rows: "
+                 f"{sum(errors) / len(errors):.1%}, worst {max(errors):.1%}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    efficiency, records = compare()
+    print(format_comparison(efficiency, records))
+    if not all(math.isfinite(r["error"]) for r in records):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
+
+
+

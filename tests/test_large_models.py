@@ -1,0 +1,310 @@
+"""Large models as they are trained: systems described in files, mixed precision, Megatron-LM's
+and torchtitan's schedules and memory savers, transformers by their dimensions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.core.errors import SpecError
+from harness.sim import simulate_layout
+from harness.sim.layered import Layout
+from harness.sim.memory import model_parallel_memory
+from harness.sim.pipeline import run_pipeline, stage_order
+from harness.sim.preset import load_preset
+from harness.sim.spec import describe_topology
+from harness.sim.structure import layered
+from workloads.dims import parse_dims
+from workloads.known import get_known
+from workloads.precision import PRECISIONS
+from workloads.spec import WorkloadError
+
+REPO = Path(__file__).resolve().parents[1]
+A100 = str(REPO / "harness/sim/presets/dgx_a100.json")
+MEGATRON_13B = "transformer:layers=40,hidden=5120,heads=40,seq=2048,vocab=51200"
+
+
+def stratbench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+# A system file written by hand with the numbers of the built-in DGX A100 -------------------
+
+HAND_WRITTEN_TOML = """
+name = "our_a100s"
+description = "our own DGX A100 nodes"
+hosts = 4
+
+[scale_up]
+devices = 8
+bandwidth = "300GB/s"
+latency = "3us"
+
+[scale_out]
+nics_per_host = 8
+nic_bandwidth = "200Gbit"
+latency = "5us"
+
+[device]
+name = "A100 80GB"
+peak_flops = { fp32 = 19.5e12, tf32 = 156e12, bf16 = 312e12, fp16 = 312e12 }
+memory_bytes = 80e9
+memory_bandwidth = 2.039e12
+assumed_efficiency = 0.45
+
+[price_per_device_hour]
+usd = 5.12
+basis = "our contract"
+"""
+
+
+def test_a_hand_written_system_file_reads_as_the_builtin_preset(tmp_path):
+    path = tmp_path / "ours.toml"
+    path.write_text(HAND_WRITTEN_TOML)
+    ours, builtin = load_preset(str(path)), load_preset("dgx_a100")
+    assert ours.spec == builtin.spec
+    assert ours.device.peak_flops == builtin.device.peak_flops
+    model = layered(MEGATRON_13B, PRECISIONS["bf16"])
+    layout = Layout(data=4, stages=2, tensor=4, microbatches=8)
+    rows = [simulate_layout(f"preset:{p}", model, layout, 64, precision=PRECISIONS["bf16"])
+            for p in (path, "dgx_a100")]
+    for key in ("step_time_median_s", "memory_per_device_bytes", "bytes_per_step",
+                "cost_per_million_samples_usd"):
+        assert rows[0][key] == pytest.approx(rows[1][key], rel=1e-12), key
+
+
+def test_simulate_and_recommend_give_the_same_figures_for_the_file_and_the_preset(tmp_path):
+    path = tmp_path / "ours.json"
+    path.write_text(Path(A100).read_text().replace('"dgx_a100"', '"ours"'))
+    args = ("--workers", "32", "--workload", "gpt2_xl", "--json")
+    ours = json.loads(stratbench("simulate", "--system", str(path), *args).stdout)
+    builtin = json.loads(stratbench("simulate", "--topology", "preset:dgx_a100", *args).stdout)
+    assert [r["step_time_median_s"] for r in ours] == [r["step_time_median_s"]
+                                                        for r in builtin]
+    rec = [json.loads(stratbench("recommend", "--workload", "gpt2_xl", "--target", target,
+                                 "--results", str(tmp_path / "none"), "--json").stdout)
+           for target in (f"preset:{path}", "preset:dgx_a100")]
+    times = [sorted((r["strategy"], r["replicas"], round(r["throughput_samples_s"] or 0.0, 9))
+                    for r in out["sweep"]) for out in rec]
+    assert times[0] == times[1] and times[0]
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"name": "x", "device": {"name": "g", "peak_flops": 1e12}, "spec": "switch:n=2,bw=1Gbit",'
+     ' "colour": "red"}', "unknown key 'colour'"),
+    ('{"name": "x", "device": {"name": "g", "peak_flops": {"bf17": 1e12}},'
+     ' "spec": "switch:n=2,bw=1Gbit"}', "unknown precision 'bf17'"),
+    ('{"name": "x", "device": {"name": "g", "peak_flops": 1e12},'
+     ' "scale_out": {"nics_per_host": 1}}', "scale_out: missing key 'nic_bandwidth'"),
+    ('{"name": "x", "device": {"name": "g", "peak_flops": 1e12},'
+     ' "scale_out": {"nics_per_host": 1, "nic_bandwidth": "fast"}}', "nic_bandwidth"),
+    ('{"name": "x", "device": {"name": "g", "peak_flops": "lots"},'
+     ' "spec": "switch:n=2,bw=1Gbit"}', "peak_flops must be"),
+    ('{"name": "x", "device": {"name": "g", "peak_flops": 1e12}', "not valid JSON"),
+])
+def test_a_malformed_system_file_is_one_line_and_exit_2(tmp_path, text, message):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    proc = stratbench("simulate", "--system", str(path), "--workers", "2", "--profile",
+                      "params=1M,batch=1,step_compute=1ms")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+
+
+def test_a_missing_system_file_is_named():
+    with pytest.raises(SpecError, match="does not exist"):
+        load_preset("no/such/system.json")
+
+
+def test_how_a_system_was_read_says_per_device_and_per_host():
+    said = describe_topology("two_level:hosts=4,gpus=4,intra=100GB/s,inter=25Gbit")
+    assert "inter=25 Gbit/s per device (nic=per_device): 100 Gbit/s per host" in said
+    shared = describe_topology("two_level:hosts=4,gpus=4,intra=100GB/s,inter=25Gbit,nic=shared")
+    assert "per host, shared by its devices" in shared
+    assert "8 x 200 Gbit/s NICs per host" in describe_topology(f"preset:{A100}")
+
+
+# Precision --------------------------------------------------------------------------------
+
+def _three_d(precision: str) -> dict:
+    model = layered(MEGATRON_13B, PRECISIONS[precision])
+    layout = Layout(data=2, stages=4, tensor=4, microbatches=8)
+    return simulate_layout("preset:dgx_a100,hosts=4", model, layout, 32,
+                           precision=PRECISIONS[precision])
+
+
+def test_bf16_halves_tensor_and_pipeline_bytes_and_activation_memory():
+    fp32, bf16 = _three_d("fp32"), _three_d("bf16")
+    assert bf16["bytes_per_step"] == pytest.approx(fp32["bytes_per_step"] / 2, rel=1e-9)
+    assert bf16["memory_activations_bytes"] == pytest.approx(
+        fp32["memory_activations_bytes"] / 2, rel=1e-3)
+    model32, model16 = layered(MEGATRON_13B), layered(MEGATRON_13B, PRECISIONS["bf16"])
+    for a, b in zip(model32.layers, model16.layers, strict=True):
+        assert b.output_bytes_per_sample == a.output_bytes_per_sample / 2  # TP and PP bytes
+        assert b.activation_bytes_per_sample == a.activation_bytes_per_sample / 2
+
+
+def test_tensor_and_pipeline_traffic_halves_with_bf16_on_one_host():
+    model32, model16 = layered(MEGATRON_13B), layered(MEGATRON_13B, PRECISIONS["bf16"])
+    layout = Layout(data=1, stages=2, tensor=4, microbatches=4)
+    rows = [simulate_layout("preset:dgx_a100,hosts=1", m, layout, 4, precision=p)
+            for m, p in ((model32, PRECISIONS["fp32"]), (model16, PRECISIONS["bf16"]))]
+    assert rows[1]["bytes_per_step"] == pytest.approx(rows[0]["bytes_per_step"] / 2, rel=1e-9)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_model_state_follows_the_mixed_precision_rule(precision):
+    p = PRECISIONS[precision]
+    model = layered("gpt2_xl", p)
+    layout = Layout(data=1, stages=1, tensor=1, microbatches=1)
+    memory = model_parallel_memory(model, layout, 1, "adam", precision=p)
+    n = model.params
+    if precision == "fp32":
+        assert (memory.params, memory.grads, memory.optimizer) == (4 * n, 4 * n, 8 * n)
+    else:  # 2-byte weights and gradients, an fp32 master copy and fp32 Adam moments
+        assert (memory.params, memory.grads, memory.optimizer) == (2 * n, 2 * n, 12 * n)
+    assert memory.params + memory.grads + memory.optimizer == 16 * n
+    zero1 = model_parallel_memory(model, replace(layout, data=8, zero=1), 1, "adam",
+                                  precision=p)
+    assert zero1.optimizer == pytest.approx(memory.optimizer / 8)
+    assert zero1.params == memory.params
+
+
+# Interleaved 1F1B ---------------------------------------------------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(stages=st.integers(2, 6), groups=st.integers(1, 4), virtual=st.integers(2, 4),
+       forward=st.floats(0.1, 5.0), ratio=st.floats(1.0, 3.0))
+def test_interleaved_bubble_is_the_closed_form_and_below_1f1b(stages, groups, virtual,
+                                                             forward, ratio):
+    microbatches = stages * groups
+    backward = forward * ratio
+    chunks = stages * virtual
+    timing = run_pipeline(stage_order("interleaved", stages, microbatches, virtual),
+                          [forward / virtual] * chunks, [backward / virtual] * chunks,
+                          [0.0] * (chunks - 1), [0.0] * (chunks - 1))
+    closed = (stages - 1) / (virtual * microbatches + stages - 1)
+    assert abs(timing.bubble - closed) < 1e-9
+    plain = run_pipeline(stage_order("1f1b", stages, microbatches), [forward] * stages,
+                         [backward] * stages, [0.0] * (stages - 1), [0.0] * (stages - 1))
+    assert timing.bubble < plain.bubble
+
+
+def test_interleaved_layout_simulates_with_a_smaller_bubble():
+    model = layered("gpt3_175b", PRECISIONS["bf16"])
+    plain = Layout(data=1, stages=8, tensor=8, microbatches=16)
+    rows = [simulate_layout("preset:dgx_h100_ib,hosts=8", model, layout, 16,
+                            precision=PRECISIONS["bf16"], recompute="selective")
+            for layout in (plain, replace(plain, schedule="interleaved", virtual=3))]
+    assert rows[1]["bubble_fraction"] < rows[0]["bubble_fraction"]
+    assert rows[1]["step_time_median_s"] < rows[0]["step_time_median_s"]
+    with pytest.raises(SpecError, match="multiple of the stages"):
+        simulate_layout("preset:dgx_h100_ib,hosts=8", model,
+                        replace(plain, schedule="interleaved", virtual=3, microbatches=12), 12)
+
+
+def test_selective_recomputation_keeps_less_than_none_and_more_than_full():
+    model = layered("gpt3_175b", PRECISIONS["bf16"])
+    layout = Layout(data=1, stages=8, tensor=8, microbatches=8, sequence_parallel=True)
+    kept = {how: model_parallel_memory(model, layout, 1, "adam", how, PRECISIONS["bf16"])
+            .activations for how in ("none", "selective", "full")}
+    assert kept["full"] < kept["selective"] < kept["none"]
+    without_sp = model_parallel_memory(model, replace(layout, sequence_parallel=False), 1,
+                                       "adam", "selective", PRECISIONS["bf16"]).activations
+    assert kept["selective"] < without_sp
+
+
+# Transformers by their dimensions ------------------------------------------------------------
+
+
+def test_a_transformer_by_dimensions_counts_like_the_closed_form():
+    dims = parse_dims(MEGATRON_13B)
+    layers, h, v = 40, 5120, 51200
+    assert dims.params == pytest.approx(12 * layers * h * h + v * h, rel=0.01)
+    model = layered(MEGATRON_13B)
+    assert model.params == dims.params
+    known = get_known(MEGATRON_13B)
+    assert known.params == dims.params
+    assert known.flops_per_sample == pytest.approx(model.flops_per_sample)
+
+
+def test_the_builtin_gpt_configs_read_the_same_by_dimensions():
+    from workloads import costs
+    from workloads.known import TRANSFORMERS
+
+    config = TRANSFORMERS["gpt3_175b"]
+    text = (f"transformer:layers={config.layers},hidden={config.d_model},heads={config.heads},"
+            f"seq={config.context},vocab={config.vocab}")
+    assert parse_dims(text).params == costs.param_count(config)
+    assert layered(text).flops_per_sample == pytest.approx(layered("gpt3_175b")
+                                                           .flops_per_sample)
+
+
+def test_llama_models_are_in_the_catalog_at_their_published_sizes():
+    for name, billions in (("llama3_8b", 8.03), ("llama3_70b", 70.6), ("llama3_405b", 405.9)):
+        assert get_known(name).params / 1e9 == pytest.approx(billions, rel=0.005)
+        assert any("2407.21783" in s for s in get_known(name).source)
+    gqa = layered("llama3_70b")
+    assert gqa.heads == 8  # tensor parallelism splits the key/value groups
+
+
+@pytest.mark.parametrize("text, message", [
+    ("transformer:layers=4,hidden=64", "needs heads=, vocab=, seq="),
+    ("transformer:layers=4,hidden=64,heads=3,vocab=10,seq=8", "multiple of heads=3"),
+    ("transformer:layers=4,hidden=64,heads=4,vocab=10,seq=8,width=9", "unknown transformer key"),
+    ("transformer:layers=4,hidden=64,heads=4,vocab=10,seq=8,kv_heads=3", "must divide"),
+])
+def test_bad_dimensions_are_one_clear_error(text, message):
+    with pytest.raises(WorkloadError, match=message):
+        parse_dims(text)
+
+
+def test_a_transformer_by_dimensions_simulates_at_the_cli():
+    proc = stratbench("simulate", "--topology", "preset:dgx_a100,hosts=4", "--workers", "32",
+                      "--workload", MEGATRON_13B, "--stages", "2", "--tensor-parallel", "8",
+                      "--global-batch", "64", "--precision", "bf16", "--recompute",
+                      "--json")
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(proc.stdout)[0]
+    assert row["recompute"] == "full" and row["precision"] == "bf16"
+    assert "read preset:dgx_a100,hosts=4 as:" in proc.stderr
+
+
+# Megatron-LM's published table ----------------------------------------------------------------
+
+def test_megatron_table_reproduces_within_ten_percent_calibrated_on_the_smallest_row():
+    from harness.validate import megatron
+
+    rows, data = megatron.table()
+    assert len(rows) == 10 and "2104.04473" in data["source"]
+    assert [r.tflops_per_gpu for r in rows] == [137, 138, 142, 135, 138, 140, 148, 155, 163,
+                                                163]
+    for r in rows:  # GPUs = TP x PP x data-parallel degree, as the paper defines them
+        assert r.tensor * r.pipeline * r.data == r.gpus
+    efficiency, records = megatron.compare()
+    assert 0 < efficiency <= 1
+    assert abs(records[0]["error"]) < 1e-6 and records[0]["fitted_here"]
+    for r in records:
+        assert abs(r["error"]) < 0.10, r
+    assert "mean |error|" in megatron.format_comparison(efficiency, records)
+
+
+def test_megatron_fit_reads_the_smallest_row_only(monkeypatch):
+    from harness.validate import megatron
+
+    rows, data = megatron.table()
+    efficiency, _ = megatron.compare()
+    changed = [rows[0]] + [replace(r, tflops_per_gpu=r.tflops_per_gpu * 2) for r in rows[1:]]
+    monkeypatch.setattr(megatron, "table", lambda: (changed, data))
+    again, records = megatron.compare()
+    assert again == efficiency
+    assert all(r["error"] < -0.4 for r in records[1:])  # the comparison, not the fit, moved
