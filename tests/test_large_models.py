@@ -9,6 +9,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -308,3 +309,32 @@ def test_megatron_fit_reads_the_smallest_row_only(monkeypatch):
     again, records = megatron.compare()
     assert again == efficiency
     assert all(r["error"] < -0.4 for r in records[1:])  # the comparison, not the fit, moved
+
+
+# Placement in device-count sweeps ---------------------------------------------------------------
+
+def test_a_racked_sweep_places_as_a_scheduler_and_equals_simulate_of_that_placement():
+    """netns:hosts=6 in 3 racks of 2: the 2-host point stays in one rack (no uplink), the
+    4-host point spans two racks with their uplinks; each equals `simulate` of the cluster
+    those hosts are."""
+    from harness.calibrate.links import MeasuredLinks, emulated_topology, placed
+    from harness.commands.simulate import simulate_emulated
+    from harness.recommend.recommender import recommend_from_store
+
+    checked_in = REPO / "docs" / "validation" / "2026-11-24-recommend"
+    links = MeasuredLinks(hosts=6, bandwidth_bytes_s=125e6, rtt_s=1e-4, burst_bytes=0,
+                          racks=3, uplink_bytes_s=150e6 / 8, rack_rtt_s=2e-4)
+    assert emulated_topology(placed(links, 2)).startswith("switch:n=2")
+    assert "hosts_per_leaf=2" in emulated_topology(placed(links, 4))
+    target = "netns:hosts=6,rate=1gbit,racks=3,uplink=150mbit"
+    frame = recommend_from_store(checked_in, workloads=["mlp:M"], targets=[target])
+    sweep = pd.DataFrame(frame.attrs["sweep"])
+    for hosts, alone in ((2, "netns:hosts=2,rate=1gbit"),
+                         (4, "netns:hosts=4,rate=1gbit,racks=2,uplink=150mbit")):
+        rows = {(r["framework"], r["strategy"].split(":")[-1]): r for r in simulate_emulated(
+            alone, hosts, "mlp:M", None, (), checked_in) if r["status"] == "ok"}
+        points = sweep[(sweep["replicas"] == hosts) & (sweep["status"] == "ok")]
+        assert len(points) and len(points) == len(rows)
+        for p in points.to_dict("records"):
+            assert p["throughput_samples_s"] == pytest.approx(
+                rows[(p["framework"], p["strategy"])]["throughput_samples_s"], rel=1e-9)

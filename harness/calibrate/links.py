@@ -3,6 +3,7 @@ of them: what every prediction of an emulated cluster starts from."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from statistics import median
@@ -34,6 +35,17 @@ class MeasuredLinks:
         """How long the bucket's bytes take at the link's rate."""
         return self.burst_bytes / self.bandwidth_bytes_s
 
+
+
+def placed(links: MeasuredLinks, hosts: int) -> MeasuredLinks:
+    """The links of ``hosts`` of these hosts as a scheduler would give them: a rack filled
+    before the next is opened, so a job that fits in one rack never crosses an uplink, and a
+    larger one spans as few racks as it can, each keeping its uplink."""
+    if links.racks <= 1 or hosts >= links.hosts:
+        return dataclasses.replace(links, hosts=hosts)
+    per_rack = max(1, links.hosts // links.racks)
+    racks = -(-hosts // per_rack)
+    return dataclasses.replace(links, hosts=hosts, racks=racks)
 
 
 def emulated_topology(links: MeasuredLinks, software: tuple[float, float] = (0.0, 0.0),

@@ -5,7 +5,6 @@ prints them."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -41,6 +40,7 @@ def predict_emulated(ctx: Calibrated, facts: WorkloadFacts, links: Any, framewor
     links), cores shared as they would be, the library's and the runtime's own costs as
     measured here (harness.predict.step); None where the simulator has no model for it."""
     from harness.calibrate.link_share import link_share
+    from harness.calibrate.links import placed
     from harness.core.case import PS_SHARDS
     from harness.predict.step import (
         machine_cores,
@@ -58,7 +58,7 @@ def predict_emulated(ctx: Calibrated, facts: WorkloadFacts, links: Any, framewor
     if key not in ctx.runtimes:
         ctx.runtimes[key] = runtime_overhead(ctx.measured, ctx.fits, framework, strategy,
                                              facts, machine_cores())
-    links = dataclasses.replace(links, hosts=hosts)
+    links = placed(links, hosts)
     share = link_share(ctx.sweeps, ctx.fits, framework, links, cluster, hosts)
     row = predict_step(framework, strategy, facts.profile(batch=compute.batch), links, hosts,
                        compute.replica_s, fits=ctx.fits, cores=machine_cores(), ps=ps,
