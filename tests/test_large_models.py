@@ -338,3 +338,32 @@ def test_a_racked_sweep_places_as_a_scheduler_and_equals_simulate_of_that_placem
         for p in points.to_dict("records"):
             assert p["throughput_samples_s"] == pytest.approx(
                 rows[(p["framework"], p["strategy"])]["throughput_samples_s"], rel=1e-9)
+
+
+# The recommender's new candidates -----------------------------------------------------------
+
+def test_fsdp_with_checkpointing_is_a_fitting_candidate_for_gpt3_on_1024_h100s():
+    from harness.recommend.recommender import recommend
+
+    frame = recommend(pd.DataFrame(), workloads=["gpt3_175b"],
+                      targets=["preset:dgx_h100_ib,hosts=128"])
+    sweep = pd.DataFrame(frame.attrs["sweep"])
+    fsdp = frame[frame["strategy"] == "fsdp"].iloc[0]
+    assert fsdp["layout"] == "every layer checkpointed" and bool(fsdp["fits"])
+    assert fsdp["replicas"] == 1024 and fsdp["memory_per_device_bytes"] < 80e9
+    at_1024 = sweep[(sweep["strategy"] == "fsdp") & (sweep["replicas"] == 1024)]
+    assert set(at_1024["status"]) == {"ok", "unavailable"}  # checkpointed; plain does not fit
+    (verdict,) = frame.attrs["verdicts"]
+    assert verdict["status"] == "ok"  # an answer, not "nothing meets"
+    split = frame[frame["exchange"] == "model_parallel"]
+    assert split["fits"].any() and split["layout"].str.contains("sp").any()
+
+
+def test_a_transformer_by_dimensions_recommends_like_a_known_model():
+    from harness.recommend.recommender import recommend
+
+    frame = recommend(pd.DataFrame(), workloads=[MEGATRON_13B], targets=["preset:dgx_a100"])
+    (verdict,) = frame.attrs["verdicts"]
+    assert verdict["status"] == "ok" and verdict["workload"] == MEGATRON_13B
+    known = recommend(pd.DataFrame(), workloads=["gpt2_xl"], targets=["preset:dgx_a100"])
+    assert set(frame.columns) == set(known.columns)

@@ -104,19 +104,26 @@ def _reason(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits: fl
         ratio = (min(ar) / row["bytes_per_worker"]
                  if ar and math.isfinite(row["bytes_per_worker"]) and row["bytes_per_worker"] > 0
                  else 1 / sparsity)
+        fewer = (f"{ratio:.2g}x fewer bytes" if ratio >= 1
+                 else f"{1 / ratio:.2g}x more bytes" if ratio > 0 else "fewer bytes")
         return (f"embedding gradients touch {sparsity:.0%} of rows: the parameter server moves "
-                f"{ratio:.0f}x fewer bytes than all-reduce")
+                f"{fewer} than all-reduce")
     comm = row.get("comm_fraction", NAN)
     if math.isfinite(comm) and comm >= 0.5:
         return f"gradient exchange is {comm:.0%} of the step{at}"
     if ex == "none":
         return "one device: no gradient exchange at all"
     if ex == "sharded" and row["replicas"] > 1:
-        others = [r for r in group if r["exchange"] != "sharded" and r["status"] == "ok"
-                  and not r["fits"]]
-        if others:
-            return (f"shards parameters, gradients and optimizer state {row['replicas']} ways: "
-                    f"the only way it fits")
+        others = [r for r in group if r["exchange"] != "sharded" and r["status"] == "ok"]
+        shards = (f"shards parameters, gradients and optimizer state {row['replicas']} ways"
+                  + (f", {row['layout']}" if isinstance(row.get("layout"), str)
+                     and row["layout"] else ""))
+        if others and not any(r["fits"] for r in others if int(r["replicas"]) > 1):
+            return f"{shards}: the only way it fits"
+        if any(not r["fits"] for r in others):
+            return (f"{shards}: fits in {format_bytes(row['memory_per_device_bytes'])} per "
+                    f"device" + (f", gradient exchange {comm:.0%} of the step{at}"
+                                 if math.isfinite(comm) else ""))
     eff = row.get("scaling_efficiency", NAN)
     if math.isfinite(comm):
         text = f"gradient exchange is {comm:.0%} of the step{at}"
