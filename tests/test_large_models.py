@@ -277,7 +277,7 @@ def test_a_transformer_by_dimensions_simulates_at_the_cli():
     assert proc.returncode == 0, proc.stderr
     row = json.loads(proc.stdout)[0]
     assert row["recompute"] == "full" and row["precision"] == "bf16"
-    assert "read preset:dgx_a100,hosts=4 as:" in proc.stderr
+    assert row["read_as"].startswith("read preset:dgx_a100,hosts=4 as: NVIDIA A100")
 
 
 # Megatron-LM's published table ----------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from harness.calibrate.collective_sweep import run_comm, store_comm, sweep_sizes
 from harness.commands.common import info, results_option
 from harness.commands.report import exit_on_regressions, fail_on_regression_option, make_report
 from harness.commands.run import SUITES, on_cluster, run_cases, start_run
@@ -41,8 +42,6 @@ EMULATED_SIZES = (1024, 4 * 2**20)
 
 def _emulated_sweep(store: ResultsStore, run_id: str, spec: ClusterSpec, framework: str,
                     hosts: Cluster | None) -> None:
-    from harness.calibrate.collective_sweep import run_comm, store_comm, sweep_sizes
-
     comm = run_comm(framework, spec.text, sweep_sizes(*EMULATED_SIZES), spec.hosts, 600.0,
                     hosts)
     if comm.status == "ok":
@@ -121,8 +120,6 @@ def command(suite: str, steps: int, repeats: int, results: str | None,
         rows = run_cases(cases, store, run_id, set(), quiet=False)
     info(f"stage run: {sum(r.status == 'ok' for r in rows)} ok of {len(rows)}")
     info("stage comm: torch collectives, 2 ranks, 1 KiB to 16 MiB")
-    from harness.calibrate.collective_sweep import run_comm, store_comm, sweep_sizes
-
     comm = run_comm("torch", "local", sweep_sizes(1024, 16 * 2**20), 2, 600.0)
     if comm.status == "ok":
         store_comm(store, run_id, comm, "torch-local-2")

@@ -438,10 +438,10 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
         row = _simulate_layout(topology, workload, profile, results_dir(results), calib,
                                layout, global_batch, recompute, optimizer, microbatches,
                                precision)
-        info(read_as)
         if as_json:
-            print_json([row])
+            print_json([row | {"read_as": read_as}])
             return
+        info(read_as)
         info(f"simulated {row['layout']} on {topology}"
              + (f" with calibration {calibration}" if calibration else ""))
         click.echo(format_layout_row(row))
@@ -458,10 +458,10 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
                     straggler_factor=straggler_factor, ps_shards=ps_shards,
                     ps_colocated=ps_placement == "colocated",
                     ps_pull=library(framework or "torch").ps_pull)
-    info(read_as)
     if as_json:
-        print_json(rows)
+        print_json([r | {"read_as": read_as} for r in rows])
         return
+    info(read_as)
     info(f"simulated {workers} workers on {topology}"
          + (f" with calibration {calibration}" if calibration else ""))
     click.echo(format_rows(rows))
