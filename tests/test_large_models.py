@@ -367,3 +367,23 @@ def test_a_transformer_by_dimensions_recommends_like_a_known_model():
     assert verdict["status"] == "ok" and verdict["workload"] == MEGATRON_13B
     known = recommend(pd.DataFrame(), workloads=["gpt2_xl"], targets=["preset:dgx_a100"])
     assert set(frame.columns) == set(known.columns)
+
+
+def test_one_measured_step_calibrates_the_device_for_every_other_configuration(tmp_path):
+    """--fit-step: the efficiency that makes this layout's step take the given time, printed
+    to keep in the system file; a system file carrying it gives the same step back."""
+    args = ("--workers", "32", "--workload", MEGATRON_13B, "--stages", "2",
+            "--tensor-parallel", "8", "--global-batch", "64", "--precision", "bf16",
+            "--results", str(tmp_path / "none"), "--json")
+    fitted = stratbench("simulate", "--system", A100, *args, "--fit-step", "2.5")
+    assert fitted.returncode == 0, fitted.stderr
+    assert json.loads(fitted.stdout)[0]["step_time_median_s"] == pytest.approx(2.5, rel=1e-6)
+    efficiency = float(fitted.stderr.split("assumed_efficiency = ")[1].split()[0])
+    ours = tmp_path / "ours.json"
+    ours.write_text(Path(A100).read_text().replace('"assumed_efficiency": 0.45',
+                                                   f'"assumed_efficiency": {efficiency}'))
+    again = json.loads(stratbench("simulate", "--system", str(ours), *args).stdout)[0]
+    assert again["step_time_median_s"] == pytest.approx(2.5, rel=1e-3)
+    bad = stratbench("simulate", "--topology", "switch:n=4,bw=1gbit", "--workers", "4",
+                     "--workload", "gpt2_xl", "--stages", "2", "--fit-step", "1")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1

@@ -260,7 +260,8 @@ def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tenso
 def _simulate_layout(topology: str, workload: str | None, profile: str | None, results: Path,
                      calib: Any, layout: Any, global_batch: int | None, recompute: str,
                      optimizer: str, microbatches: int | None,
-                     precision: str | None = None) -> dict[str, Any]:
+                     precision: str | None = None, fit_step: float | None = None
+                     ) -> dict[str, Any]:
     from dataclasses import replace
 
     from harness.sim import simulate_layout
@@ -283,8 +284,36 @@ def _simulate_layout(topology: str, workload: str | None, profile: str | None, r
         layout = replace(layout, microbatches=max(1, batch // layout.data))
     if precision is not None:
         calib = _at_precision(calib, topology, precision)
+    if fit_step is not None:
+        calib = _fitted(topology, calib, fit_step, lambda c: simulate_layout(
+            topology, model, layout, batch, c, optimizer=optimizer, recompute=recompute,
+            precision=bytes_at)["step_time_median_s"])
     return simulate_layout(topology, model, layout, batch, calib, step_compute_s=compute,
                            optimizer=optimizer, recompute=recompute, precision=bytes_at)
+
+
+def _fitted(topology: str, calib: Any, step_s: float, step_at: Any) -> Any:
+    """The calibration with the device's efficiency fitted so that this very step takes
+    ``step_s`` (one measured or published step); said on stderr, with where to keep it."""
+    from dataclasses import replace
+
+    from harness.sim.calibration import Calibration, from_preset, merge
+    from harness.sim.compute import fit_efficiency
+
+    kind, _, rest = topology.strip().partition(":")
+    if kind == "preset":
+        base = from_preset(rest.partition(",")[0].strip())
+        calib = merge(base, calib) if calib else base
+    if calib is None or calib.device is None:
+        raise InputError("--fit-step needs a system whose device is described (--system FILE "
+                         "or --topology preset:NAME)")
+    efficiency = fit_efficiency(
+        lambda e: step_at(merge(calib, Calibration(efficiency=e))), step_s)
+    info(f"fitted: {calib.device.name} at {efficiency:.1%} of its peak makes this step "
+         f"{step_s:g} s; keep it as the system file's device.assumed_efficiency = "
+         f"{efficiency:.4f} to use it for every other configuration")
+    return replace(calib, efficiency=efficiency, compute_source=f"fitted on a {step_s:g} s "
+                                                                f"step")
 
 
 def _at_precision(calib: Any, topology: str, precision: str) -> Any:
@@ -385,6 +414,10 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
               help="fp32, or bf16/fp16 mixed precision (fp32 master weights and optimizer "
                    "state): bytes of activations, messages, gradients and memory, and the "
                    "device's peak. Default fp32 bytes at the device's training peak.")
+@click.option("--fit-step", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="SECONDS",
+              help="A measured or published step time of this very layout: fit the device's "
+                   "efficiency to it (and print it, to keep in the system file).")
 @click.option("--global-batch", type=click.IntRange(min=1), default=None,
               help="Samples per step over all replicas (default: the workload's batch per "
                    "data-parallel replica).")
@@ -400,7 +433,8 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
             results: str | None, stragglers: int, straggler_factor: float, stages: int | None,
             microbatches: int | None, tensor: int | None, schedule: str,
             virtual_stages: int | None, sequence_parallel: bool, distributed_optimizer: bool,
-            precision: str | None, global_batch: int | None, recompute: str, optimizer: str,
+            precision: str | None, fit_step: float | None, global_batch: int | None,
+            recompute: str, optimizer: str,
             framework: str | None,
             ps_shards: int | None, ps_placement: str | None, bucket: str | None,
             bytes_per_element: int | None, as_json: bool) -> None:
@@ -428,16 +462,16 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
     names = _strategy_names(strategies, framework)
     model_parallel = bool(stages or tensor or set(strategies) & set(MODEL_PARALLEL))
     if not model_parallel and (virtual_stages or sequence_parallel or distributed_optimizer
-                               or recompute != "none"):
-        raise InputError("--virtual-stages, --sequence-parallel, --distributed-optimizer and "
-                         "--recompute apply to a model-parallel layout: give --stages or "
-                         "--tensor-parallel")
+                               or recompute != "none" or fit_step is not None):
+        raise InputError("--virtual-stages, --sequence-parallel, --distributed-optimizer, "
+                         "--recompute and --fit-step apply to a model-parallel layout: give "
+                         "--stages or --tensor-parallel")
     if model_parallel:
         layout = _layout(workers, strategies, stages, tensor, microbatches, schedule,
                          virtual_stages, sequence_parallel, distributed_optimizer)
         row = _simulate_layout(topology, workload, profile, results_dir(results), calib,
                                layout, global_batch, recompute, optimizer, microbatches,
-                               precision)
+                               precision, fit_step)
         if as_json:
             print_json([row | {"read_as": read_as}])
             return
