@@ -270,7 +270,7 @@ def _network(data: dict[str, Any], where: str) -> tuple[str, str]:
     if hosts < 1:
         raise SpecError(f"{where}: hosts must be >= 1, not {hosts}")
     per_device = nics == gpus
-    inter = out["nic_bandwidth"] if per_device else f"{nic_rate * nics * 8:.6g}bit"
+    inter = out["nic_bandwidth"] if per_device else f"{nic_rate * nics * 8 / 1e9:.6g}Gbit"
     options = [f"hosts={hosts}", f"gpus={gpus}"]
     if gpus > 1:
         _bandwidth(up["bandwidth"], f"{where}: scale_up.bandwidth")
@@ -285,10 +285,8 @@ def _network(data: dict[str, Any], where: str) -> tuple[str, str]:
         kind = "leaf_spine"
         options += [f"hosts_per_leaf={out['hosts_per_leaf']}",
                     f"oversub={out.get('oversub', 1)}"]
-    note = (f"scale-out {nics} x {format_rate(nic_rate * 8)} NIC{'s' if nics > 1 else ''} "
-            f"per host = {format_rate(nic_rate * nics * 8)} per host, modelled as "
-            + (f"inter={inter} per device (nic=per_device)" if per_device
-               else f"inter={inter} shared by the host's {gpus} devices (nic=shared)"))
+    note = (f"scale-out: {nics} x {format_rate(nic_rate * 8)} NIC{'s' if nics > 1 else ''} "
+            f"per host")
     return f"{kind}:{','.join(options)}", note
 
 
