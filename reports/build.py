@@ -271,8 +271,34 @@ def history_plots(h: pd.DataFrame) -> list[Markup]:
     return plots
 
 
-def build_report(root: str | os.PathLike[str]) -> str:
-    """The report's HTML for the results under ``root`` (reads only)."""
+def project_cards(root: Path, project: Any) -> dict[str, Any]:
+    """A project's verdict cards, in its file's order: as the latest bench run of the project
+    stored them (with what changed since the night before), else computed now."""
+    from harness.recommend import nightly
+    from results.store import load_table_safe
+
+    table = load_table_safe(root, nightly.TABLE)
+    mine = (table[table["project"] == project.fingerprint()]
+            if not table.empty and "project" in table else pd.DataFrame())
+    if not mine.empty:
+        latest = mine[mine["run_id"] == mine["run_id"].max()].sort_values("position")
+        cards = [{str(k): v for k, v in r.items()} for r in latest.to_dict("records")]
+        stored = str(latest["run_id"].iloc[0])
+    else:
+        cards, stored = nightly.project_verdicts(root, project), ""
+    out = []
+    for c in cards:
+        v = vd.normalize(c)
+        v.update(changed=bool(c.get("changed") is True), change=str(c.get("change") or ""),
+                 runner_up_text=str(c.get("runner_up_text") or ""))
+        out.append(v)
+    return {"verdicts": out, "leads": out, "project_name": project.name,
+            "project_run": stored}
+
+
+def build_report(root: str | os.PathLike[str], project: Any = None) -> str:
+    """The report's HTML for the results under ``root`` (reads only); a project's verdict
+    cards lead it where one is given."""
     from harness.recommend.recommender import DEFAULT_SAMPLES, validation_errors
     from harness.validate.score import latest_validation
     from results.store import load, load_table_safe
@@ -286,6 +312,8 @@ def build_report(root: str | os.PathLike[str]) -> str:
     comm = load_table_safe(root, "comm")
     validation = latest_validation(root)
     rec = recommendations(root)
+    if project is not None:
+        rec.update(project_cards(root, project))
     run_id, manifest = manifest_items(root)
     h = hist.history(measured)
     cross_plots, cross_notes = crossover(measured)
@@ -320,13 +348,13 @@ def build_report(root: str | os.PathLike[str]) -> str:
     return _env().get_template("report.html").render(**context)
 
 
-def write_report(root: str | os.PathLike[str], out: str | os.PathLike[str] | None = None
-                 ) -> Path:
+def write_report(root: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
+                 project: Any = None) -> Path:
     """Build the report and write it atomically; default ``<root>/report.html``."""
     from results.store import write_atomic
 
     path = Path(out) if out else Path(root) / "report.html"
-    body = build_report(root).encode("utf-8")
+    body = build_report(root, project).encode("utf-8")
     def write(fh: IO[bytes]) -> None:
         fh.write(body)
 

@@ -10,7 +10,7 @@ path is the last line on stdout).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -26,6 +26,7 @@ from harness.run.plan import plan, resolve_workloads
 from results.store import ResultsStore
 
 if TYPE_CHECKING:
+    from harness.core.project import Project
     from harness.launch.netns import Cluster
 
 PENDING_STAGES: tuple[tuple[str, str], ...] = ()
@@ -102,34 +103,133 @@ def simulate_stage(store: ResultsStore, run_id: str, workloads: list[str]) -> in
 
 
 @click.command("bench")
+@click.option("--config", default=None, metavar="FILE",
+              help="A project file (stratbench.toml, or a pyproject.toml's [tool.stratbench]): "
+                   "the workloads, the clusters to measure on, the targets to recommend for. "
+                   "Default: ./stratbench.toml, else the built-in suite "
+                   "(examples/stratbench.toml).")
 @click.option("--suite", type=click.Choice(sorted(SUITES)), default="quick", show_default=True)
-@click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True)
-@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--steps", type=click.IntRange(min=1), default=None,
+              help="Timed steps per case [default: the project's, else 20].")
+@click.option("--repeats", type=click.IntRange(min=1), default=None,
+              help="Repeats per case [default: the project's, else 3].")
 @results_option
 @fail_on_regression_option
-def command(suite: str, steps: int, repeats: int, results: str | None,
-            fail_on_regression: bool) -> None:
+@click.option("--fail-on-verdict-change", is_flag=True,
+              help="Exit 1 when a project's verdict (the pick, its device count, or its time "
+                   "beyond the error) changed since the previous bench run of the same project "
+                   "on this machine.")
+def command(config: str | None, suite: str, steps: int | None, repeats: int | None,
+            results: str | None, fail_on_regression: bool, fail_on_verdict_change: bool
+            ) -> None:
     """The nightly job: run, comm, simulate, recommend, report."""
-    store = ResultsStore(results_dir(results))
-    names = list(SUITES[suite])
-    cases = plan(strategy_records.strategies("all", []), resolve_workloads(names), "local",
+    from harness.core.project import find_project
+
+    project = find_project(config)
+    if project is not None:
+        _check_project(project)
+    store = ResultsStore(results_dir(results or (project.results if project else None)))
+    steps = steps or (project.steps if project else 20)
+    repeats = repeats or (project.repeats if project else 3)
+    names = list(project.workloads) if project else list(SUITES[suite])
+    runnable = _runnable(names, project)
+    cases = plan(strategy_records.strategies("all", []), resolve_workloads(runnable), "local",
                  steps, 3, repeats, 600.0)
     run_id = start_run(store, cases, kind="bench")
+    if project is not None:
+        info(f"project {project.name} ({project.path}): {len(project.workloads)} workloads, "
+             f"{len(project.targets)} targets")
     info(f"stage run: {len(cases)} cases")
     with on_cluster(parse_cluster("local"), store, run_id):
         rows = run_cases(cases, store, run_id, set(), quiet=False)
     info(f"stage run: {sum(r.status == 'ok' for r in rows)} ok of {len(rows)}")
+    if project is not None:
+        rows += _other_clusters(project, runnable, store, run_id, steps, repeats)
     info("stage comm: torch collectives, 2 ranks, 1 KiB to 16 MiB")
     comm = run_comm("torch", "local", sweep_sizes(1024, 16 * 2**20), 2, 600.0)
     if comm.status == "ok":
         store_comm(store, run_id, comm, "torch-local-2")
     else:
         info(f"stage comm: {comm.status}: {comm.reason}")
-    emulated_stage(store, run_id, steps)
-    info(f"stage simulate: {simulate_stage(store, run_id, names)} simulated rows "
-         f"on {', '.join(SIM_TARGETS)}")
+    if project is None:
+        emulated_stage(store, run_id, steps)
+        info(f"stage simulate: {simulate_stage(store, run_id, names)} simulated rows "
+             f"on {', '.join(SIM_TARGETS)}")
     for stage, where in PENDING_STAGES:
         info(f"stage {stage}: not built yet ({where}); skipped")
+    changed = (_project_verdicts(store, run_id, project) if project is not None
+               else _default_recommend(store, names))
+    report = make_report(store.root, project)
+    info(f"stage report: {report}")
+    click.echo(store.run_dir(run_id))
+    click.echo(report)
+    if fail_on_regression:
+        exit_on_regressions(store.root)
+    if fail_on_verdict_change and changed:
+        info(f"{changed} verdict(s) changed since the previous bench run of this project")
+        raise SystemExit(1)
+
+
+def _check_project(project: Project) -> None:
+    """Every workload and target of the project, checked before anything runs."""
+    from harness.core.project import resolved_workload
+    from harness.recommend.targets import parse_targets
+    from workloads import WorkloadError, resolve_workload
+
+    where = f"project file {project.path}"
+    for i, name in enumerate(project.workloads):
+        try:
+            resolve_workload(resolved_workload(name, project))
+        except WorkloadError as exc:
+            raise InputError(f"{where}: workloads[{i}]: {exc}") from None
+    for i, goal in enumerate(project.targets):
+        try:
+            parse_targets([goal.target])
+        except InputError as exc:
+            raise InputError(f"{where}: targets[{i}].target: {exc}") from None
+        if goal.device is not None:
+            from harness.sim.preset import load_preset
+
+            try:
+                load_preset(goal.device)
+            except InputError as exc:
+                raise InputError(f"{where}: targets[{i}].device: {exc}") from None
+
+
+def _runnable(names: list[str], project: Project | None) -> list[str]:
+    """The workloads a framework here can train (built-ins, users' models); known models and
+    transformers by their dimensions are numbers only: recommended, never run."""
+    from harness.core.project import resolved_workload
+    from workloads import UserWorkload, resolve_workload
+
+    out = []
+    for name in names:
+        ref = resolved_workload(name, project) if project else name
+        workload = resolve_workload(ref)
+        if isinstance(workload, UserWorkload) or bool(getattr(workload, "frameworks", None)):
+            out.append(ref)
+        else:
+            info(f"stage run: {name} is numbers only: recommended, not run")
+    return out
+
+
+def _other_clusters(project: Project, runnable: list[str], store: ResultsStore, run_id: str,
+                    steps: int, repeats: int) -> list[Any]:
+    """The project's clusters beyond this machine: the same cases, one host each."""
+    rows: list[Any] = []
+    for text in project.clusters:
+        spec = parse_cluster(text)
+        if spec.kind == "local":
+            continue
+        cases = plan(strategy_records.strategies("all", []), resolve_workloads(runnable),
+                     spec.text, steps, 3, repeats, 600.0, hosts=spec.hosts)
+        info(f"stage run on {spec.text}: {len(cases)} cases")
+        with on_cluster(spec, store, run_id) as hosts:
+            rows += run_cases(cases, store, run_id, set(), quiet=False, cluster=hosts)
+    return rows
+
+
+def _default_recommend(store: ResultsStore, names: list[str]) -> int:
     from harness.recommend.recommender import format_table, recommend_from_store
 
     info("stage recommend:")
@@ -138,9 +238,25 @@ def command(suite: str, steps: int, repeats: int, results: str | None,
                                                targets=["local", *SIM_TARGETS])))
     except InputError as exc:  # a stage's answer, not the nightly job's failure
         info(f"stage recommend: no answer: {exc}")
-    report = make_report(store.root)
-    info(f"stage report: {report}")
-    click.echo(store.run_dir(run_id))
-    click.echo(report)
-    if fail_on_regression:
-        exit_on_regressions(store.root)
+    return 0
+
+
+def _project_verdicts(store: ResultsStore, run_id: str, project: Project) -> int:
+    """One verdict per workload and target, stored with what it read and compared with the
+    previous night's; the number that changed."""
+    from harness.recommend import nightly
+    from harness.run import environment
+
+    manifest = store.manifest(run_id) or {}
+    commit = str((manifest.get("git") or {}).get("commit") or "")
+    env = environment.fingerprint(environment.collect(frameworks=False))
+    inputs = nightly.inputs_of(store.root, commit, env)
+    verdicts = nightly.changes(nightly.project_verdicts(store.root, project),
+                               nightly.previous_verdicts(store.root, project, run_id, env),
+                               inputs)
+    nightly.store_verdicts(store, run_id, project, verdicts, inputs)
+    info("stage recommend:")
+    for v in verdicts:
+        info(f"{v['workload']} on {v['target']}: {v['headline']}"
+             + (f"\n  CHANGED: {v['change']}" if v["changed"] else ""))
+    return sum(bool(v["changed"]) for v in verdicts)

@@ -12,9 +12,10 @@ from harness.core.errors import InputError
 from harness.core.paths import results_dir
 
 
-def make_report(results: str | Path | None, out: str | Path | None = None) -> Path:
+def make_report(results: str | Path | None, project: Any = None,
+                out: str | Path | None = None) -> Path:
     """Write the report for a results directory; returns its path (default
-    ``<results>/report.html``)."""
+    ``<results>/report.html``). With a project, its verdict cards lead, in its order."""
     from reports.build import write_report
 
     root = results_dir(results)
@@ -22,7 +23,7 @@ def make_report(results: str | Path | None, out: str | Path | None = None) -> Pa
         raise InputError(f"no results under {root} (run `stratbench run` or `bench` first)")
     if out is not None and Path(out).is_dir():
         raise InputError(f"--out {out} is a directory; give a file name such as report.html")
-    return write_report(root, out)
+    return write_report(root, out, project)
 
 
 def fail_on_regression_option(fn: Any) -> Any:
@@ -48,10 +49,19 @@ def exit_on_regressions(results: str | Path | None) -> None:
 @results_option
 @click.option("--out", metavar="FILE.html", default=None,
               help="Where to write the report (default: <results>/report.html).")
+@click.option("--config", default=None, metavar="FILE",
+              help="A project file: its verdict cards lead the report (default: "
+                   "./stratbench.toml where there is one).")
 @fail_on_regression_option
-def command(results: str | None, out: str | None, fail_on_regression: bool) -> None:
+def command(results: str | None, out: str | None, config: str | None,
+            fail_on_regression: bool) -> None:
     """Write the HTML report: recommendations, plots, history, regressions."""
-    path = make_report(results, out)
+    from harness.core.project import find_project
+
+    project = find_project(config)
+    if results is None and project is not None and project.results:
+        results = project.results
+    path = make_report(results, project, out)
     info(f"report written ({path.stat().st_size // 1024} KiB)")
     click.echo(path)
     if fail_on_regression:
