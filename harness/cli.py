@@ -14,6 +14,7 @@ from harness.commands import (
     cleanup,
     comm,
     env,
+    merge,
     recommend,
     report,
     run,
@@ -32,7 +33,8 @@ def cli() -> None:
     """Measure, simulate and recommend distributed-training strategies."""
 
 
-for module in (env, workloads, run, comm, simulate, validate, recommend, report, bench, cleanup):
+for module in (env, workloads, run, comm, simulate, validate, recommend, report, bench, merge,
+               cleanup):
     cli.add_command(module.command)
 
 

@@ -275,3 +275,50 @@ def load_table_safe(root: Any, name: str) -> pd.DataFrame:
                         frame[column] = value
                 frames.append(frame)
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def merge_into(sources: list[Path], into: Path) -> tuple[list[str], list[str]]:
+    """Every run of ``sources`` copied into ``into`` (run folders whole: manifest, rows,
+    tables), so that history from several machines or nights lives in one directory; each
+    run keeps its own manifest, so its environment goes with it. A run already there with the
+    same files is left as it is; one whose files differ is a StoreError naming it, found
+    before anything is copied. Each run lands by one rename (a killed merge leaves whole runs
+    only). Returns (runs copied, runs already there)."""
+    import filecmp
+    import shutil
+
+    plan: list[tuple[Path, Path]] = []
+    present: list[str] = []
+    for source in sources:
+        runs = source / "runs"
+        if not runs.is_dir():
+            raise StoreError(f"no results under {source} (no runs/ folder)")
+        for run in sorted(p for p in runs.iterdir() if p.is_dir()):
+            target = into / "runs" / run.name
+            if any(t == target for _, t in plan):
+                continue
+            if target.exists():
+                compared = filecmp.dircmp(run, target)
+                if _differs(compared):
+                    raise StoreError(f"run {run.name} is in {source} and in {into} with "
+                                     f"different files: not merged")
+                present.append(run.name)
+                continue
+            plan.append((run, target))
+    copied = []
+    try:
+        (into / "runs").mkdir(parents=True, exist_ok=True)
+        for run, target in plan:
+            tmp = target.parent / f".{target.name}.{secrets.token_hex(3)}.tmp"
+            shutil.copytree(run, tmp)
+            os.rename(tmp, target)
+            copied.append(target.name)
+    except OSError as exc:
+        raise StoreError(f"cannot merge into {into}: {exc.strerror or exc}") from exc
+    return copied, present
+
+
+def _differs(compared: Any) -> bool:
+    if compared.left_only or compared.right_only or compared.diff_files or compared.funny_files:
+        return True
+    return any(_differs(sub) for sub in compared.subdirs.values())

@@ -133,3 +133,88 @@ def test_a_planted_change_below_the_error_is_not_flagged(tmp_path, monkeypatch):
     slower, out = _bench(tmp_path, monkeypatch, ddp_s=0.0025, single_s=0.004,
                          extra=("--fail-on-verdict-change",))
     assert slower == 1 and "predicted time to train moved +" in out
+
+
+# History from several machines ----------------------------------------------------------------
+
+def _machine(root: Path, fingerprint: str, medians: list[float]) -> None:
+    from results.store import ResultsStore
+
+    store = ResultsStore(root)
+    for night, median in enumerate(medians):
+        run_id = f"2026010{night + 1}T000000Z-{fingerprint[:6]}"
+        store.start_run({"host": fingerprint, "cpu": {"model": fingerprint}}, run_id=run_id)
+        row = case(run_id, "ddp", median)
+        row.env_fingerprint = fingerprint
+        store.write_case(row)
+
+
+def test_merge_keeps_every_run_and_its_machine_apart(tmp_path):
+    from reports.history import history, regressions
+    from results.store import ResultsStore, load
+
+    _machine(tmp_path / "a", "fast0000aaaa", [0.010, 0.010])
+    _machine(tmp_path / "b", "slow0000bbbb", [0.030, 0.030])  # 3x slower machine
+    proc = stratbench("merge", str(tmp_path / "a"), str(tmp_path / "b"), "--into",
+                      str(tmp_path / "c"))
+    assert proc.returncode == 0, proc.stderr
+    merged = ResultsStore(tmp_path / "c")
+    assert len(merged.run_ids()) == 4
+    assert {merged.manifest(r)["host"] for r in merged.run_ids()} == {"fast0000aaaa",
+                                                                      "slow0000bbbb"}
+    h = history(load(tmp_path / "c"))
+    assert set(h["env_fingerprint"]) == {"fast0000aaaa", "slow0000bbbb"}
+    assert regressions(h).empty  # the slow machine is never read as a regression
+    report = stratbench("report", "--results", str(tmp_path / "c"))
+    assert report.returncode == 0, report.stderr
+    html = (tmp_path / "c" / "report.html").read_text()
+    assert "fast0000" in html and "slow0000" in html and "no regressions" in html
+    again = stratbench("merge", str(tmp_path / "a"), "--into", str(tmp_path / "c"))
+    assert again.returncode == 0 and "already there" in again.stderr
+    assert len(ResultsStore(tmp_path / "c").run_ids()) == 4
+
+
+def test_merge_refuses_a_run_that_differs_before_copying_anything(tmp_path):
+    _machine(tmp_path / "a", "fast0000aaaa", [0.010])
+    _machine(tmp_path / "c", "fast0000aaaa", [0.020])  # same run id, other figures
+    _machine(tmp_path / "b", "slow0000bbbb", [0.030])
+    proc = stratbench("merge", str(tmp_path / "b"), str(tmp_path / "a"), "--into",
+                      str(tmp_path / "c"))
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1
+    assert "different files" in proc.stderr
+    assert len(list((tmp_path / "c" / "runs").iterdir())) == 1  # b was not copied either
+    missing = stratbench("merge", str(tmp_path / "nothing"), "--into", str(tmp_path / "c"))
+    assert missing.returncode == 2 and "no results under" in missing.stderr
+
+
+# Schedules that work as shipped -------------------------------------------------------------
+
+def test_the_workflow_runs_the_readme_bench_and_keeps_and_publishes_its_results():
+    import yaml
+
+    flow = yaml.safe_load((REPO / ".github" / "workflows" / "nightly.yml").read_text())
+    triggers = flow[True] if True in flow else flow["on"]  # YAML 1.1 reads `on` as true
+    cron = triggers["schedule"][0]["cron"].split()
+    assert len(cron) == 5 and "workflow_dispatch" in triggers
+    steps = flow["jobs"]["bench"]["steps"]
+    results = flow["env"]["RESULTS"]
+    bench = next(s["run"] for s in steps if "run" in s and "tox -e bench" in s["run"])
+    readme = (REPO / "README.md").read_text()
+    assert "tox -e bench" in readme  # the README's nightly command
+    assert '--results "$RESULTS"' in bench and "--config" in bench
+    restore = next(s for s in steps if s.get("uses", "").startswith("actions/cache/restore"))
+    save = next(s for s in steps if s.get("uses", "").startswith("actions/cache/save"))
+    assert restore["with"]["path"] == save["with"]["path"] == results
+    assert restore["with"]["restore-keys"] and save["if"] == "always()"
+    upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact"))
+    assert f"{results}/report.html" in upload["with"]["path"]
+
+
+def test_the_crontab_line_is_five_fields_and_the_readme_bench():
+    text = (REPO / "docs" / "NIGHTLY.md").read_text()
+    line = text.split("```cron\n", 1)[1].split("\n", 1)[0]
+    fields, command = line.split()[:5], " ".join(line.split()[5:])
+    ranges = [(0, 59), (0, 23), (1, 31), (1, 12), (0, 7)]
+    for field, (low, high) in zip(fields, ranges, strict=True):
+        assert field == "*" or low <= int(field) <= high
+    assert "tox -e bench -- --config stratbench.toml --results" in command

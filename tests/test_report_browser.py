@@ -183,3 +183,48 @@ def test_first_screen_is_the_verdict(verdict_report, tmp_path):
     bound = SCREEN["height"] + math.ceil(curves / 2) * 360 + 8 * 40
     assert height < bound, (height, bound)
     assert opened > height + 1000  # the evidence is there, collapsed
+
+
+def test_a_project_bench_leads_with_exactly_its_cards_in_order(tmp_path):
+    """A project naming a user's model from a file, a known model, a described two-level
+    target with a budget, measured on this machine: `bench --config` (what `tox -e bench --
+    --config FILE` runs) writes a report whose first 1300x900 screen holds exactly the
+    project's cards, in the file's order."""
+    import sys
+
+    if CHROMIUM is None:
+        pytest.skip("Chromium is not installed (Debian: apt-get install chromium)")
+    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+    fixture = Path(__file__).parent / "fixtures" / "user_workload.py"
+    shutil.copy(fixture, tmp_path / "ours.py")
+    target = "two_level:hosts=4,gpus=8,intra=300GB/s,inter=100Gbit"
+    (tmp_path / "stratbench.toml").write_text(
+        'name = "ours"\nworkloads = ["ours.py:torch_workload", "gpt2_xl"]\n'
+        'clusters = ["local"]\nframeworks = ["torch"]\nstrategies = ["ddp"]\n'
+        'steps = 3\nrepeats = 1\nresults = "results"\n'
+        f'[[targets]]\ntarget = "{target}"\nbudget = 500.0\ndevice = "dgx_a100"\n')
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "bench", "--config",
+                           str(tmp_path / "stratbench.toml")], capture_output=True, text=True,
+                          timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = Path(proc.stdout.strip().splitlines()[-1])
+    assert report == tmp_path / "results" / "report.html"
+    expected = [("ours.py:torch_workload", target), ("gpt2_xl", target)]
+    shot = tmp_path / "project_first_screen.png"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport=SCREEN)
+        page.goto(report.as_uri())
+        cards = page.locator("#verdict .verdict")
+        seen = [(cards.nth(i).get_attribute("data-workload"),
+                 cards.nth(i).get_attribute("data-target")) for i in range(cards.count())]
+        assert seen == expected
+        for i in range(cards.count()):
+            box = cards.nth(i).bounding_box()
+            assert box is not None and box["y"] >= 0
+            assert box["y"] + box["height"] <= SCREEN["height"], (seen[i], box)
+            assert "budget $500.00" in cards.nth(i).inner_text()
+        page.screenshot(path=str(shot))
+        browser.close()
+    assert shot.stat().st_size > 10_000

@@ -158,3 +158,42 @@ def test_a_job_slurm_refuses_ends_failed_with_slurms_reason(bed, tmp_path):
     (row,) = load(tmp_path).itertuples()
     assert row.status == "failed"
     assert "srun: error" in row.reason and "partition" in row.reason.lower(), row.reason
+
+
+@needs_slurm
+def test_the_nightly_script_resubmits_itself_and_the_second_report_shows_both_nights(
+        bed, tmp_path):
+    """docs/examples/nightly.sbatch as shipped: submitted once with a 5-second --begin and
+    two nights, it runs the bench, submits itself again, and the second night's report holds
+    both nights' runs."""
+    import re
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    (tmp_path / "stratbench.toml").write_text(
+        'name = "tiny"\nworkloads = ["mlp:S"]\nframeworks = ["torch"]\n'
+        'strategies = ["ddp"]\nsteps = 2\nrepeats = 1\nresults = "results"\n'
+        '[[targets]]\ntarget = "local"\n')
+    env = bed.env() | {"STRATBENCH_BEGIN": "now+5", "STRATBENCH_NIGHTS": "2",
+                       "STRATBENCH_BENCH": f"{sys.executable} -m harness.cli bench"}
+    submit = subprocess.run(
+        list(bed.on_login("sbatch", f"--chdir={tmp_path}", f"--partition={slurm_testbed.PARTITION}",
+                          str(repo / "docs" / "examples" / "nightly.sbatch"))),
+        capture_output=True, text=True, timeout=60, env=env)
+    assert submit.returncode == 0, submit.stderr
+    results = tmp_path / "results"
+    deadline = time.monotonic() + 600
+    bench_runs: list[str] = []
+    while time.monotonic() < deadline:
+        report = results / "report.html"
+        runs = sorted(p.name for p in (results / "runs").glob("*")) if results.is_dir() else []
+        bench_runs = [r for r in runs if '"kind": "bench"' in
+                      (results / "runs" / r / "manifest.json").read_text()]
+        if len(bench_runs) == 2 and report.is_file() and bench_runs[1] in report.read_text():
+            break
+        time.sleep(3)
+    logs = "\n".join(p.read_text() for p in tmp_path.glob("stratbench-nightly-*.log"))
+    assert len(bench_runs) == 2, logs[-3000:]
+    html = (results / "report.html").read_text()
+    assert all(run in html for run in bench_runs), logs[-3000:]
+    assert len(re.findall(r"Submitted batch job", logs)) == 1  # night 2 did not go on

@@ -133,8 +133,8 @@ def command(config: str | None, suite: str, steps: int | None, repeats: int | No
     repeats = repeats or (project.repeats if project else 3)
     names = list(project.workloads) if project else list(SUITES[suite])
     runnable = _runnable(names, project)
-    cases = plan(strategy_records.strategies("all", []), resolve_workloads(runnable), "local",
-                 steps, 3, repeats, 600.0)
+    cases = plan(_strategies(project), resolve_workloads(runnable), "local", steps, 3,
+                 repeats, 600.0)
     run_id = start_run(store, cases, kind="bench")
     if project is not None:
         info(f"project {project.name} ({project.path}): {len(project.workloads)} workloads, "
@@ -196,6 +196,23 @@ def _check_project(project: Project) -> None:
                 raise InputError(f"{where}: targets[{i}].device: {exc}") from None
 
 
+def _strategies(project: Project | None) -> list[Any]:
+    """The project's frameworks and strategies (each framework's baseline always with them,
+    so efficiencies have their one device), else every strategy of every framework."""
+    if project is None or not (project.frameworks or project.strategies):
+        return strategy_records.strategies("all", [])
+    chosen: list[Any] = []
+    for fw in project.frameworks or ("tf", "torch"):
+        names = [n for n in project.strategies
+                 if any(s.name == n and s.framework == fw for s in strategy_records.STRATEGIES)]
+        if not project.strategies:
+            chosen += strategy_records.strategies(fw, [])
+        elif names:
+            baseline = strategy_records.baseline(fw).name
+            chosen += strategy_records.strategies(fw, [baseline, *names])
+    return chosen
+
+
 def _runnable(names: list[str], project: Project | None) -> list[str]:
     """The workloads a framework here can train (built-ins, users' models); known models and
     transformers by their dimensions are numbers only: recommended, never run."""
@@ -221,8 +238,8 @@ def _other_clusters(project: Project, runnable: list[str], store: ResultsStore, 
         spec = parse_cluster(text)
         if spec.kind == "local":
             continue
-        cases = plan(strategy_records.strategies("all", []), resolve_workloads(runnable),
-                     spec.text, steps, 3, repeats, 600.0, hosts=spec.hosts)
+        cases = plan(_strategies(project), resolve_workloads(runnable), spec.text, steps, 3,
+                     repeats, 600.0, hosts=spec.hosts)
         info(f"stage run on {spec.text}: {len(cases)} cases")
         with on_cluster(spec, store, run_id) as hosts:
             rows += run_cases(cases, store, run_id, set(), quiet=False, cluster=hosts)

@@ -10,6 +10,8 @@ recommended for which clusters within which budget.
     repeats = 3
     workloads = ["mlp:M", "models/ours.py:build", "gpt3_175b"]
     clusters = ["local"]              # where to measure: local, netns:..., slurm:...
+    frameworks = ["torch"]            # optional: measure with these only
+    strategies = ["single_device", "ddp"]  # optional: these strategies only
 
     [[targets]]                       # one verdict card per workload and target, in order
     target = "two_level:hosts=4,gpus=8,intra=300GB/s,inter=100Gbit"
@@ -63,6 +65,8 @@ class Project:
     workloads: tuple[str, ...]
     targets: tuple[TargetGoal, ...]
     clusters: tuple[str, ...] = ("local",)
+    frameworks: tuple[str, ...] = ()  # to measure with; () = every framework here
+    strategies: tuple[str, ...] = ()  # () = every strategy of those frameworks
     samples: float = 1e7
     steps: int = 20
     repeats: int = 3
@@ -83,6 +87,7 @@ class Project:
 
 _KEYS: dict[str, tuple[type, ...]] = {
     "name": (str,), "workloads": (list,), "targets": (list,), "clusters": (list,),
+    "frameworks": (list,), "strategies": (list,),
     "samples": (int, float), "steps": (int,), "repeats": (int,), "results": (str,)}
 _TARGET_KEYS: dict[str, tuple[type, ...]] = {
     "target": (str,), "budget": (int, float), "deadline": (int, float), "device": (str,),
@@ -151,6 +156,20 @@ def parse_project(data: dict[str, Any], path: Path, table: str) -> Project:
             parse_cluster(text)
         except InputError as exc:
             raise InputError(f"{where}: clusters[{i}]: {exc}") from None
+    frameworks = tuple(_strings(data.get("frameworks", []), where, "frameworks"))
+    for i, name in enumerate(frameworks):
+        if name not in ("tf", "torch"):
+            raise InputError(f"{where}: frameworks[{i}]: unknown framework {name!r} (choose "
+                             f"from tf, torch)")
+    strategies = tuple(_strings(data.get("strategies", []), where, "strategies"))
+    for i, name in enumerate(strategies):
+        from harness.core.strategies import STRATEGIES
+
+        if not any(s.name == name and (not frameworks or s.framework in frameworks)
+                   for s in STRATEGIES):
+            raise InputError(f"{where}: strategies[{i}]: no framework "
+                             f"{'of ' + ', '.join(frameworks) + ' ' if frameworks else ''}"
+                             f"has a strategy {name!r}")
     base = path.parent
     for i, text in enumerate(workloads):
         _check_workload_file(text, base, f"{where}: workloads[{i}]")
@@ -175,7 +194,8 @@ def parse_project(data: dict[str, Any], path: Path, table: str) -> Project:
     results = data.get("results")
     return Project(
         name=data.get("name", path.parent.name or "project"), workloads=workloads,
-        targets=tuple(targets), clusters=clusters, samples=float(data.get("samples", 1e7)),
+        targets=tuple(targets), clusters=clusters, frameworks=frameworks,
+        strategies=strategies, samples=float(data.get("samples", 1e7)),
         steps=int(data.get("steps", 20)), repeats=int(data.get("repeats", 3)),
         results=str((base / results).resolve()) if results else None, path=str(path))
 

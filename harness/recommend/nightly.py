@@ -53,8 +53,11 @@ def project_verdicts(root: Path, project: Project) -> list[dict[str, Any]]:
             verdicts = frame.attrs.get("verdicts") or []
             verdict = dict(verdicts[0]) if verdicts else {
                 "status": "none", "headline": "no answer", "why": "no candidates"}
-        except InputError as exc:
-            verdict = {"status": "none", "headline": "no answer here", "why": str(exc)}
+        except InputError as exc:  # nothing meets the goal, or nothing can train it
+            said = str(exc).partition(f"{workload} on {goal.target}: ")[2] or str(exc)
+            verdict = {"status": "over_budget" if said.startswith("nothing meets") else "none",
+                       "headline": said.split(" (")[0] if len(said) > 160 else said,
+                       "why": str(exc)}
         out.append(_flat(verdict) | base)
     return out
 
