@@ -503,3 +503,18 @@ def test_a_gpu_clusters_simulated_all_reduce_names_ddp_not_tpustrategy():
     torus = recommend(pd.DataFrame(), workloads=["resnet50"],
                       targets=["torus:dims=4x4,bw=50GB/s,lat=1us"], device="tpu_v4_cube")
     assert set(torus[torus["strategy"] == "allreduce_hierarchical"]["runs_as"]) == {"tf tpu"}
+
+
+def test_no_measured_label_without_a_run_of_that_workload_and_strategy():
+    """An emulated cluster predicted for a workload never run here: its one-device baseline
+    comes from another workload's speed, so it says 'estimated', never 'measured'."""
+    measured = load(CHECKED_IN)
+    assert not (measured["workload"] + ":" + measured["size"] == "mlp:L").any()
+    frame = recommend(measured, workloads=["mlp:L"], targets=["netns:hosts=4,rate=250mbit"])
+    sweep = pd.DataFrame(frame.attrs["sweep"])
+    assert "measured" not in set(sweep["source"])
+    baselines = frame[frame["replicas"] == 1]
+    assert len(baselines) and set(baselines["source"]) == {"estimated"}
+    assert all("estimated from FLOPs" in note for note in baselines["compute_note"])
+    ran = recommend(measured, workloads=["mlp:M"], targets=["netns:hosts=4,rate=250mbit"])
+    assert "measured" in set(ran[ran["replicas"] == 1]["source"])

@@ -155,8 +155,8 @@ def measured_points(ctx: Context, facts: WorkloadFacts, target: Target) -> list[
             bytes_per_worker=float(sent) if sent is not None else NAN, source="measured",
             device_memory_bytes=device_memory(target, ctx, n), price_per_device_hour=price,
             price_basis=basis, weights_match=_weights_match(r),
-            max_weight_diff=float(r.get("max_weight_diff", NAN)),
-            measured_memory_bytes=float(r.get("model_memory_bytes", NAN))))
+            max_weight_diff=_number(r.get("max_weight_diff")),
+            measured_memory_bytes=_number(r.get("model_memory_bytes"))))
     return out
 
 
@@ -174,6 +174,17 @@ def _local_baseline(ctx: Context, facts: WorkloadFacts, target: Target, framewor
                    throughput_samples_s=local.batch / local.seconds, scaling_efficiency=1.0,
                    source="measured", device_memory_bytes=device_memory(target, ctx, 1),
                    price_per_device_hour=price, price_basis=basis, compute_note=local.note)]
+
+
+def _number(value: Any) -> float:
+    """A stored figure as a float; NaN where a run (or an older schema) recorded none."""
+    return float(value) if value is not None else NAN
+
+
+def compute_source(compute: Any) -> str:
+    """'measured' only for a run of this workload (its one-device strategy); a step estimated
+    from another workload's FLOPs and speed is 'estimated' (its note says from what)."""
+    return "estimated" if getattr(compute, "estimated_from", "") else "measured"
 
 
 def _weights_match(row: dict[Any, Any]) -> bool | None:
@@ -207,7 +218,7 @@ def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
         out.append(_point(
             facts, framework=framework, strategy=baseline(framework).name, replicas=1,
             step_time_s=t1, batch=batch, throughput_samples_s=batch / t1, scaling_efficiency=1.0,
-            source="measured", device_memory_bytes=device_memory(target, ctx, 1),
+            source=compute_source(compute), device_memory_bytes=device_memory(target, ctx, 1),
             price_per_device_hour=price, price_basis=basis, compute_note=compute.note))
         for fw, strategy in [(s.framework, s.name) for s in EMULATED]:
             if fw != framework:

@@ -410,8 +410,10 @@ def format_table(frame: pd.DataFrame) -> str:
                 f"{sim}: {real or 'no framework strategy on these devices'}"
                 for sim, real in runs.items()) + ")")
         lines.append("")
-    lines.append("source: measured (a real run), predicted (an emulated cluster never run, "
-                 "from this machine's calibration) or simulated; ± the simulator's median "
+    lines.append("source: measured (a real run of that workload and strategy), estimated "
+                 "(from another workload's run: the compute note says which), predicted (an "
+                 "emulated cluster never run, from this machine's calibration) or simulated; "
+                 "± the simulator's median "
                  "|error| against measured runs; train time and cost are extrapolated from "
                  "the step time; fits '?': device memory unknown")
     return "\n".join(lines).rstrip()
