@@ -15,7 +15,7 @@ import pytest
 from harness.calibrate.links import measured_topology
 from harness.launch import netns
 from harness.validate.score import summarize, validate, validate_steps
-from results import ResultsStore
+from results import ResultsStore, load
 
 
 def _store_with_comm(tmp_path, time_s: float) -> ResultsStore:
@@ -626,3 +626,43 @@ def test_validate_names_the_calibration_its_step_predictions_went_without(tmp_pa
                            str(wire_copy)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("note: no loopback sweep of") == 2
+
+
+def test_cluster_runs_with_only_a_local_baseline_are_scored_and_the_rest_named(tmp_path):
+    """The wire runs with their one-replica cases moved to this machine (cluster local, in a
+    run of their own), as a user who ran the baseline locally has them: every multi-replica
+    run is still scored, from the local baseline, as the predictor takes it; with no
+    baseline at all, each run is named with why."""
+    import shutil
+
+    from harness.validate.score import unscored_steps
+    from results.schema import ResultRow
+
+    root = tmp_path / "results"
+    shutil.copytree(WIRE_DATA, root)
+    frame = load(root)
+    store = ResultsStore(root)
+    local_run = "20261125T000000Z-000000-local0"
+    store.start_run({"kind": "run"}, run_id=local_run)
+    for r in frame[frame["replicas"] == 1].to_dict("records"):
+        path = store.run_dir(r["run_id"]) / "cases"
+        for case_file in path.glob("*.parquet"):
+            if load_case_id(case_file) == r["case_id"]:
+                case_file.unlink()
+        fields = {k: v for k, v in r.items() if k in ResultRow.__dataclass_fields__}
+        fields.update(run_id=local_run, cluster="local",
+                      case_id=r["case_id"].replace(r["cluster"], "local"))
+        store.write_case(ResultRow(**fields))
+    table = validate_steps(store)
+    assert len(table[table["kind"] == "step"]) == 24  # every multi-replica run scored
+    assert unscored_steps(store) == []
+    shutil.rmtree(store.run_dir(local_run))
+    assert validate_steps(store).empty
+    unscored = unscored_steps(store)
+    assert len(unscored) == 24 and all("no one-replica run" in u for u in unscored)
+
+
+def load_case_id(path: Path) -> str:
+    import pyarrow.parquet as pq
+
+    return str(pq.read_table(path).column("case_id")[0])

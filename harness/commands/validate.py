@@ -63,5 +63,9 @@ def command(results: str | None, as_json: bool, force: bool) -> None:
 
 
 def _say_gaps(store: ResultsStore) -> None:
+    from harness.validate.score import unscored_steps
+
     for gap in calibration_gaps(store):
         info(f"note: {gap}")
+    for line in unscored_steps(store):
+        info(f"note: {line}")

@@ -25,6 +25,7 @@ from harness.calibrate.sweep_selection import latest_sweeps, loopback_fits, real
 from harness.calibrate.workload import replica_compute_s
 from harness.core.clusters import parse_cluster
 from harness.core.errors import InputError
+from harness.core.strategies import baseline as find_baseline
 from harness.core.strategies import library
 from harness.core.strategies import strategy as find_strategy
 from harness.predict.step import (
@@ -259,9 +260,7 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
     runtimes: dict[tuple[str, str, str, int], float] = {}  # runtime_overhead, computed once
     for record in ok[ok["replicas"] > 1].to_dict("records"):
         r = {str(k): v for k, v in record.items()}
-        base = ok[(ok["run_id"] == r["run_id"]) & (ok["framework"] == r["framework"]) &
-                  (ok["workload"] == r["workload"]) & (ok["size"] == r["size"]) &
-                  (ok["replicas"] == 1)]
+        base = baseline_row(frame, r)
         links = measured_links(store, r["run_id"], r["cluster"])
         if base.empty or links is None:
             continue
@@ -304,6 +303,44 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
                      "predicted_s": sim["step_time_median_s"],
                      "error": sim["step_time_median_s"] / measured - 1})
     return pd.DataFrame(rows)
+
+
+def baseline_row(frame: pd.DataFrame, r: dict[str, Any]) -> pd.DataFrame:
+    """The one-replica run a cluster run is predicted from, as the predictor takes it: the
+    same run's one-replica case on that cluster, else this machine's latest one-replica run of
+    the workload and framework (one emulated host is one process like it). Empty: none."""
+    ok = frame[(frame["status"] == "ok") & (frame["framework"] == r["framework"])
+               & (frame["workload"] == r["workload"]) & (frame["size"] == r["size"])
+               & (frame["replicas"] == 1)]
+    same = ok[ok["run_id"] == r["run_id"]]
+    if not same.empty:
+        return same
+    local = ok[ok["cluster"] == "local"]
+    return local.sort_values("run_id").tail(1)
+
+
+def unscored_steps(store: ResultsStore) -> list[str]:
+    """The multi-replica runs on emulated clusters `validate` could not score, each with why:
+    no one-replica run of its workload and framework anywhere, or no probed links."""
+    frame = load(store.root)
+    if frame.empty or "cluster" not in frame:
+        return []
+    runs = frame[(frame["status"] == "ok") & frame["cluster"].str.startswith("netns")
+                 & (frame["replicas"] > 1)]
+    out = []
+    for record in runs.to_dict("records"):
+        r = {str(k): v for k, v in record.items()}
+        what = (f"{r['framework']}/{r['strategy']}/{r['workload']}:{r['size']} on "
+                f"{r['cluster']} (run {r['run_id']})")
+        if baseline_row(frame, r).empty:
+            baseline = find_baseline(str(r["framework"])).name
+            out.append(f"{what} is not scored: no one-replica run of the workload in "
+                       f"{r['framework']} here or in its run (`stratbench run --framework "
+                       f"{r['framework']} --strategy {baseline} --workload "
+                       f"{r['workload']}:{r['size']}`)")
+        elif measured_links(store, r["run_id"], r["cluster"]) is None:
+            out.append(f"{what} is not scored: its run recorded no probed links")
+    return out
 
 
 def calibration_gaps(store: ResultsStore) -> list[str]:
