@@ -111,14 +111,17 @@ def test_simulate_and_recommend_give_the_same_figures_for_the_file_and_the_prese
      ' "spec": "switch:n=2,bw=1Gbit"}', "peak_flops must be"),
     ('{"name": "x", "device": {"name": "g", "peak_flops": 1e12}', "not valid JSON"),
 ])
-def test_a_malformed_system_file_is_one_line_and_exit_2(tmp_path, text, message):
+def test_a_malformed_system_file_is_one_line_and_exit_2(tmp_path, capsys, text, message):
+    from harness.cli import main
+
     path = tmp_path / "bad.json"
     path.write_text(text)
-    proc = stratbench("simulate", "--system", str(path), "--workers", "2", "--profile",
-                      "params=1M,batch=1,step_compute=1ms")
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], proc.stderr
+    code = main(["simulate", "--system", str(path), "--workers", "2", "--profile",
+                 "params=1M,batch=1,step_compute=1ms"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], err
 
 
 def test_a_missing_system_file_is_named():

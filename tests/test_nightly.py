@@ -71,13 +71,17 @@ def test_the_default_suite_is_the_checked_in_example():
     (PROJECT.replace("steps = 2", "steps = \"two\""), "steps must be"),
     (PROJECT.replace('"mlp:S"', '"nosuch:S"'), "workloads[0]"),
 ])
-def test_a_malformed_project_file_is_one_line_naming_the_key_and_exit_2(tmp_path, text, key):
+def test_a_malformed_project_file_is_one_line_naming_the_key_and_exit_2(tmp_path, capsys,
+                                                                        text, key):
+    from harness.cli import main
+
     path = tmp_path / "stratbench.toml"
     path.write_text(text)
-    proc = stratbench("bench", "--config", str(path), "--results", str(tmp_path / "r"))
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and key in lines[0], proc.stderr
+    code = main(["bench", "--config", str(path), "--results", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and key in lines[0], err
     assert not (tmp_path / "r").exists()  # nothing ran
 
 
