@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,6 @@ class Project:
     repeats: int = 3
     results: str | None = None  # resolved against the file's folder
     path: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def fingerprint(self) -> str:
         """What makes two nights' verdicts comparable: the question, not where it is kept."""

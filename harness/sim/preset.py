@@ -22,7 +22,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -96,8 +96,7 @@ class Preset:
     assumptions: tuple[str, ...]
     published: tuple[PublishedBusbw, ...] = ()
     path: str = ""  # the user's file, when not a built-in
-    network_note: str = ""  # how the scale-up and scale-out figures became the spec
-    notes: Mapping[str, str] = field(default_factory=dict)
+    network_note: str = ""  # the scale-out as the file states it (NICs per host, rate)
 
     @property
     def device_name(self) -> str:
@@ -161,7 +160,7 @@ def _load_file(path: str, stamp: int) -> Preset:
         raise SpecError(f"system file {path}: not valid "
                         f"{'TOML' if path.endswith('.toml') else 'JSON'}: {exc}") from None
     preset = parse_system(data, f"system file {path}")
-    return Preset(**{**preset.__dict__, "path": path, "name": path})
+    return replace(preset, path=path, name=path)
 
 
 _TOP = {"name": str, "description": str, "hosts": int, "spec": str, "device": dict,
