@@ -182,9 +182,13 @@ def test_the_nightly_script_resubmits_itself_and_the_second_report_shows_both_ni
         capture_output=True, text=True, timeout=60, env=env)
     assert submit.returncode == 0, submit.stderr
     results = tmp_path / "results"
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + 480
     bench_runs: list[str] = []
-    while time.monotonic() < deadline:
+    idle = 0
+    while time.monotonic() < deadline and idle < 3:  # stop early once no job is left
+        queued = subprocess.run(list(bed.on_login("squeue", "-h", "-n", "stratbench-nightly")),
+                                capture_output=True, text=True, env=bed.env()).stdout
+        idle = 0 if queued.strip() else idle + 1
         report = results / "report.html"
         runs = sorted(p.name for p in (results / "runs").glob("*")) if results.is_dir() else []
         bench_runs = [r for r in runs if '"kind": "bench"' in
