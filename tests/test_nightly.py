@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_report import case
+from test_report import case, plant_bench_runs
 
 from harness.core.errors import InputError
 from harness.core.project import find_project, load_project
@@ -98,16 +97,7 @@ def _bench(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ddp_s: float, single
     ``single_s`` and ddp at ``ddp_s`` per step."""
     from harness.commands import bench
 
-    def planted(cases, store, run_id, skip, quiet, cluster=None):
-        rows = [case(run_id, "single_device", single_s, replicas=1),
-                case(run_id, "ddp", ddp_s)]
-        for r in rows:
-            store.write_case(r)
-        return rows
-
-    monkeypatch.setattr(bench, "run_cases", planted)
-    monkeypatch.setattr(bench, "run_comm", lambda *a, **k: types.SimpleNamespace(
-        status="unavailable", reason="skipped in this test"))
+    plant_bench_runs(monkeypatch, single_s=single_s, ddp_s=ddp_s)
     config = tmp_path / "stratbench.toml"
     config.write_text(PROJECT)
     result = CliRunner().invoke(bench.command, ["--config", str(config), "--results",

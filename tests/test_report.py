@@ -133,23 +133,33 @@ def test_report_cli_writes_one_file(two_runs, tmp_path):
     assert bad.returncode == 2 and bad.stderr.startswith("stratbench: error: no results")
 
 
+def plant_bench_runs(monkeypatch: pytest.MonkeyPatch, single_s: float, ddp_s: float) -> None:
+    """`bench`'s heavy stages replaced: its runs store single_device at ``single_s`` and ddp
+    at ``ddp_s`` per step; its collective sweep says it was skipped."""
+    import types
+
+    from harness.commands import bench
+
+    def planted(cases, store, run_id, skip, quiet, cluster=None):
+        rows = [case(run_id, "single_device", single_s, replicas=1),
+                case(run_id, "ddp", ddp_s)]
+        for r in rows:
+            store.write_case(r)
+        return rows
+
+    monkeypatch.setattr(bench, "run_cases", planted)
+    monkeypatch.setattr(bench, "run_comm", lambda *a, **k: types.SimpleNamespace(
+        status="unavailable", reason="skipped in this test"))
+
+
 def test_bench_ends_with_recommend_and_report(tmp_path, monkeypatch):
     """The nightly job's last stages, with its heavy stages replaced by stored rows."""
-    import types
 
     from click.testing import CliRunner
 
     from harness.commands import bench
 
-    def fake_run_cases(cases, store, run_id, skip, quiet, cluster=None):
-        rows = [case(run_id, "single_device", 0.004, replicas=1), case(run_id, "ddp", 0.01)]
-        for r in rows:
-            store.write_case(r)
-        return rows
-
-    monkeypatch.setattr(bench, "run_cases", fake_run_cases)
-    monkeypatch.setattr(bench, "run_comm", lambda *a, **k: types.SimpleNamespace(
-        status="unavailable", reason="skipped in this test"))
+    plant_bench_runs(monkeypatch, single_s=0.004, ddp_s=0.01)
     monkeypatch.setattr(bench, "simulate_stage", lambda store, run_id, names: 0)
     monkeypatch.setattr(bench, "SIM_TARGETS", ("preset:eth25_v100,hosts=1",))
     result = CliRunner().invoke(bench.command, ["--results", str(tmp_path), "--steps", "1",

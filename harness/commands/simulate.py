@@ -297,13 +297,10 @@ def _fitted(topology: str, calib: Any, step_s: float, step_at: Any) -> Any:
     ``step_s`` (one measured or published step); said on stderr, with where to keep it."""
     from dataclasses import replace
 
-    from harness.sim.calibration import Calibration, from_preset, merge
+    from harness.sim.calibration import Calibration, merge
     from harness.sim.compute import fit_efficiency
 
-    kind, _, rest = topology.strip().partition(":")
-    if kind == "preset":
-        base = from_preset(rest.partition(",")[0].strip())
-        calib = merge(base, calib) if calib else base
+    calib = _with_system(calib, topology)
     if calib is None or calib.device is None:
         raise InputError("--fit-step needs a system whose device is described (--system FILE "
                          "or --topology preset:NAME)")
@@ -316,16 +313,24 @@ def _fitted(topology: str, calib: Any, step_s: float, step_at: Any) -> Any:
                                                                 f"step")
 
 
+def _with_system(calib: Any, topology: str) -> Any:
+    """The calibration over the named system's (a preset topology's) device, links and
+    price; unchanged for other topologies."""
+    from harness.sim.calibration import from_preset, merge
+
+    kind, _, rest = topology.strip().partition(":")
+    if kind != "preset":
+        return calib
+    base = from_preset(rest.partition(",")[0].strip())
+    return merge(base, calib) if calib else base
+
+
 def _at_precision(calib: Any, topology: str, precision: str) -> Any:
     """The calibration with the device's speed at ``precision``'s peak (a system's device)."""
     from dataclasses import replace
 
-    from harness.sim.calibration import from_preset, merge
 
-    kind, _, rest = topology.strip().partition(":")
-    if kind == "preset":
-        calib = merge(from_preset(rest.partition(",")[0].strip()), calib) if calib else \
-            from_preset(rest.partition(",")[0].strip())
+    calib = _with_system(calib, topology)
     device = getattr(calib, "device", None)
     if device is None:
         return calib

@@ -28,16 +28,10 @@ MIN_CHANGE = 0.05  # as reports.history.MIN_REL: smaller moves are run-to-run no
 def project_verdicts(root: Path, project: Project) -> list[dict[str, Any]]:
     """One verdict per (workload, target) of the project, in the file's order; a workload or
     target with no answer gets a card that says why (never a missing card)."""
-    from harness.calibrate.fits import comm_table
-    from harness.calibrate.links import probed_networks
-    from harness.recommend.recommender import _ram_bytes, latest_validation, recommend
-    from results.store import ResultsStore, load, load_table_safe
+    from harness.recommend.recommender import recommend, stored_inputs
+    from results.store import load
 
-    store = ResultsStore(root)
-    tables: dict[str, Any] = {"simulated": load_table_safe(root, "simulated"),
-              "validation": latest_validation(root), "ram_bytes": _ram_bytes(store),
-              "fits": comm_table(root), "networks": probed_networks(store),
-              "sweeps": comm_table(root, "comm")}
+    tables = stored_inputs(root)
     measured = load(root)
     out = []
     for position, (workload, goal) in enumerate(project.cards()):

@@ -328,17 +328,25 @@ def _ram_bytes(store: Any) -> float | None:
     return None
 
 
-def recommend_from_store(root: Any, **kwargs: Any) -> pd.DataFrame:
-    """``recommend`` over a results directory (measured rows, simulated, validation, the
-    calibration fits and the link probes of emulated runs)."""
+def stored_inputs(root: Any) -> dict[str, Any]:
+    """What ``recommend`` reads of a results directory beside its measured rows: simulated
+    rows, validation, the calibration fits, sweeps and the link probes of emulated runs, this
+    machine's memory; read once where several questions are asked of one directory."""
     from harness.calibrate.fits import comm_table
-    from results.store import ResultsStore, load, load_table_safe
+    from results.store import ResultsStore, load_table_safe
 
     store = ResultsStore(root)
-    return recommend(load(root), simulated=load_table_safe(root, "simulated"),
-                     validation=latest_validation(root), ram_bytes=_ram_bytes(store),
-                     fits=comm_table(root), networks=probed_networks(store),
-                     sweeps=comm_table(root, "comm"), **kwargs)
+    return {"simulated": load_table_safe(root, "simulated"),
+            "validation": latest_validation(root), "ram_bytes": _ram_bytes(store),
+            "fits": comm_table(root), "networks": probed_networks(store),
+            "sweeps": comm_table(root, "comm")}
+
+
+def recommend_from_store(root: Any, **kwargs: Any) -> pd.DataFrame:
+    """``recommend`` over a results directory (its measured rows and ``stored_inputs``)."""
+    from results.store import load
+
+    return recommend(load(root), **stored_inputs(root), **kwargs)
 
 
 def _fmt(value: Any, kind: str) -> str:
