@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.sim.collectives import (
+    all_to_all,
     binary_tree_allreduce,
     binomial_broadcast,
     double_binary_tree_allreduce,
@@ -105,6 +106,25 @@ def test_broadcast_gives_everyone_the_roots_data(p, n, chunks, data):
     x = _data(p, n, p * n)
     assert np.allclose(execute(tree_broadcast(p, root, chunks), x), x[root])
     assert np.allclose(execute(binomial_broadcast(p, root), x), x[root])
+
+
+@FAST
+@given(st.integers(1, 12), st.integers(1, 4), st.integers(0, 2**31))
+def test_all_to_all_hands_every_rank_the_chunk_each_rank_meant_for_it(p, width, seed):
+    """Rank j ends with chunk i * p + j of every rank i (what all_to_all_single delivers);
+    on the wire each rank sends all but its own chunk, (p - 1) / p of its row."""
+    schedule = all_to_all(p)
+    x = _data(p, p * p * width, seed)
+    out = execute(schedule, x)
+    for j in range(p):
+        for i in range(p):
+            c = slice((i * p + j) * width, (i * p + j + 1) * width)
+            assert np.array_equal(out[j, c], x[i, c])
+    topology = parse_topology(f"switch:n={p},bw=8Gbit,lat=0")
+    result = run_collective(schedule, topology, 1e6)
+    assert result.bytes_sent == pytest.approx(p * 1e6 * (p - 1) / p)
+    if p > 1:  # every link carries its (p - 1) / p at once: one 1 GB/s crossing of that
+        assert result.time_s == pytest.approx(1e6 * (p - 1) / p / 1e9, rel=1e-6)
 
 
 def test_binomial_broadcast_shares_each_senders_link_as_gloo_does():

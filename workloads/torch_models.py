@@ -128,7 +128,11 @@ class Recsys(nn.Module):
         self.top = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(w))
 
     def forward(self, dense: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        pooled = [table(ids[:, t, :]) for t, table in enumerate(self.tables)]
+        return self.head(dense, [table(ids[:, t, :]) for t, table in enumerate(self.tables)])
+
+    def head(self, dense: torch.Tensor, pooled: list[torch.Tensor]) -> torch.Tensor:
+        """Everything after the lookups: what embedding sharding runs data-parallel on the
+        rows its tables' owners sent."""
         x = torch.cat([F.relu(self.bottom(dense)), *pooled], dim=-1)
         for i, layer in enumerate(self.top):
             x = layer(x)
@@ -247,11 +251,16 @@ def loss(spec: WorkloadSpec, model: nn.Module, batch: dict[str, Any]) -> torch.T
     """Mean loss of a built-in workload on a batch (softmax or sigmoid cross-entropy)."""
     b = to_tensors(batch)
     if spec.task == CLICK:
-        return F.binary_cross_entropy_with_logits(model(b["dense"], b["ids"]), b["y"])
+        return click_loss(model(b["dense"], b["ids"]), b)
     logits = model(b["x"])
     if spec.task == LANGUAGE_MODEL:
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), b["y"].reshape(-1))
     return F.cross_entropy(logits, b["y"])
+
+
+def click_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The recommender's loss on its logits: mean sigmoid cross-entropy over the batch."""
+    return F.binary_cross_entropy_with_logits(logits, batch["y"])
 
 
 def _loss_fn(workload: WorkloadSpec | UserWorkload) -> Any:

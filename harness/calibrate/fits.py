@@ -24,6 +24,7 @@ TERMS = {
     "broadcast": lambda n: (math.ceil(math.log2(n)), 1.0),
     "ps_push": lambda n: (1, n - 1),  # n-1 workers into one server link
     "ps_pull": lambda n: (1, n - 1),
+    "all_to_all": lambda n: (n - 1, (n - 1) / n),  # gloo: a message to every other rank
 }
 # nccl-tests' bus bandwidth factors: busbw = algbw x factor, comparable with link speed.
 BUS_FACTOR = {
@@ -33,6 +34,7 @@ BUS_FACTOR = {
     "broadcast": lambda n: 1.0,
     "ps_push": lambda n: float(n - 1),
     "ps_pull": lambda n: float(n - 1),
+    "all_to_all": lambda n: (n - 1) / n,
 }
 
 

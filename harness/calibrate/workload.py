@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from harness.core.errors import InputError
+from harness.sim.compute import ComputeSplit
 from harness.sim.profile import DEFAULT_BUCKET, WorkloadProfile
 
 NAN = float("nan")
@@ -160,11 +161,19 @@ class MeasuredCompute:
     run_id: str
     estimated_from: str = ""  # the FLOPs of another workload measured here, if not its own
     cpu_seconds: float = math.nan  # one replica on one core (replica_compute_s); nan: seconds
+    base: dict[str, Any] | None = None  # the run measured, where it was (worker_compute)
 
     @property
     def replica_s(self) -> float:
         """What a worker of an emulated cluster computes per step on one core."""
         return self.cpu_seconds if math.isfinite(self.cpu_seconds) else self.seconds
+
+    def worker(self, framework: str, strategy: str) -> ComputeSplit:
+        """What a worker of ``strategy`` computes (`worker_compute`), the whole step where
+        it was estimated."""
+        if self.base is None:
+            return ComputeSplit(self.replica_s, 0.0)
+        return worker_compute(self.base, framework, strategy)
 
     @property
     def note(self) -> str:
@@ -194,7 +203,8 @@ def measured_compute(measured: pd.DataFrame, name: str, framework: str | None = 
     last = (local if not local.empty else rows).sort_values("run_id").iloc[-1]
     return MeasuredCompute(float(last["step_time_median_s"]), int(last["global_batch"]),
                            str(last["framework"]), str(last["run_id"]),
-                           cpu_seconds=replica_compute_s(last))
+                           cpu_seconds=replica_compute_s(last),
+                           base={str(k): v for k, v in last.items()})
 
 
 def replica_compute_s(base: Any) -> float:
@@ -214,6 +224,38 @@ def replica_compute_s(base: Any) -> float:
         return max(wall, float(cpu))
     threads = extra.get("threads_per_process")
     return wall * (int(threads) if isinstance(threads, (int, float)) and threads >= 1 else 1)
+
+
+def worker_compute(base: Any, framework: str, strategy: str) -> ComputeSplit:
+    """What each worker of ``framework``'s ``strategy`` computes per step on one core, from
+    the one-replica run ``base``, split as that run's probe timed it (forward, backward,
+    optimizer; harness/runners/torch_runner.measure_split), CPU seconds as
+    `replica_compute_s` counts them. Strategies differ where the baseline does not:
+    - a parameter server's workers compute forward and backward; the update is the
+      servers' (``apply_s``);
+    - a strategy that updates every embedding row (DDP, FSDP) computes what the baseline's
+      dense tables took, where a sparse baseline timed those too.
+    Measured on recsys:L (torch, one thread): the sparse baseline's step 8.8 ms (forward 2.5,
+    backward 3.9, update 2.3); with dense tables 604 ms (backward 540: 512 MB of gradient
+    zeroed and filled). Without a recorded split the whole step is each worker's."""
+    from harness.core.strategies import strategy as find_strategy
+
+    total = replica_compute_s(base)
+    extra = base.get("extra") if hasattr(base, "get") else None
+    extra = extra if isinstance(extra, dict) else {}
+    record = find_strategy(framework, strategy)
+    split = extra.get("compute_split")
+    if (record is not None and record.embedding_updates == "dense"
+            and extra.get("updates") == "sparse rows"):
+        split = extra.get("dense_compute_split")
+    if not isinstance(split, dict) or not split:
+        return ComputeSplit(total, 0.0)
+    cpu_per_wall = total / float(base["step_time_median_s"])
+    forward, backward, update = (float(split.get(k, 0.0)) * cpu_per_wall
+                                 for k in ("forward_s", "backward_s", "optimizer_s"))
+    if record is not None and record.exchange == "parameter_server":
+        return ComputeSplit(forward, backward, apply_s=update)
+    return ComputeSplit(forward, backward, optimizer_s=update)
 
 
 def estimated_compute(measured: pd.DataFrame, facts: WorkloadFacts,

@@ -29,7 +29,8 @@ ALLREDUCE_ALGORITHMS = ("allreduce_ring", "allreduce_tree", "allreduce_halving_d
 class Strategy:
     framework: str
     name: str
-    exchange: str  # none | allreduce | central | parameter_server | sharded | pipeline | tensor
+    # none | allreduce | central | parameter_server | sharded | embedding | pipeline | tensor
+    exchange: str
     weights_match: bool  # must end with one device's weights (the weight check runs)
     multi_process: bool  # one process per replica (else one process drives every replica)
     summary: str
@@ -46,6 +47,10 @@ class Strategy:
     # processes beside the replicas and servers (TF's parameter-server chief, which runs the
     # coordinator), sharing the emulated hosts' cores
     extra_processes: int = 0
+    # how an embedding model's tables are updated: "sparse rows" (touched rows only: sparse
+    # gradients and optimizer) or "dense" (every row, every step); the compute a worker of it
+    # is predicted with (harness.calibrate.workload.worker_compute)
+    embedding_updates: str = "dense"
 
     @property
     def label(self) -> str:
@@ -106,7 +111,9 @@ STRATEGIES: tuple[Strategy, ...] = (
              waits_every_step=True, simulated_as="allreduce_hierarchical", devices=(TPU,),
              spans_hosts=True,
              options=("tf_loop",)),
-    Strategy("torch", "single_device", "none", True, False, "One process: the baseline."),
+    Strategy("torch", "single_device", "none", True, False,
+             "One process: the baseline (embedding tables updated by touched rows).",
+             embedding_updates="sparse rows"),
     # DDP's all-reduce is the library's choice of algorithm (NCCL's ring or tree, two-level
     # on multi-GPU hosts; gloo's ring or halving-doubling): any of the simulator's.
     Strategy("torch", "ddp", "allreduce", True, True,
@@ -119,10 +126,19 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("torch", "parameter_server", "parameter_server", True, True,
              "Synchronous parameter server over torch.distributed.rpc with K shards.",
              waits_every_step=True, simulated_as="parameter_server", emulated=True,
-             options=("ps_shards",)),
+             options=("ps_shards",), embedding_updates="sparse rows"),
     Strategy("torch", "parameter_server_async", "parameter_server", False, True,
              "Asynchronous parameter server over RPC: each push applied at once.",
-             simulated_as="parameter_server_async", options=("ps_shards",)),
+             simulated_as="parameter_server_async", options=("ps_shards",),
+             embedding_updates="sparse rows"),
+    # DLRM-style hybrid: dense layers data-parallel, embedding rows sharded over the ranks,
+    # looked-up rows and their gradients moved by all-to-all (recsys family; named only).
+    Strategy("torch", "embedding_sharding", "embedding", True, True,
+             "Embedding tables sharded over the ranks (table- or row-wise), rows and their "
+             "gradients moved by all_to_all, dense layers all-reduced (recsys family; named, "
+             "never part of 'all').",
+             waits_every_step=True, simulated_as="embedding_sharding", emulated=True,
+             embedding_updates="sparse rows"),
     Strategy("torch", "pipeline", "pipeline", True, True,
              "torch.distributed.pipelining: one stage per process, GPipe or 1F1B over "
              "micro-batches (transformer family; named, never part of 'all').",
@@ -205,6 +221,10 @@ def library(framework: str) -> CommLibrary:
 #: Model-parallel strategies split one model: they run only when named, on models with layers.
 MODEL_PARALLEL = tuple(s.name for s in STRATEGIES if s.exchange in ("pipeline", "tensor"))
 
+#: Strategies that fit one family of models run only when named, never under 'all'.
+NAMED_ONLY = (*MODEL_PARALLEL,
+              *(s.name for s in STRATEGIES if s.exchange == "embedding"))
+
 #: `run --tf-loop`: TensorFlow's two ways to train under a strategy.
 TF_LOOPS = ("custom", "fit")
 #: Why Keras 3's `model.fit` cannot train under these strategies on TF 2.21 (checked here,
@@ -232,11 +252,11 @@ def frameworks(option: str) -> tuple[str, ...]:
 
 def strategies(framework_option: str, names: tuple[str, ...] | list[str]) -> list[Strategy]:
     """Resolve `--framework` and `--strategy` into strategies; `all` or none means every
-    data-parallel one (model-parallel strategies run when named)."""
+    data-parallel one (model-parallel strategies and embedding sharding run when named)."""
     fws = frameworks(framework_option)
     pool = [s for s in STRATEGIES if s.framework in fws]
     if not names or "all" in names:
-        return [s for s in pool if s.name not in MODEL_PARALLEL]
+        return [s for s in pool if s.name not in NAMED_ONLY]
     chosen: list[Strategy] = []
     for name in names:
         matches = [s for s in pool if s.name == name]

@@ -61,8 +61,9 @@ def predict_emulated(ctx: Calibrated, facts: WorkloadFacts, links: Any, framewor
     links = placed(links, hosts)
     share = link_share(ctx.sweeps, ctx.fits, framework, links, cluster, hosts)
     row = predict_step(framework, strategy, facts.profile(batch=compute.batch), links, hosts,
-                       compute.replica_s, fits=ctx.fits, cores=machine_cores(), ps=ps,
-                       runtime_s=ctx.runtimes[key], link_share=share.efficiency if share else 1.0)
+                       compute.worker(framework, strategy), fits=ctx.fits,
+                       cores=machine_cores(), ps=ps, runtime_s=ctx.runtimes[key],
+                       link_share=share.efficiency if share else 1.0)
     if row is not None:
         row["link_share_source"] = (
             "probed rate (parameter servers)" if not uses_collectives(framework, strategy)

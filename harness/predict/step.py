@@ -12,7 +12,9 @@ The rules, measured on this machine (docs/SIMULATOR.md):
   idle (TF's collectives), per byte (beta): the loopback all-reduce fit at the run's rank
   count (the nearest swept);
 - gloo's rendezvous costs a round trip per ring step (CommLibrary.latency_trips);
-- compute is the one-replica step of the same framework on one core (its CPU time), slowed
+- compute is the one-replica step of the same framework on one core (its CPU time), split
+  as each strategy computes it (a parameter server's workers forward and backward, its
+  servers the update; DDP the dense tables' step: calibrate.workload.worker_compute), slowed
   where the emulated hosts' processes oversell the machine's cores;
 - each synchronous strategy's own time per step beyond the model, from its local runs;
 - parameter servers as the run or the runners lay them out (shards, which workers' hosts
@@ -31,9 +33,10 @@ import pandas as pd
 
 from harness.calibrate.links import MeasuredLinks, emulated_topology
 from harness.calibrate.sweep_selection import software_costs
-from harness.calibrate.workload import replica_compute_s
+from harness.calibrate.workload import worker_compute
 from harness.core.strategies import MODEL_PARALLEL, library
 from harness.core.strategies import strategy as find_strategy
+from harness.sim.compute import ComputeSplit
 
 
 def simulated_as(framework: str, strategy: str) -> str | None:
@@ -93,15 +96,17 @@ def runner_ps_layout(replicas: int, hosts: int, shards: int) -> PsLayout | None:
 
 
 def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLinks,
-                 replicas: int, one_replica_s: float, *, fits: pd.DataFrame,
+                 replicas: int, one_replica: float | ComputeSplit, *, fits: pd.DataFrame,
                  cores: int | None = None,
                  ps: PsLayout | None = None,
                  runtime_s: float = 0.0,
                  link_share: float = 1.0) -> dict[str, Any] | None:
     """The simulator's row for `framework/strategy` with `replicas` workers on `links`
     (one per host), or None where the simulator has no model for it. ``profile``: a
-    harness.sim WorkloadProfile (its compute time is replaced by ``one_replica_s`` slowed
-    by oversold cores); ``ps``: the shard weights and placement of a parameter server;
+    harness.sim WorkloadProfile (its compute time is replaced by what a worker computes,
+    ``one_replica`` (seconds on one core, or its split: `worker_compute`), slowed by oversold
+    cores; a parameter server's ``apply_s`` is its servers' update); ``ps``: the shard
+    weights and placement of a parameter server;
     ``runtime_s``: the runtime's own time per step (`runtime_overhead`); ``link_share``:
     the share of the links the library's collectives reach (harness.calibrate.link_share; the
     parameter servers' transports are not collectives and keep the probed rate)."""
@@ -128,10 +133,14 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
                    "ps_beside": ps.beside}
         record = find_strategy(framework, strategy)
         processes += len(ps.shard_bytes) + (record.extra_processes if record else 0)
+    split = (one_replica if isinstance(one_replica, ComputeSplit)
+             else ComputeSplit(one_replica, 0.0))
     # the emulated hosts share the machine's cores: compute slows when they are oversold
-    compute = one_replica_s * max(1.0, processes / (cores or machine_cores()))
+    oversold = max(1.0, processes / (cores or machine_cores()))
+    compute = (split.total_s - split.apply_s) * oversold
+    stated = {"optimizer_s": split.apply_s * oversold} if split.apply_s else {}
     (row,) = simulate(topology, replicas, model, dataclasses.replace(
-        profile, step_compute_s=compute), None, library="gloo",
+        profile, step_compute_s=compute, **stated), None, library="gloo",
         ps_pull=lib.ps_pull, runtime_s=runtime_s, **options)
     row.update(topology=topology, model=model, framework=framework, strategy=strategy,
                link_share=link_share if collective else 1.0)
@@ -283,7 +292,8 @@ def runtime_overhead(measured: pd.DataFrame, fits: pd.DataFrame, framework: str,
         profile = facts.profile(batch=int(r["global_batch"]) // workers)
         predicted = predict_step(framework, strategy, profile,
                                  loopback_links(fits, framework, hosts), workers,
-                                 replica_compute_s(base), fits=fits, cores=cores, ps=ps)
+                                 worker_compute(base, framework, strategy), fits=fits,
+                                 cores=cores, ps=ps)
         if predicted is not None and predicted["status"] == "ok":
             samples.append(float(r["step_time_median_s"]) - predicted["step_time_median_s"])
     return max(0.0, _median(samples)) if samples else 0.0

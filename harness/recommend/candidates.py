@@ -58,8 +58,9 @@ class Context:
 
 
 def exchange_kind(framework: str, strategy: str) -> str:
-    """none | allreduce | central | parameter_server | sharded | model_parallel, from the
-    strategy records (a simulator name: the exchange of the real strategies it models)."""
+    """none | allreduce | central | parameter_server | sharded | embedding | model_parallel,
+    from the strategy records (a simulator name: the exchange of the real strategies it
+    models)."""
     from harness.core.strategies import MODEL_PARALLEL, STRATEGIES
     from harness.core.strategies import strategy as find_strategy
 
@@ -220,7 +221,8 @@ def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
             step_time_s=t1, batch=batch, throughput_samples_s=batch / t1, scaling_efficiency=1.0,
             source=compute_source(compute), device_memory_bytes=device_memory(target, ctx, 1),
             price_per_device_hour=price, price_basis=basis, compute_note=compute.note))
-        for fw, strategy in [(s.framework, s.name) for s in EMULATED]:
+        for fw, strategy in [(s.framework, s.name) for s in EMULATED
+                             if s.exchange != "embedding" or facts.embedding_row_bytes]:
             if fw != framework:
                 continue
             model = simulated_as(fw, strategy) or ""
@@ -364,12 +366,13 @@ def _fitting_strategies(ctx: Context, facts: WorkloadFacts, target: Target, n: i
     formula, so a strategy that cannot hold the model is not simulated."""
     from harness.core.units import format_bytes
     from harness.sim.memory import data_parallel_memory
-    from harness.sim.strategies import expand_strategies
+    from harness.sim.strategies import EMBEDDING_SHARDING, expand_strategies
 
     cap = device_memory(target, ctx, n)
     activations = (facts.activation_bytes_per_sample or 0.0) * facts.batch
     fitting, too_big = [], []
-    for _, name in expand_strategies("all"):
+    sparse = [EMBEDDING_SHARDING] if facts.embedding_row_bytes else []  # tables to shard
+    for name in [*(name for _, name in expand_strategies("all")), *sparse]:
         need = data_parallel_memory(facts.params, exchange_kind("sim", name), n,
                                     ctx.optimizer_slots, activations).total
         if not math.isfinite(cap) or need <= cap:

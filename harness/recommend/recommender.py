@@ -98,7 +98,7 @@ def _reason(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits: fl
     if ex == "model_parallel":
         return _split_reason(row, at)
     sparsity = row.get("sparsity", 1.0)
-    if ex == "parameter_server" and sparsity < 0.5:
+    if ex in ("parameter_server", "embedding") and sparsity < 0.5:
         ar = [r["bytes_per_worker"] for r in group if r["exchange"] == "allreduce"
               and math.isfinite(r.get("bytes_per_worker", NAN))]
         ratio = (min(ar) / row["bytes_per_worker"]
@@ -106,8 +106,10 @@ def _reason(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits: fl
                  else 1 / sparsity)
         fewer = (f"{ratio:.2g}x fewer bytes" if ratio >= 1
                  else f"{1 / ratio:.2g}x more bytes" if ratio > 0 else "fewer bytes")
-        return (f"embedding gradients touch {sparsity:.0%} of rows: the parameter server moves "
-                f"{fewer} than all-reduce")
+        who = ("the parameter server" if ex == "parameter_server"
+               else "sharding the tables (all-to-all of the looked-up rows)")
+        return (f"embedding gradients touch {sparsity:.0%} of rows: {who} moves {fewer} than "
+                f"all-reduce")
     comm = row.get("comm_fraction", NAN)
     if math.isfinite(comm) and comm >= 0.5:
         return f"gradient exchange is {comm:.0%} of the step{at}"

@@ -61,6 +61,8 @@ def plan(strategies: list[Strategy], workloads: list[WorkloadChoice], cluster: s
             if strat.exchange == "pipeline":
                 replicas = _pipeline_options(choice, hosts, pipeline or CaseOptions(),
                                              options)
+            if strat.exchange == "embedding":
+                _embedding_tables(choice, strat.name)
             if strat.exchange == "tensor":
                 replicas = _tensor_options(choice, hosts, pipeline or CaseOptions(),
                                            options)
@@ -82,6 +84,16 @@ def _transformer(choice: WorkloadChoice, what: str) -> Any:
         raise InputError(f"{what}: use the transformer family (transformer:S|M|L), not "
                          f"{choice.ref}")
     return config
+
+
+def _embedding_tables(choice: WorkloadChoice, strategy: str) -> None:
+    """InputError (one line) unless the workload has embedding tables to shard."""
+    from workloads import resolve_workload
+    from workloads.configs import RecsysConfig
+
+    if not isinstance(getattr(resolve_workload(choice.ref), "config", None), RecsysConfig):
+        raise InputError(f"{strategy} shards embedding tables: use the recsys family "
+                         f"(recsys:S|M|L), not {choice.ref}")
 
 
 def _tensor_options(choice: WorkloadChoice, hosts: int, asked: CaseOptions,

@@ -22,7 +22,8 @@ import torch.distributed as dist
 from harness.core.case import COMM_ROUNDS, Case
 from harness.measure.stats import summarize_rounds
 
-OPS = ("all_reduce", "broadcast", "reduce_scatter", "all_gather", "ps_push", "ps_pull")
+OPS = ("all_reduce", "broadcast", "reduce_scatter", "all_gather", "all_to_all", "ps_push",
+       "ps_pull")
 BUDGET_S = 0.05  # per point and round
 MIN_ITERS, MAX_ITERS = 1, 25
 
@@ -41,6 +42,9 @@ def _op(name: str, nbytes: int, rank: int, world: int) -> Any:
     if name == "all_gather":
         part = torch.ones(elems // world)
         return lambda: dist.all_gather_into_tensor(buf, part)
+    if name == "all_to_all":  # buf / world to every rank (embedding sharding's exchange)
+        received = torch.empty(elems)
+        return lambda: dist.all_to_all_single(received, buf)
     if name in ("ps_push", "ps_pull"):  # rank 0 is the server; the others are workers
         push = name == "ps_push"
 

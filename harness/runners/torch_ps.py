@@ -323,7 +323,8 @@ def run_worker(case: Case, index: int, workdir: Path) -> dict[str, Any]:
                               "world": workers, "threads": torch.get_num_threads(),
                               "bytes_pushed_per_step": float(np.median(pushed)) if pushed
                               else 0.0, "servers": server_stats, **meter.report(len(times)),
-                              "details": overlap}
+                              "details": {**overlap, **(
+                                  {"updates": "sparse rows"} if tw.sparse_updates(spec) else {})}}
     if index == 0:
         path = workdir / f"weights-{case.strategy}-0.npz"
         np.savez(path, **{n: p.detach().numpy().copy() for n, p in params.items()})

@@ -1,4 +1,4 @@
-"""PyTorch strategies, child side: single_device, ddp, fsdp (parameter servers: torch_ps).
+"""PyTorch strategies, child side: single_device, ddp, fsdp (the others: their own modules).
 
 Imported only inside a worker process of a torch case (DESIGN.md: `import torch` lives in
 torch-specific modules). Each worker builds the same model from the same seed, trains on its
@@ -20,7 +20,6 @@ import torch.distributed as dist
 
 from harness.core.case import LEARNING_RATE, LOCAL_REPLICAS, Case
 from harness.measure import memory
-from harness.measure.cpu import CpuMeter
 from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
 from harness.runners import torch_workload as tw
@@ -140,6 +139,42 @@ def measure_fsdp_overlap(case: Case, model: torch.nn.Module, spec: tw.Workload, 
 
 
 PROBES = {"ddp": measure_overlap, "fsdp": measure_fsdp_overlap}
+SPLIT_ROUNDS = 3
+
+
+def _timed_split(spec: tw.Workload, model: torch.nn.Module, batch: Any) -> dict[str, float]:
+    """Forward, backward and the optimizer's update of one step, timed apart (the median of
+    a few rounds); the update at learning rate 0 (SGD does the same work), so the weights
+    stay as they are."""
+    probe = torch.optim.SGD(model.parameters(), lr=0.0)
+    parts: dict[str, list[float]] = {"forward_s": [], "backward_s": [], "optimizer_s": []}
+    for _ in range(SPLIT_ROUNDS):
+        probe.zero_grad(set_to_none=True)
+        start = time.perf_counter()
+        value = tw.loss(spec, model, batch)
+        forward = time.perf_counter()
+        value.backward()
+        backward = time.perf_counter()
+        probe.step()
+        done = time.perf_counter()
+        parts["forward_s"].append(forward - start)
+        parts["backward_s"].append(backward - forward)
+        parts["optimizer_s"].append(done - backward)
+    model.zero_grad(set_to_none=True)
+    return {k: float(np.median(v)) for k, v in parts.items()}
+
+
+def measure_split(case: Case, model: torch.nn.Module, spec: tw.Workload, batch: Any,
+                  sparse: bool) -> dict[str, Any]:
+    """The one-device step split where strategies differ (harness.sim.compute.ComputeSplit):
+    a parameter-server worker computes forward and backward only and its servers apply the
+    update; DDP and FSDP update every row on every worker. A sparse baseline also times the
+    same model with dense tables, which is what DDP and FSDP compute."""
+    out: dict[str, Any] = {"updates": "sparse rows" if sparse else "dense",
+                           "compute_split": _timed_split(spec, model, batch)}
+    if sparse:
+        out["dense_compute_split"] = _timed_split(spec, tw.build(spec, case.seed), batch)
+    return out
 
 
 def train(case: Case, rank: int, world: int, batch_per_rank: int,
@@ -147,8 +182,12 @@ def train(case: Case, rank: int, world: int, batch_per_rank: int,
     """The timed loop shared by every synchronous torch strategy (and the reference)."""
     spec = tw.spec(case)
     torch.manual_seed(case.seed)
-    baseline = memory.current()  # what the model costs, not the interpreter
-    model = tw.build(spec, case.seed)
+    resident = memory.current()  # what the model costs, not the interpreter
+    # one device updates only the rows it touched, as recommender training does; DDP and
+    # FSDP all-reduce dense gradients (their timing probes need them dense too)
+    baseline = not distributed or case.strategy == "single_device"
+    sparse = baseline and tw.sparse_updates(spec)
+    model = tw.build(spec, case.seed, sparse_embeddings=sparse)
     if distributed:
         model = _wrap(case, model)
     # the peak from here on: the builder's temporaries (numpy weights copied in, FSDP's
@@ -158,23 +197,17 @@ def train(case: Case, rank: int, world: int, batch_per_rank: int,
     global_batch = batch_per_rank * world
     batches = [tw.shard(tw.batch(spec, step, global_batch, case.seed), rank, world)
                for step in range(case.total_steps)]
-    times, losses = [], []
     meter = WireMeter(active=distributed and rank == 0)
-    cpu = CpuMeter()
-    for step, batch in enumerate(batches):
-        tw.inject_fault(case, rank, step)
-        if step == case.warmup:
-            meter.start()
-            cpu.start()
-        value, elapsed = tw.timed_step(spec, model, optimizer, batch)
-        if step >= case.warmup:
-            times.append(elapsed)
-        losses.append(value)
-    meter.stop()
-    cpu.stop()
-    gained = memory.peak_since(baseline, was_reset)  # before the probe's gradient copy
+    times, losses, cpu = tw.timed_steps(
+        case, rank, batches, lambda batch: tw.timed_step(spec, model, optimizer, batch), meter)
+    gained = memory.peak_since(resident, was_reset)  # before the probe's gradient copy
     probe = PROBES.get(case.strategy) if distributed and world > 1 and times else None
-    overlap = probe(case, model, spec, batches[-1], float(np.median(times))) if probe else {}
+    overlap: dict[str, Any] = (probe(case, model, spec, batches[-1], float(np.median(times)))
+                               if probe else {})
+    if times and case.strategy == "single_device" and distributed:  # not the reference's
+        overlap.update(measure_split(case, model, spec, batches[-1], sparse))
+    elif tw.sparse_updates(spec):
+        overlap["updates"] = "sparse rows" if sparse else "dense"
     report: dict[str, Any] = {"step_times_s": times, "losses": losses, "rank": rank,
                               "world": world, "threads": torch.get_num_threads(),
                               "grad_bytes": tw.grad_bytes(model),
@@ -217,6 +250,12 @@ def run(case: Case, role: str, index: int, workdir: Path) -> dict[str, Any]:
         # worker ends with os._exit right after its report, so the OS closes the sockets.
         dist.barrier()
         return report
+    if case.strategy == "embedding_sharding":
+        from harness.runners import torch_embedding_sharding
+
+        torch.set_num_threads(_threads(case))
+        _init_group(case, index, case.replicas)
+        return torch_embedding_sharding.run(case, index, workdir)
     if case.strategy == "pipeline":
         from harness.runners import torch_pipeline
 

@@ -9,15 +9,18 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
 from harness.core.case import Case
+from harness.measure.cpu import CpuMeter
+from harness.measure.wire import WireMeter
 from workloads import UserWorkload, WorkloadSpec, data, resolve_workload
 from workloads import torch_models as models
-from workloads.configs import TransformerConfig
+from workloads.configs import RecsysConfig, TransformerConfig
 
 shard = data.shard
 shard_units = models.shard_units  # [] for a user's model: sharded at its root
@@ -57,6 +60,14 @@ def loss(workload: Workload, model: nn.Module, batch: Any) -> torch.Tensor:
     return models.loss(workload, model, batch)
 
 
+def sparse_updates(workload: Workload) -> bool:
+    """Whether one device trains it as recommender training does: embedding tables whose
+    gradients are the touched rows (sparse tensors) and an optimizer that updates only those
+    rows. A dense one would update every row of every table each step (recsys:L: 128M rows
+    of which 0.4% were looked up) and is not what a user runs on one device."""
+    return isinstance(getattr(workload, "config", None), RecsysConfig)
+
+
 def sparse_parameter_names(model: nn.Module) -> set[str]:
     """Parameters whose gradients arrive as sparse tensors (embedding rows touched)."""
     names = set()
@@ -91,3 +102,25 @@ def timed_step(spec: Workload, model: torch.nn.Module, optimizer: torch.optim.Op
     optimizer.step()
     value = float(value_t.detach())
     return value, time.perf_counter() - start
+
+
+def timed_steps(case: Case, rank: int, batches: list[Any],
+                step: Callable[[Any], tuple[float, float]], meter: WireMeter
+                ) -> tuple[list[float], list[float], CpuMeter]:
+    """The loop every torch strategy times: the fault hooks, the wire and CPU meters from
+    the first step after warm-up; (each timed step's seconds, every step's loss, the CPU
+    meter). ``step`` runs one batch and returns (its loss, its seconds)."""
+    times, losses = [], []
+    cpu = CpuMeter()
+    for index, batch in enumerate(batches):
+        inject_fault(case, rank, index)
+        if index == case.warmup:
+            meter.start()
+            cpu.start()
+        value, elapsed = step(batch)
+        if index >= case.warmup:
+            times.append(elapsed)
+        losses.append(value)
+    meter.stop()
+    cpu.stop()
+    return times, losses, cpu

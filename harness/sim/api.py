@@ -17,6 +17,7 @@ from harness.core.errors import SpecError
 from harness.sim import calibration as cal
 from harness.sim.closed_forms import busbw
 from harness.sim.collectives import (
+    all_to_all,
     binomial_broadcast,
     ring_all_gather,
     ring_reduce_scatter,
@@ -219,7 +220,7 @@ def _row(r: StepResult, single_step_s: float, batch: int, calib: cal.Calibration
 
 COLLECTIVE_ALGORITHMS = (*ALLREDUCE, "reduce_scatter_ring", "all_gather_ring",
                          "broadcast_tree", "broadcast_binomial", "parameter_server",
-                         "central_storage")
+                         "central_storage", "all_to_all")
 
 
 def simulate_collective(topology_spec: str, workers: int, algorithm: str, nbytes: float,
@@ -248,6 +249,8 @@ def simulate_collective(topology_spec: str, workers: int, algorithm: str, nbytes
             schedule = binomial_broadcast(workers)
         elif algorithm == "central_storage":
             schedule = central_storage(workers)
+        elif algorithm == "all_to_all":
+            schedule = all_to_all(workers)
         else:
             k = ps_shards or max(1, -(-workers // 8))
             schedule = ps_sync(workers, k, colocated=False)

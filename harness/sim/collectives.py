@@ -295,3 +295,14 @@ def point_to_point(pairs: int) -> Schedule:
     src = np.arange(pairs, dtype=np.int64)
     return Schedule("send_recv", "broadcast", 2 * pairs, 1,
                     (step(src, src + pairs, 0, 1, reduce=False),), contributors=pairs)
+
+
+def all_to_all(p: int) -> Schedule:
+    """Every rank sends a different chunk to every other, all at once (torch's
+    all_to_all_single, NCCL's and gloo's alltoall): chunk i * p + j of rank i to rank j.
+    Executed on numbers, rank j ends with every rank's chunk meant for it."""
+    src = np.repeat(np.arange(p), p)
+    dst = np.tile(np.arange(p), p)
+    keep = src != dst
+    steps = (step(src[keep], dst[keep], (src * p + dst)[keep], 1, reduce=False),) if p > 1 else ()
+    return Schedule("all_to_all", "all_to_all", p, p * p, steps)

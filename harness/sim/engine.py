@@ -75,16 +75,18 @@ def _placement(schedule: Schedule, topology: Topology,
 def run_collective(schedule: Schedule, topology: Topology, nbytes: float, *,
                    mode: str = "fast", devices: Sequence[int] | np.ndarray | None = None
                    ) -> CollectiveResult:
-    """Time ``schedule`` moving a buffer of ``nbytes`` per rank on ``topology``."""
+    """Time ``schedule`` moving a buffer of ``nbytes`` per rank on ``topology`` (for an
+    all-to-all, what each rank sends: one row of its message matrix)."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
     place = _placement(schedule, topology, devices)
+    buffer = nbytes * schedule.world if schedule.collective == "all_to_all" else nbytes
     started = time.perf_counter()
     env = CountingEnvironment()
     table = link_table(topology)
     stats = _Stats(len(table.class_names))
     runner = _fast if mode == "fast" else _detailed
-    env.process(runner(env, schedule, topology, nbytes, place, stats))
+    env.process(runner(env, schedule, topology, buffer, place, stats))
     env.run()
     names = table.class_names
     return CollectiveResult(

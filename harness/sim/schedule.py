@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-COLLECTIVES = ("allreduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
+COLLECTIVES = ("allreduce", "reduce_scatter", "all_gather", "broadcast", "reduce",
+               "all_to_all")
 
 
 class ScheduleError(ValueError):
@@ -127,6 +128,9 @@ def step(src: object, dst: object, lo: object, size: object = 1, *, reduce: obje
 @dataclass(frozen=True, eq=False)
 class Schedule:
     """A collective as steps over ``world`` ranks and a buffer cut into ``n_chunks`` chunks.
+
+    An all-to-all's buffer is the world x world matrix of messages, row i what rank i sends
+    (chunk i * world + j goes to rank j): its bytes per rank are one row's.
 
     Ranks ``0 .. contributors-1`` start with their data; the others (dedicated parameter
     servers) start with zeros. ``owner[c]`` is the rank that ends with (reduce_scatter) or

@@ -18,6 +18,10 @@ A step is forward (1/3 of compute), backward (2/3), the exchange, and the optimi
   after; the optimizer works on a 1/W shard;
 * synchronous parameter server / central storage: compute, then push and pull the touched
   bytes (``gradient_sparsity``), the servers' optimizer in between;
+* embedding sharding (DLRM's hybrid): each replica asks the owners of the distinct rows it
+  looks up for them (all-to-all of the counts, the int64 ids, then the rows) before forward;
+  after backward the rows' gradients go back to their owners (all-to-all) and the dense
+  gradients are all-reduced (one ring), as harness/runners/torch_embedding_sharding runs it;
 
 Workers are identical except for ``stragglers`` workers ``straggler_factor`` times slower.
 By symmetry one SimPy process per class of workers (normal, slow) stands for all of them; a
@@ -35,6 +39,7 @@ import simpy
 from harness.core.errors import SpecError
 from harness.sim.calibration import Calibration, compute_seconds
 from harness.sim.collectives import (
+    all_to_all,
     ring_all_gather,
     ring_allreduce,
 )
@@ -47,6 +52,7 @@ from harness.sim.step_result import StepResult, worker_classes
 from harness.sim.strategies import (
     AFTER_BACKWARD,
     ALLREDUCE,
+    EMBEDDING_SHARDING,
     allreduce_schedule,
     channel_rings,
     fsdp_schedules,
@@ -133,6 +139,8 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
                                  colls)
     elif strategy == AFTER_BACKWARD:
         finish = _after_backward_step(env, topology, workers, profile, compute, classes, colls)
+    elif strategy == EMBEDDING_SHARDING:
+        finish = _embedding_step(topology, workers, profile, compute, classes, colls)
     elif strategy == "fsdp":
         optimizer = after = profile.optimizer_s / workers  # each rank updates its shard
         finish = _fsdp_step(env, topology, workers, profile, compute, classes, colls, library)
@@ -246,6 +254,28 @@ def _after_backward_step(env: simpy.Environment, topology: Topology, workers: in
 
     env.process(run())
     return lambda: state["end"]
+
+
+def _embedding_step(topology: Topology, workers: int, profile: WorkloadProfile,
+                    compute: float, classes: list[tuple[int, float]], colls: _Collectives
+                    ) -> Callable[[], float]:
+    """Each replica's distinct rows (``sparse_rows_bytes``: the values and an int64 id per
+    row) split evenly among their owners, its own share never leaving it; everything in
+    series, as one rank runs it."""
+    slowest = compute * max(f for _, f in classes)
+    if workers < 2:
+        return lambda: slowest
+    rows = profile.sparse_rows_bytes if profile.embedding_row_bytes else 0.0
+    ids = rows * 8 / (profile.embedding_row_bytes + 8) if rows else 0.0
+    exchange = all_to_all(workers)
+    took = 0.0
+    if rows:
+        took += sum(colls.time(exchange, size) for size in (8.0 * workers, ids, rows - ids))
+        took += colls.time(exchange, rows - ids)  # the rows' gradients back to the owners
+    if profile.dense_bytes > 0:
+        took += colls.time(channel_rings(ring_allreduce, topology, workers), profile.dense_bytes)
+    finish = slowest + took
+    return lambda: finish
 
 
 def _fsdp_step(env: simpy.Environment, topology: Topology, workers: int,

@@ -34,10 +34,15 @@ ALLREDUCE = ALLREDUCE_ALGORITHMS  # the records own the list
 # TensorFlow's custom training loop under (MultiWorker)MirroredStrategy: every gradient
 # first, then one all-reduce of the dense ones and an all-gather of the sparse ones' rows.
 AFTER_BACKWARD = "allreduce_after_backward"
+# Embedding sharding: the dense layers all-reduced, the tables' looked-up rows and their
+# gradients moved by all-to-all (sparse models only).
+EMBEDDING_SHARDING = "embedding_sharding"
 SIM_STRATEGIES = (*ALLREDUCE, AFTER_BACKWARD, "fsdp", "parameter_server", "parameter_server_async",
-                  "central_storage")
-#: The strategies `--strategy all` simulates (the unpipelined binary tree is a reference only).
-DEFAULT_STRATEGIES = tuple(s for s in SIM_STRATEGIES if s != "allreduce_binary_tree")
+                  "central_storage", EMBEDDING_SHARDING)
+#: The strategies `--strategy all` simulates (the unpipelined binary tree is a reference only;
+#: embedding sharding is simulated when named, as it runs).
+DEFAULT_STRATEGIES = tuple(s for s in SIM_STRATEGIES
+                           if s not in ("allreduce_binary_tree", EMBEDDING_SHARDING))
 
 #: (framework, real name) -> simulated strategy: the strategy records' (harness.core).
 REAL_TO_SIM: dict[tuple[str, str], str] = dict(SIMULATED_AS)

@@ -22,7 +22,7 @@ from harness.calibrate.fits import comm_table
 from harness.calibrate.link_share import link_share, shaped_all_reduces
 from harness.calibrate.links import MeasuredLinks, emulated_topology, measured_links
 from harness.calibrate.sweep_selection import latest_sweeps, loopback_fits, realtime_rows
-from harness.calibrate.workload import replica_compute_s
+from harness.calibrate.workload import worker_compute
 from harness.core.clusters import parse_cluster
 from harness.core.errors import InputError
 from harness.core.strategies import baseline as find_baseline
@@ -50,7 +50,8 @@ from results.store import MANIFEST, ResultsStore, load, load_table_safe
 # broadcast as an unchunked binomial tree (gloo/broadcast.cc; on 4 and 6 emulated hosts 4 MiB
 # took 3 and 5 message times, which a pipelined tree's prediction missed by -22..-50%).
 OP_TO_COLLECTIVE = {"all_reduce": "allreduce_ring", "reduce_scatter": "allreduce_ring",
-                    "all_gather": "all_gather_ring", "broadcast": "broadcast_binomial"}
+                    "all_gather": "all_gather_ring", "broadcast": "broadcast_binomial",
+                    "all_to_all": "all_to_all"}
 VALIDATION_TABLE = "validation"
 
 
@@ -286,7 +287,8 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
         profile = facts.profile(batch=r["global_batch"] // r["replicas"])
         share = link_share(points, fits, r["framework"], links, r["cluster"], int(r["replicas"]))
         sim = predict_step(r["framework"], r["strategy"], profile, links, int(r["replicas"]),
-                           replica_compute_s(base.iloc[0]), fits=fits, cores=cores, ps=ps,
+                           worker_compute(base.iloc[0], r["framework"], r["strategy"]),
+                           fits=fits, cores=cores, ps=ps,
                            runtime_s=runtimes[key],
                            link_share=share.efficiency if share else 1.0)
         if sim is None or sim["status"] != "ok":

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Sparse models (issue 28): every strategy that trains an embedding model across emulated
+# hosts (torch parameter_server, ddp and embedding_sharding; TF multi_worker_mirrored and
+# parameter_server), with each framework's one-device baseline (torch's updates touched rows
+# only), on recsys:M and recsys:L, 2, 4 and 6 hosts at 100 and 300 Mbit/s; first what the
+# predictions take their calibration from: the loopback sweeps (three at each rank count,
+# all-to-all included), local runs of every strategy (each runtime's own cost), and a 16 MiB
+# all-reduce swept three times on each cluster's links (each library's share of them).
+# Needs root. Stages run in the order given (default: all), each resumable by rerunning it:
+#   campaign-sparse.sh OUT [sweeps] [local] [HOSTS:RATE ...]
+# Then: stratbench validate --results OUT
+set -euo pipefail
+out=${1:-$(dirname "$0")/2026-11-26-sparse}
+shift || true
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(sweeps local 4:300mbit 4:100mbit 2:300mbit 2:100mbit
+                                  6:300mbit 6:100mbit)
+sb() { python -m harness.cli "$@" --results "$out"; }
+torch_strategies=(--strategy single_device --strategy parameter_server --strategy ddp)
+[ -n "${NO_EMBEDDING_SHARDING:-}" ] || torch_strategies+=(--strategy embedding_sharding)
+tf_strategies=(--strategy one_device --strategy multi_worker_mirrored --strategy parameter_server)
+# ddp moves every row of every table each step (recsys:L: 512 MB, ~60 s at 100 Mbit/s on 4
+# hosts): few steps, one repeat
+common=(--steps 4 --warmup 1 --repeats 1)
+for stage in "${stages[@]}"; do
+  case $stage in
+    sweeps)
+      for world in 2 4 6; do
+        for _ in 1 2 3; do sb comm --framework all --world "$world"; done
+      done ;;
+    local)
+      for workload in recsys:M recsys:L; do
+        sb run --framework torch "${torch_strategies[@]}" --workload "$workload" "${common[@]}"
+        sb run --framework tf "${tf_strategies[@]}" --workload "$workload" "${common[@]}"
+      done ;;
+    *:*)
+      hosts=${stage%%:*} rate=${stage#*:}
+      cluster=netns:hosts=$hosts,rate=$rate
+      for _ in 1 2 3; do
+        sb comm --framework all --cluster "$cluster" --world "$hosts" --sizes 16MiB:16MiB
+      done
+      for workload in recsys:M recsys:L; do
+        sb run --framework torch "${torch_strategies[@]}" --workload "$workload" \
+          --cluster "$cluster" "${common[@]}"
+        sb run --framework tf "${tf_strategies[@]}" --workload "$workload" \
+          --cluster "$cluster" "${common[@]}"
+      done ;;
+    *) echo "campaign-sparse.sh: unknown stage '$stage' (sweeps, local or HOSTS:RATE)" >&2
+       exit 2 ;;
+  esac
+done

@@ -1,0 +1,85 @@
+"""Sparse models told true (issue 28): a one-device baseline that updates touched rows,
+each strategy's worker compute taken from its split, and embedding sharding."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from harness.calibrate.workload import worker_compute
+from harness.core.errors import InputError
+from harness.core.strategies import strategies
+from harness.run.plan import plan, resolve_workloads
+from harness.runners.torch_embedding_sharding import plan_shards
+
+BASE = {"step_time_median_s": 0.010,
+        "extra": {"cpu_s_per_step": 0.020, "updates": "sparse rows",
+                  "compute_split": {"forward_s": 0.002, "backward_s": 0.004,
+                                    "optimizer_s": 0.003},
+                  "dense_compute_split": {"forward_s": 0.003, "backward_s": 0.5,
+                                          "optimizer_s": 0.06}}}
+
+
+def test_each_strategy_computes_what_its_workers_compute():
+    """From one sparse baseline (CPU time twice its wall time): a parameter server's
+    workers forward and backward, its servers the update; DDP the dense tables' step;
+    embedding sharding and one device the sparse step; a TF row without a split, whole."""
+    ps = worker_compute(BASE, "torch", "parameter_server")
+    assert (ps.forward_s, ps.backward_s, ps.optimizer_s) == pytest.approx((0.004, 0.008, 0.0))
+    assert ps.apply_s == pytest.approx(0.006)
+    ddp = worker_compute(BASE, "torch", "ddp")
+    assert ddp.total_s == pytest.approx(2 * 0.563) and ddp.apply_s == 0.0
+    sharded = worker_compute(BASE, "torch", "embedding_sharding")
+    assert sharded.total_s == pytest.approx(2 * 0.009) and sharded.apply_s == 0.0
+    whole = worker_compute({"step_time_median_s": 0.3, "extra": {"cpu_s_per_step": 0.5}},
+                           "tf", "parameter_server")
+    assert (whole.total_s, whole.apply_s) == (0.5, 0.0)
+
+
+def test_tables_go_whole_to_ranks_where_they_balance_and_by_rows_where_not():
+    assert plan_shards((1_000_000, 500_000, 250_000, 250_000), 2).owner == (0, 1, 1, 1)
+    assert plan_shards((1_000_000, 500_000, 250_000, 250_000), 4).kind == "row-wise"
+    assert plan_shards((100_000,) * 8, 4).kind == "table-wise"
+    assert plan_shards((100_000,) * 8, 6).kind == "row-wise"  # 2 tables on some, 1 on others
+    assert plan_shards((10,) * 2, 3).kind == "row-wise"  # fewer tables than ranks
+    for rows, world in (((10, 7, 3), 4), ((100_000,) * 8, 4), ((5,), 1)):
+        shards = plan_shards(rows, world)
+        for t, n in enumerate(rows):  # every row lives on exactly one rank
+            assert sum(shards.local_rows(r, t) for r in range(world)) == n
+
+
+def test_embedding_sharding_runs_only_when_named_and_only_on_embedding_models():
+    assert "embedding_sharding" not in {s.name for s in strategies("torch", ["all"])}
+    (chosen,) = strategies("torch", ["embedding_sharding"])
+    (mlp,) = resolve_workloads(["mlp:S"])
+    with pytest.raises(InputError, match="shards embedding tables: use the recsys family"):
+        plan([chosen], [mlp], "local", 4, 1, 1, 60.0)
+
+
+@pytest.mark.heavy
+def test_embedding_sharding_ends_with_one_devices_weights_table_wise_and_row_wise(tmp_path):
+    """recsys:S's four equal tables: table-wise on 2 ranks, row-wise on 3 (two tables on one
+    rank would load it twice the mean); both within 1e-5 of one device on the global batch.
+    The one-device baseline updates touched rows and records its split and the dense one."""
+    from harness.run.execute import execute
+    from results import ResultsStore
+
+    (choice,) = resolve_workloads(["recsys:S"])
+    choice = dataclasses.replace(choice, batch=16)
+    cases = plan(strategies("torch", ["single_device", "embedding_sharding"]), [choice],
+                 "local", 4, 1, 1, 120.0)
+    three = dataclasses.replace(cases[1], replicas=3)
+    rows = execute([*cases, three], ResultsStore(tmp_path), "r1")
+    base, *sharded = rows
+    assert base.extra["updates"] == "sparse rows"
+    assert set(base.extra["compute_split"]) == {"forward_s", "backward_s", "optimizer_s"}
+    assert (sum(base.extra["dense_compute_split"].values())
+            > sum(base.extra["compute_split"].values()))
+    assert [r.extra["sharding"] for r in sharded] == ["table-wise", "row-wise"]
+    for row in sharded:
+        assert row.status == "ok", row.reason
+        assert row.max_weight_diff < 1e-5, row.max_weight_diff
+        assert math.isfinite(row.scaling_efficiency) and row.bytes_sent_per_step > 0
+        assert sum(row.extra["rows_per_rank"]) == 4 * 10_000
