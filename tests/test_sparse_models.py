@@ -83,3 +83,22 @@ def test_embedding_sharding_ends_with_one_devices_weights_table_wise_and_row_wis
         assert row.max_weight_diff < 1e-5, row.max_weight_diff
         assert math.isfinite(row.scaling_efficiency) and row.bytes_sent_per_step > 0
         assert sum(row.extra["rows_per_rank"]) == 4 * 10_000
+
+
+def test_the_report_says_where_an_embedding_models_efficiency_is_against_a_dense_baseline():
+    from reports.build import dense_baseline_note
+
+    def row(strategy: str, replicas: int, framework: str = "torch", workload: str = "recsys",
+            **extra: str) -> dict:
+        return {"run_id": "r1", "framework": framework, "strategy": strategy,
+                "workload": workload, "size": "L", "replicas": replicas, "extra": extra}
+
+    old = [row("single_device", 1), row("ddp", 2)]
+    assert dense_baseline_note(old[1], old).startswith("efficiency against a dense one-device")
+    new = [row("single_device", 1, updates="sparse rows"), row("ddp", 2)]
+    assert dense_baseline_note(new[1], new) == ""
+    assert dense_baseline_note(new[0], new) == ""  # the baseline itself
+    tf = [row("one_device", 1, "tf"), row("parameter_server", 2, "tf")]
+    assert "read each table whole" in dense_baseline_note(tf[1], tf)
+    dense_model = [row("single_device", 1, workload="mlp"), row("ddp", 2, workload="mlp")]
+    assert dense_baseline_note(dense_model[1], dense_model) == ""

@@ -6,8 +6,11 @@
 # predictions take their calibration from: the loopback sweeps (three at each rank count,
 # all-to-all included), local runs of every strategy (each runtime's own cost), and a 16 MiB
 # all-reduce swept three times on each cluster's links (each library's share of them).
-# Needs root. Stages run in the order given (default: all), each resumable by rerunning it:
-#   campaign-sparse.sh OUT [sweeps] [local] [HOSTS:RATE ...]
+# Needs root; run it on an otherwise idle machine (the local runs time compute).
+#   campaign-sparse.sh OUT [sweeps] [local] [HOSTS:RATE ...]     (default: every stage)
+# Stages run in the order given; a stage rerun adds runs beside the earlier ones.
+# TORCH="single_device embedding_sharding" TF=none campaign-sparse.sh OUT 4:300mbit
+# runs only those strategies (the cluster sweeps are skipped with SWEEP=0).
 # Then: stratbench validate --results OUT
 set -euo pipefail
 out=${1:-$(dirname "$0")/2026-11-26-sparse}
@@ -16,12 +19,17 @@ stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(sweeps local 4:300mbit 4:100mbit 2:300mbit 2:100mbit
                                   6:300mbit 6:100mbit)
 sb() { python -m harness.cli "$@" --results "$out"; }
-torch_strategies=(--strategy single_device --strategy parameter_server --strategy ddp)
-[ -n "${NO_EMBEDDING_SHARDING:-}" ] || torch_strategies+=(--strategy embedding_sharding)
-tf_strategies=(--strategy one_device --strategy multi_worker_mirrored --strategy parameter_server)
+flags() { [ "$1" = none ] || for s in $1; do printf -- '--strategy\n%s\n' "$s"; done; }
+mapfile -t torch_strategies < <(flags "${TORCH:-single_device parameter_server ddp embedding_sharding}")
+mapfile -t tf_strategies < <(flags "${TF:-one_device multi_worker_mirrored parameter_server}")
 # ddp moves every row of every table each step (recsys:L: 512 MB, ~60 s at 100 Mbit/s on 4
 # hosts): few steps, one repeat
 common=(--steps 4 --warmup 1 --repeats 1)
+runs() {  # framework, its strategies..., then the run's own flags after --
+  local fw=$1; shift
+  local chosen=() ; while [ "$1" != -- ]; do chosen+=("$1"); shift; done; shift
+  [ ${#chosen[@]} -eq 0 ] || sb run --framework "$fw" "${chosen[@]}" "$@" "${common[@]}"
+}
 for stage in "${stages[@]}"; do
   case $stage in
     sweeps)
@@ -30,20 +38,20 @@ for stage in "${stages[@]}"; do
       done ;;
     local)
       for workload in recsys:M recsys:L; do
-        sb run --framework torch "${torch_strategies[@]}" --workload "$workload" "${common[@]}"
-        sb run --framework tf "${tf_strategies[@]}" --workload "$workload" "${common[@]}"
+        runs torch "${torch_strategies[@]}" -- --workload "$workload"
+        runs tf "${tf_strategies[@]}" -- --workload "$workload"
       done ;;
     *:*)
       hosts=${stage%%:*} rate=${stage#*:}
       cluster=netns:hosts=$hosts,rate=$rate
-      for _ in 1 2 3; do
-        sb comm --framework all --cluster "$cluster" --world "$hosts" --sizes 16MiB:16MiB
-      done
+      if [ "${SWEEP:-1}" != 0 ]; then
+        for _ in 1 2 3; do
+          sb comm --framework all --cluster "$cluster" --world "$hosts" --sizes 16MiB:16MiB
+        done
+      fi
       for workload in recsys:M recsys:L; do
-        sb run --framework torch "${torch_strategies[@]}" --workload "$workload" \
-          --cluster "$cluster" "${common[@]}"
-        sb run --framework tf "${tf_strategies[@]}" --workload "$workload" \
-          --cluster "$cluster" "${common[@]}"
+        runs torch "${torch_strategies[@]}" -- --workload "$workload" --cluster "$cluster"
+        runs tf "${tf_strategies[@]}" -- --workload "$workload" --cluster "$cluster"
       done ;;
     *) echo "campaign-sparse.sh: unknown stage '$stage' (sweeps, local or HOSTS:RATE)" >&2
        exit 2 ;;
