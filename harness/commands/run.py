@@ -48,9 +48,15 @@ def _row_line(row: ResultRow) -> str:
         f", efficiency {row.scaling_efficiency:.2f}"
     diff = "" if row.max_weight_diff != row.max_weight_diff else \
         f", max weight diff {row.max_weight_diff:.1e}"
+    floor = row.extra.get("rounding_floor")
     if row.extra.get("weights_match") is False:
         diff += (f" MISMATCH: over the {strategy_records.WEIGHT_TOLERANCE:.0e} tolerance of one "
-                 f"device's weights")
+                 f"device's weights" + (
+                     f" and {strategy_records.ROUNDING_MARGIN:.0f}x the {floor:.1e} one device "
+                     f"moves by itself on another thread count" if floor is not None else ""))
+    elif floor is not None:
+        diff += (f" (rounding: one device alone on another thread count ends {floor:.1e} "
+                 f"from itself)")
     return (f"{row.case_id}: ok, median step {row.step_time_median_s * 1e3:.1f} ms "
             f"[{row.step_time_ci95_low_s * 1e3:.1f}, {row.step_time_ci95_high_s * 1e3:.1f}], "
             f"{row.throughput_samples_s:.0f} samples/s{eff}{diff}")

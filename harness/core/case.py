@@ -23,6 +23,18 @@ COMM_ROUNDS = 7
 # weight against one device.
 LEARNING_RATE = 0.05
 PS_SHARDS = 2
+# The correctness baselines' roles: one device on the global batch ("reference"), and the same
+# on another thread count ("rounding": its distance from the reference is how far float32
+# summation order alone moves this model's weights over these steps).
+REFERENCE_ROLES = ("reference", "rounding")
+
+
+def reference_threads(role: str, threads: int) -> int:
+    """The threads a reference role trains on: its default, or for the rounding floor another
+    count, so that matmuls split their sums another way."""
+    if role != "rounding":
+        return threads
+    return 1 if threads > 1 else 2
 
 
 @dataclass(frozen=True)

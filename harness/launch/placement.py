@@ -57,7 +57,7 @@ def _on_host(spec: ProcessSpec, host: Host, **env: str) -> ProcessSpec:
     return dataclasses.replace(placed, argv=host.wrap(spec.argv))
 
 
-def reference(case: Case, case_file: Path) -> ProcessSpec:
-    """One device on the global batch: what a synchronous strategy must reproduce."""
-    return ProcessSpec("reference", 0, worker_argv(case_file, "reference", 0),
-                       {"TF_CPP_MIN_LOG_LEVEL": "2"})
+def reference(case: Case, case_file: Path, role: str = "reference") -> ProcessSpec:
+    """One device on the global batch: what a synchronous strategy must reproduce (role
+    "rounding": the same on another thread count, core.case.REFERENCE_ROLES)."""
+    return ProcessSpec(role, 0, worker_argv(case_file, role, 0), {"TF_CPP_MIN_LOG_LEVEL": "2"})

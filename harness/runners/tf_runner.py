@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from harness.core.case import LEARNING_RATE, Case
+from harness.core.case import LEARNING_RATE, REFERENCE_ROLES, Case, reference_threads
 from harness.core.strategies import strategy as find_strategy
 from harness.measure.cpu import CpuMeter
 from harness.measure.stats import overlap as measured_overlap
@@ -39,6 +39,7 @@ from harness.runners.tf_setup import (
     _single_process_strategy,
     _step_errors,
     _tpu_strategy,
+    cores,
 )
 
 
@@ -226,8 +227,8 @@ def _with_details(report: dict[str, Any], details: dict[str, Any]) -> dict[str, 
 def run(case: Case, role: str, index: int, workdir: Path) -> dict[str, Any]:
     if case.strategy not in ("multi_worker_mirrored", "parameter_server", "comm"):
         os.environ.pop("TF_CONFIG", None)  # a stray cluster must not change a local case
-    if role == "reference":  # one device, global batch: the correctness baseline
-        _configure(1)
+    if role in REFERENCE_ROLES:  # one device, global batch: the correctness baseline
+        _configure(1, threads=reference_threads(role, cores()))
         strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
         return train_sync(case, strategy, 0, case.global_batch, workdir, save_weights=True)
     if case.strategy == "tpu":

@@ -29,19 +29,21 @@ COLLECTIVES = ("RING", "NCCL", "AUTO")
 OVERLAP_ROUNDS = 3
 
 
-def _cores() -> int:
+def cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
 
 
-def _configure(local_processes: int, logical_cpus: int = 1) -> int:
-    """Threads and devices, before anything starts TF's runtime; returns intra-op threads.
+def _configure(local_processes: int, logical_cpus: int = 1, threads: int | None = None
+               ) -> int:
+    """Threads (this machine's cores over its processes, unless given) and devices, before
+    anything starts TF's runtime; returns intra-op threads.
 
     GPUs are hidden: stratbench's TF cases are CPU cases (replicas are processes or logical
     CPU devices), which keeps a run the same on a machine that happens to have a GPU.
     """
-    threads = max(1, _cores() // max(1, local_processes))
+    threads = threads or max(1, cores() // max(1, local_processes))
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(INTER_OP_THREADS)
     tf.config.set_visible_devices([], "GPU")
@@ -75,7 +77,7 @@ def _single_process_strategy(case: Case) -> tuple[Any, dict[str, Any]]:
     if case.strategy == "one_device":
         return tf.distribute.OneDeviceStrategy(devices[0]), {"devices": devices}
     details: dict[str, Any] = {"devices": devices, "logical_cpu_devices": len(devices),
-                               "note": LOGICAL_DEVICE_NOTE.format(cores=_cores())}
+                               "note": LOGICAL_DEVICE_NOTE.format(cores=cores())}
     if case.strategy == "mirrored":
         strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=_cross_device_ops(case))
         ops = getattr(strategy.extended, "_cross_device_ops", None)  # what TF picked

@@ -18,7 +18,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from harness.core.case import LEARNING_RATE, LOCAL_REPLICAS, Case
+from harness.core.case import (
+    LEARNING_RATE,
+    LOCAL_REPLICAS,
+    REFERENCE_ROLES,
+    Case,
+    reference_threads,
+)
 from harness.measure import memory
 from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
@@ -225,8 +231,8 @@ def train(case: Case, rank: int, world: int, batch_per_rank: int,
 
 
 def run(case: Case, role: str, index: int, workdir: Path) -> dict[str, Any]:
-    if role == "reference":  # one device, global batch: the correctness baseline
-        torch.set_num_threads(_threads(case))
+    if role in REFERENCE_ROLES:  # one device, global batch: the correctness baseline
+        torch.set_num_threads(reference_threads(role, _threads(case)))
         return train(case, 0, 1, case.global_batch, workdir, save_weights=True,
                      distributed=False)
     if case.strategy == "single_device":
