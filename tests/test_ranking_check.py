@@ -61,3 +61,17 @@ def test_ranking_check_runs_as_a_command():
                            CLUSTER, "mlp:M"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "mlp:M: predicted order matches the measured one" in proc.stdout
+
+
+def test_every_strategy_run_there_is_checked_baselines_included_with_the_winner_named():
+    from harness.recommend.ranking_check import winners
+
+    table = ranking_check(str(DATA), CLUSTER, ["recsys:S"], strategies=None)
+    ran = {(r["framework"], r["strategy"]) for r in table.to_dict("records")}
+    assert {("torch", "single_device"), ("tf", "one_device")} <= ran
+    assert set(table["replicas"]) == {1, 4}
+    assert sorted(table["measured_rank"]) == list(range(1, len(table) + 1))
+    predicted, measured = winners(table)["recsys:S"]
+    line = format_check(table).splitlines()[-1]
+    assert line.startswith("recsys:S: predicted order") and f"winner {predicted}" in line
+    assert (predicted == measured) == line.endswith("as measured")
