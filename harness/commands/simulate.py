@@ -134,7 +134,7 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
     from harness.calibrate.workload import emulated_compute, no_compute_message, workload_facts
     from harness.core.strategies import EMULATED
     from harness.core.strategies import strategy as find_strategy
-    from harness.predict.emulated import Calibration, predict_emulated
+    from harness.predict.emulated import Calibration, emulated_strategies, predict_emulated
     from harness.recommend.targets import parse_targets
     from results.store import ResultsStore
 
@@ -157,7 +157,7 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
 
     wanted = [(fw, on_hosts(fw, name)) for fw in
               ([framework] if framework else ["torch", "tf"]) for name in
-              (strategies or [s.name for s in EMULATED if s.framework == fw])]
+              (strategies or [s.name for s in emulated_strategies(facts, fw)])]
     links = links_of_cluster(networks, target.spec)
     rows: list[dict[str, Any]] = []
     for fw, strategy in wanted:

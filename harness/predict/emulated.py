@@ -31,6 +31,16 @@ class Calibration:
     runtimes: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
 
+def emulated_strategies(facts: WorkloadFacts, framework: str | None = None) -> list[Any]:
+    """The strategy records an emulated cluster runs for ``facts``'s workload (of
+    ``framework``, if given): every emulated one, embedding sharding only where there are
+    embedding tables to shard."""
+    from harness.core.strategies import EMULATED
+
+    return [s for s in EMULATED if (framework is None or s.framework == framework)
+            and (s.exchange != "embedding" or facts.embedding_row_bytes > 0)]
+
+
 def predict_emulated(ctx: Calibrated, facts: WorkloadFacts, links: Any, framework: str,
                      strategy: str, hosts: int, compute: Any, cluster: str
                      ) -> dict[str, Any] | None:

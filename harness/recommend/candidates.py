@@ -28,7 +28,7 @@ from harness.calibrate.workload import (
     scaled_compute,
 )
 from harness.core.errors import InputError
-from harness.predict.emulated import predict_emulated
+from harness.predict.emulated import emulated_strategies, predict_emulated
 from harness.recommend.targets import Target, device_counts, device_kind
 
 NAN = float("nan")
@@ -204,7 +204,7 @@ def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
                      ) -> list[dict[str, Any]]:
     """An emulated cluster that was never run: each real strategy at 2, 4, ... hosts,
     predicted from this machine's calibration; the one-device baseline measured here."""
-    from harness.core.strategies import EMULATED, baseline
+    from harness.core.strategies import baseline
     from harness.predict.step import simulated_as
 
     links = probed_links(ctx, target)
@@ -221,10 +221,8 @@ def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
             step_time_s=t1, batch=batch, throughput_samples_s=batch / t1, scaling_efficiency=1.0,
             source=compute_source(compute), device_memory_bytes=device_memory(target, ctx, 1),
             price_per_device_hour=price, price_basis=basis, compute_note=compute.note))
-        for fw, strategy in [(s.framework, s.name) for s in EMULATED
-                             if s.exchange != "embedding" or facts.embedding_row_bytes]:
-            if fw != framework:
-                continue
+        for fw, strategy in [(s.framework, s.name) for s in emulated_strategies(facts,
+                                                                                framework)]:
             model = simulated_as(fw, strategy) or ""
             for n in [c for c in device_counts(target) if c > 1]:
                 row = predict_emulated(ctx, facts, links, fw, strategy, n, compute,
