@@ -102,3 +102,16 @@ def test_the_report_says_where_an_embedding_models_efficiency_is_against_a_dense
     assert "read each table whole" in dense_baseline_note(tf[1], tf)
     dense_model = [row("single_device", 1, workload="mlp"), row("ddp", 2, workload="mlp")]
     assert dense_baseline_note(dense_model[1], dense_model) == ""
+
+
+def test_embedding_sharding_keeps_a_share_of_the_tables_and_every_dense_layer():
+    from harness.calibrate.workload import workload_facts
+    from harness.sim.memory import data_parallel_memory
+
+    facts = workload_facts("recsys:L")
+    whole = data_parallel_memory(facts.params, "allreduce", 4, 0).total
+    sharded = data_parallel_memory(facts.params, "embedding", 4, 0,
+                                   dense_fraction=facts.dense_fraction).total
+    assert sharded == pytest.approx(whole * (facts.dense_fraction
+                                             + (1 - facts.dense_fraction) / 4))
+    assert 0.25 < sharded / whole < 0.26  # recsys:L is nearly all tables

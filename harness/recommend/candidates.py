@@ -107,6 +107,7 @@ def device_memory(target: Target, ctx: Context, replicas: int) -> float:
 def _point(facts: WorkloadFacts, **fields: Any) -> dict[str, Any]:
     base: dict[str, Any] = {"status": "ok", "status_reason": "", "comm_fraction": NAN,
             "bytes_per_worker": NAN, "params": facts.params, "sparsity": facts.sparsity,
+            "dense_fraction": facts.dense_fraction,
             "activation_bytes_per_sample": facts.activation_bytes_per_sample,
             "validation_error": NAN, "price_per_device_hour": NAN, "price_basis": "",
             "compute_note": ""}
@@ -372,7 +373,8 @@ def _fitting_strategies(ctx: Context, facts: WorkloadFacts, target: Target, n: i
     sparse = [EMBEDDING_SHARDING] if facts.embedding_row_bytes else []  # tables to shard
     for name in [*(name for _, name in expand_strategies("all")), *sparse]:
         need = data_parallel_memory(facts.params, exchange_kind("sim", name), n,
-                                    ctx.optimizer_slots, activations).total
+                                    ctx.optimizer_slots, activations,
+                                    dense_fraction=facts.dense_fraction).total
         if not math.isfinite(cap) or need <= cap:
             fitting.append(name)
             continue

@@ -58,10 +58,15 @@ def optimizer_slots(optimizer: str) -> int:
 
 def data_parallel_memory(params: float, exchange: str, replicas: int, slots: int = 2,
                          activation_bytes: float = 0.0, gradient_copies: int = 1,
-                         precision: Precision = FP32) -> Memory:
-    """One data-parallel replica; ``exchange`` is the catalog's kind (sharded, ...)."""
+                         precision: Precision = FP32, dense_fraction: float = 1.0) -> Memory:
+    """One data-parallel replica; ``exchange`` is the catalog's kind (sharded, ...);
+    ``dense_fraction``: the parameters outside embedding tables (embedding sharding keeps
+    1/replicas of the tables on each device, every dense layer whole)."""
     weight_b, grad_b, state_b = precision.model_state_bytes(slots)
     w, g, o = (float(params) * b for b in (weight_b, grad_b, state_b))
+    if exchange == "embedding":
+        share = dense_fraction + (1.0 - dense_fraction) / max(1, replicas)
+        return Memory(w * share, g * share, o * share, activation_bytes)
     if exchange == "sharded":
         n = max(1, replicas)
         return Memory(w / n, g / n, o / n, activation_bytes)
