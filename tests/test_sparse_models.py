@@ -115,3 +115,15 @@ def test_embedding_sharding_keeps_a_share_of_the_tables_and_every_dense_layer():
     assert sharded == pytest.approx(whole * (facts.dense_fraction
                                              + (1 - facts.dense_fraction) / 4))
     assert 0.25 < sharded / whole < 0.26  # recsys:L is nearly all tables
+
+
+def test_emulated_clusters_offer_embedding_sharding_only_to_models_with_tables():
+    from harness.calibrate.workload import workload_facts
+    from harness.predict.emulated import emulated_strategies
+
+    def names(workload: str) -> set[str]:
+        return {s.name for s in emulated_strategies(workload_facts(workload), "torch")}
+
+    assert "embedding_sharding" in names("recsys:S")
+    assert "embedding_sharding" not in names("mlp:M")
+    assert {"ddp", "parameter_server"} <= names("mlp:M")
