@@ -22,9 +22,11 @@ sb() { python -m harness.cli "$@" --results "$out"; }
 flags() { [ "$1" = none ] || for s in $1; do printf -- '--strategy\n%s\n' "$s"; done; }
 mapfile -t torch_strategies < <(flags "${TORCH:-single_device parameter_server ddp embedding_sharding}")
 mapfile -t tf_strategies < <(flags "${TF:-one_device multi_worker_mirrored parameter_server}")
-# ddp moves every row of every table each step (recsys:L: 512 MB, ~60 s at 100 Mbit/s on 4
-# hosts): few steps, one repeat
-common=(--steps 4 --warmup 1 --repeats 1)
+# ddp moves every row of every table each step (recsys:L: 512 MB, ~80 s at 100 Mbit/s on 4
+# hosts, and its overlap probe three more): few steps, one repeat, and time enough (600 s,
+# the default, timed ddp out there, and TF's collectives, which wait half of it, failed
+# multi_worker_mirrored's first broadcast of the tables)
+common=(--steps 4 --warmup 1 --repeats 1 --timeout 1800)
 runs() {  # framework, its strategies..., then the run's own flags after --
   local fw=$1; shift
   local chosen=() ; while [ "$1" != -- ]; do chosen+=("$1"); shift; done; shift
