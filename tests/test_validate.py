@@ -666,3 +666,52 @@ def load_case_id(path: Path) -> str:
     import pyarrow.parquet as pq
 
     return str(pq.read_table(path).column("case_id")[0])
+
+
+SPARSE_DATA = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-26-sparse"
+
+
+def test_sparse_step_times_reproduce_from_their_checked_in_runs(monkeypatch):
+    """docs/SIMULATOR.md's sparse table (issue 28, the campaign's first part): recsys:M and
+    recsys:L on 4 emulated hosts at 300 and 100 Mbit/s and embedding sharding on 2, every
+    strategy that trains them across hosts, predicted from the
+    directory's calibration alone (loopback sweeps, local runs, each cluster's 16 MiB
+    sweeps; campaign-sparse.sh), scored by `validate`. A change to the model moves these
+    figures; the docs move with them."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    table = validate_steps(ResultsStore(SPARSE_DATA))
+    steps = table[table["kind"] == "step"]
+    strategy = steps["what"].str.rsplit("/", n=1).str[0]
+    assert len(steps) == 12  # 4 hosts at 300 and 100 Mbit/s, embedding sharding on 2
+    per_strategy = steps["error"].abs().groupby(strategy).median().round(3).to_dict()
+    # within 15% for TF and ddp; torch's parameter server and embedding sharding are
+    # under-predicted by a fifth (their runtimes' own time, measured on 2 local processes,
+    # grows with the ranks and the oversold cores: docs/SIMULATOR.md)
+    assert per_strategy == {"tf/multi_worker_mirrored": 0.134, "tf/parameter_server": 0.024,
+                            "torch/ddp": 0.073, "torch/embedding_sharding": 0.237,
+                            "torch/parameter_server": 0.242}
+
+
+def test_the_sparse_runs_rank_recsys_l_as_measured_against_the_sparse_baseline():
+    """ranking_check --every on recsys:L at 4 hosts, both rates: the predicted winner is
+    the measured one, among every strategy run there and the one-device baselines (torch's
+    updates touched rows only): on this machine's two cores, one device (20,000 samples/s)
+    beats every cluster, embedding sharding the fastest of them (4,900 at 300 Mbit/s)."""
+    from harness.recommend.ranking_check import ranking_check, winners
+    from results import load
+
+    for rate in ("300mbit", "100mbit"):
+        table = ranking_check(str(SPARSE_DATA), f"netns:hosts=4,rate={rate}", ["recsys:L"],
+                              None)
+        predicted, measured = winners(table)["recsys:L"]
+        assert predicted == measured, (rate, predicted, measured)
+        ran = set(table["framework"] + "/" + table["strategy"])
+        assert {"torch/single_device", "torch/parameter_server"} <= ran
+        assert rate == "100mbit" or "torch/embedding_sharding" in ran
+    frame = load(SPARSE_DATA)
+    base = frame[(frame["strategy"] == "single_device") & (frame["workload"] == "recsys")]
+    assert all(e.get("updates") == "sparse rows" for e in base["extra"])
+    sharded = frame[(frame["strategy"] == "embedding_sharding") & (frame["status"] == "ok")
+                    & frame["cluster"].str.startswith("netns")]
+    assert {2, 4} <= set(sharded["replicas"])
+    assert (sharded["max_weight_diff"] < 1e-5).all()
