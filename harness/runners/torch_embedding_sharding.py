@@ -31,6 +31,7 @@ from harness.core.case import LEARNING_RATE, Case
 from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
 from harness.runners import torch_workload as tw
+from harness.runners.torch_runner import OVERLAP_ROUNDS
 from workloads import torch_models as models
 from workloads.configs import RecsysConfig
 
@@ -143,12 +144,11 @@ class ShardedTables:
         received[self._order] = answered
         self._leaves = []
         pooled, start = [], 0
-        for t, (unique, inverse) in enumerate(zip(uniques, inverses, strict=True)):
+        for unique, inverse in zip(uniques, inverses, strict=True):
             leaf = received[start:start + len(unique)].clone().requires_grad_()
             start += len(unique)
             self._leaves.append(leaf)
             pooled.append(leaf[inverse].sum(dim=1))  # sum pooling over the sample's ids
-            del t
         return pooled
 
     def push(self, scale: float) -> None:
@@ -228,7 +228,7 @@ def measure_overlap(spec: Any, model: Any, tables: ShardedTables, dense_params: 
     stay as they are."""
     b = models.to_tensors(batch)
     compute, moved = [], []
-    for _ in range(3):
+    for _ in range(OVERLAP_ROUNDS):
         dist.barrier()
         start = time.perf_counter()
         pooled = tables.lookup(b["ids"])
