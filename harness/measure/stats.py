@@ -83,6 +83,11 @@ def summarize_rounds(round_times_s: list[float],
             "spread_rel": float((x.max() - x.min()) / mid) if mid > 0 else 0.0}
 
 
+# Rounds of every overlap probe (compute alone, exchange alone): each runner times this many
+# of each and `overlap` takes their medians.
+OVERLAP_ROUNDS = 3
+
+
 def overlap(compute_s: list[float], exchange_s: list[float], step_s: float) -> dict[str, float]:
     """Compute and exchange timed apart (medians of their rounds) against the step that does
     both: overlap = (compute + exchange - step) / min(compute, exchange), 1 when the shorter

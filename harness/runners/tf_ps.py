@@ -19,9 +19,10 @@ import numpy as np
 import tensorflow as tf
 
 from harness.core.case import LEARNING_RATE, Case
+from harness.measure.stats import OVERLAP_ROUNDS
 from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
-from harness.runners.tf_setup import OVERLAP_ROUNDS, _step_errors
+from harness.runners.tf_setup import _step_errors
 
 PS_TIMING = ("per step the coordinator schedules one function per worker (each on its shard "
              "of that step's global batch) and joins; a step time is schedule + join measured "

@@ -29,10 +29,10 @@ import tensorflow as tf
 from harness.core.case import LEARNING_RATE, REFERENCE_ROLES, Case, reference_threads
 from harness.core.strategies import strategy as find_strategy
 from harness.measure.cpu import CpuMeter
+from harness.measure.stats import OVERLAP_ROUNDS
 from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
 from harness.runners.tf_setup import (
-    OVERLAP_ROUNDS,
     _collective_timeout,
     _configure,
     _multi_worker_strategy,

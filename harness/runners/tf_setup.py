@@ -25,8 +25,6 @@ LOGICAL_DEVICE_NOTE = ("replicas are logical CPU devices of one process that sha
                        "checks correctness, not scaling")
 COLLECTIVES = ("RING", "NCCL", "AUTO")
 
-# Rounds of each overlap probe (tf_runner.measure_overlap, tf_ps.measure_ps_overlap).
-OVERLAP_ROUNDS = 3
 
 
 def cores() -> int:

@@ -28,10 +28,10 @@ import torch
 import torch.distributed as dist
 
 from harness.core.case import LEARNING_RATE, Case
+from harness.measure.stats import OVERLAP_ROUNDS
 from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
 from harness.runners import torch_workload as tw
-from harness.runners.torch_runner import OVERLAP_ROUNDS
 from workloads import torch_models as models
 from workloads.configs import RecsysConfig
 

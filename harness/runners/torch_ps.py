@@ -26,6 +26,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 from harness.core.case import LEARNING_RATE, Case
+from harness.measure.stats import OVERLAP_ROUNDS
 from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
 from harness.runners import torch_workload as tw
@@ -250,8 +251,6 @@ def _push(servers: list[str], index: int, per_server: list[list[Grad]],
     for fut in acks:
         fut.wait()
 
-
-OVERLAP_ROUNDS = 3
 
 
 def measure_overlap(spec: tw.Workload, model: torch.nn.Module, batch: Any,

@@ -26,6 +26,7 @@ from harness.core.case import (
     reference_threads,
 )
 from harness.measure import memory
+from harness.measure.stats import OVERLAP_ROUNDS
 from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
 from harness.runners import torch_workload as tw
@@ -73,8 +74,6 @@ def _full_weights(case: Case, model: torch.nn.Module) -> dict[str, np.ndarray]:
     inner = model.module if hasattr(model, "module") else model
     return {n: p.detach().cpu().numpy().copy() for n, p in inner.named_parameters()}
 
-
-OVERLAP_ROUNDS = 3
 
 
 def measure_overlap(case: Case, model: torch.nn.Module, spec: tw.Workload, batch: Any,
