@@ -127,3 +127,22 @@ def test_emulated_clusters_offer_embedding_sharding_only_to_models_with_tables()
     assert "embedding_sharding" in names("recsys:S")
     assert "embedding_sharding" not in names("mlp:M")
     assert {"ddp", "parameter_server"} <= names("mlp:M")
+
+
+def test_a_synchronous_servers_round_applies_every_workers_gradient():
+    """torch_ps sums a round's W pushes and applies them (index_add of W workers' rows): the
+    servers' update grows with the workers they serve and shrinks with the shards."""
+    from harness.calibrate.workload import workload_facts
+    from harness.sim.spec import parse_topology
+    from harness.sim.step_model import simulate_step
+
+    profile = dataclasses.replace(workload_facts("recsys:M").profile(batch=128),
+                                  step_compute_s=0.01, optimizer_s=0.004)
+
+    def optimizer(workers: int, shards: int) -> float:
+        return simulate_step("parameter_server", parse_topology("switch:n=8,bw=100Gbit,lat=5us"),
+                             workers, profile,
+                             ps_shards=shards).optimizer_s
+
+    assert optimizer(4, 2) == pytest.approx(2 * optimizer(2, 2))
+    assert optimizer(4, 1) == pytest.approx(0.016)

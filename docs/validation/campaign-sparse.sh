@@ -10,7 +10,8 @@
 #   campaign-sparse.sh OUT [sweeps] [local] [HOSTS:RATE ...]     (default: every stage)
 # Stages run in the order given; a stage rerun adds runs beside the earlier ones.
 # TORCH="single_device embedding_sharding" TF=none campaign-sparse.sh OUT 4:300mbit
-# runs only those strategies (the cluster sweeps are skipped with SWEEP=0).
+# runs only those strategies (the cluster sweeps are skipped with SWEEP=0; WORLDS="2 6" sweeps
+# loopback at those rank counts only).
 # Then: stratbench validate --results OUT
 set -euo pipefail
 out=${1:-$(dirname "$0")/2026-11-26-sparse}
@@ -35,7 +36,7 @@ runs() {  # framework, its strategies..., then the run's own flags after --
 for stage in "${stages[@]}"; do
   case $stage in
     sweeps)
-      for world in 2 4 6; do
+      for world in ${WORLDS:-2 4 6}; do
         for _ in 1 2 3; do sb comm --framework all --world "$world"; done
       done ;;
     local)

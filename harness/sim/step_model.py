@@ -17,7 +17,8 @@ A step is forward (1/3 of compute), backward (2/3), the exchange, and the optimi
   and again before its backward (prefetched one unit ahead), its gradient reduce-scattered
   after; the optimizer works on a 1/W shard;
 * synchronous parameter server / central storage: compute, then push and pull the touched
-  bytes (``gradient_sparsity``), the servers' optimizer in between;
+  bytes (``gradient_sparsity``), the servers' optimizer in between (over every worker's
+  gradient of the round, summed: W replicas' rows, split among the shards);
 * embedding sharding (DLRM's hybrid): each replica asks the owners of the distinct rows it
   looks up for them (all-to-all of the counts, the int64 ids, then the rows) before forward;
   after backward the rows' gradients go back to their owners (all-to-all) and the dense
@@ -155,7 +156,8 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
         schedule = (central_storage(workers) if strategy == "central_storage"
                     else ps_sync(workers, shards, colocated, weights=ps_shard_weights,
                                  beside=ps_beside))
-        optimizer, after = profile.optimizer_s / shards, 0.0  # on the servers, mid-exchange
+        # on the servers, mid-exchange: a round applies every worker's gradient (summed)
+        optimizer, after = profile.optimizer_s * workers / shards, 0.0
         finish = _ps_step(env, schedule, profile, compute, classes, colls, optimizer, ps_pull)
     else:
         raise SpecError(f"unknown simulator strategy {strategy!r}")
