@@ -33,6 +33,8 @@ from results.schema import COLUMN_NAMES, COLUMNS, SCHEMA_VERSION, ResultRow
 
 CASES = "cases"
 STEPS = "steps"
+LOGS = "logs"
+LOG_TAIL_BYTES = 64 * 1024  # of each process's output a failed case keeps
 MANIFEST = "manifest.json"
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._=+,@-]+")
 _ARROW_TYPES = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(),
@@ -156,6 +158,28 @@ class ResultsStore:
         arrow = pa.Table.from_pandas(frame, preserve_index=False)
         self._guarded(lambda: _write_parquet(path, arrow))
         return path
+
+    def keep_logs(self, run_id: str, case_id: str, workdir: Path) -> Path | None:
+        """A failed case's process outputs (``*.stderr`` under its scratch ``workdir``, the
+        last LOG_TAIL_BYTES of each) kept under ``runs/<run>/logs/<case>/``: its row holds
+        one line, and the scratch folder goes when the case ends. None where there were
+        none."""
+        found = sorted(workdir.rglob("*.stderr"))
+        if not found:
+            return None
+        folder = self.run_dir(run_id) / LOGS / safe_name(case_id)
+
+        def keep() -> None:
+            folder.mkdir(parents=True, exist_ok=True)
+            for path in found:
+                with open(path, "rb") as fh:
+                    fh.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
+                    tail = fh.read()
+                name = "_".join(path.relative_to(workdir).with_suffix(".log").parts)
+                (folder / safe_name(name)).write_bytes(tail)
+
+        self._guarded(keep)
+        return folder
 
     def finished_case_ids(self, run_id: str) -> set[str]:
         """Case ids with a readable row: what `--resume` must not run again."""

@@ -38,7 +38,9 @@ def test_a_worker_killed_mid_step_ends_failed_and_the_run_goes_on(tmp_path, stra
     rows = execute([killed, after], store, "r")
     assert rows[0].status == "failed", rows[0].reason
     assert "worker1" in rows[0].reason or "worker0" in rows[0].reason
-    assert rows[1].status == "ok"
+    logs = tmp_path / rows[0].extra["logs"]  # what every process printed, kept for the post-mortem
+    assert {"worker0", "worker1"} <= {p.stem.rsplit("_", 1)[-1] for p in logs.glob("*.log")}
+    assert rows[1].status == "ok" and "logs" not in rows[1].extra
     assert before.read_bytes() == content
     assert sorted(load(tmp_path).status) == ["failed", "ok", "ok"]
 

@@ -208,3 +208,22 @@ def test_run_ids_sort_in_the_order_runs_started_even_within_one_second(start, la
     later = new_run_id(first + timedelta(microseconds=later_by_us))
     assert sorted([later, earlier]) == [earlier, later]
     assert safe_name(earlier) == earlier  # ids are directory names: nothing is rewritten
+
+
+def test_a_failed_cases_process_output_is_kept_beside_its_row(tmp_path):
+    """Each process's output (its last LOG_TAIL_BYTES) under runs/<run>/logs/<case>/, named
+    by attempt and process; nothing where the case left none."""
+    from results.store import LOG_TAIL_BYTES
+
+    work = tmp_path / "scratch"
+    (work / "r0-a0").mkdir(parents=True)
+    (work / "r0-a0" / "worker3.stderr").write_bytes(b"x" * LOG_TAIL_BYTES + b"Traceback: boom\n")
+    (work / "r0-a0" / "worker0.json").write_text("{}")
+    store = ResultsStore(tmp_path / "results")
+    folder = store.keep_logs("run1", "case/1", work)
+    assert folder is not None and folder.parent == store.run_dir("run1") / "logs"
+    (log,) = folder.iterdir()
+    assert log.name == "r0-a0_worker3.log"
+    assert log.read_bytes().endswith(b"Traceback: boom\n")
+    assert len(log.read_bytes()) == LOG_TAIL_BYTES
+    assert store.keep_logs("run1", "quiet", tmp_path / "empty-scratch") is None

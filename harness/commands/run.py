@@ -43,7 +43,9 @@ def _resume_target(store: ResultsStore) -> tuple[str, list[Case]]:
 
 def _row_line(row: ResultRow) -> str:
     if row.status != "ok":
-        return f"{row.case_id}: {row.status}: {row.reason}"
+        logs = row.extra.get("logs")
+        return (f"{row.case_id}: {row.status}: {row.reason}"
+                + (f" (its processes' output: {logs})" if logs else ""))
     eff = "" if row.scaling_efficiency != row.scaling_efficiency else \
         f", efficiency {row.scaling_efficiency:.2f}"
     diff = "" if row.max_weight_diff != row.max_weight_diff else \

@@ -343,6 +343,11 @@ def execute(cases: list[Case], store: ResultsStore, run_id: str,
             reason = f"stratbench error: {type(exc).__name__}: {exc}"
             outcome = CaseOutcome(_base_row(case, run_id, Status.FAILED.value, reason,
                                             _now()), None)
+        try:
+            if outcome.row.status in (Status.FAILED.value, Status.TIMEOUT.value):
+                logs = store.keep_logs(run_id, case.case_id, workdir)
+                if logs is not None:
+                    outcome.row.extra["logs"] = str(logs.relative_to(store.root))
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         outcome.row.env_fingerprint = machine
