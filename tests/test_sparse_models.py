@@ -146,3 +146,31 @@ def test_a_synchronous_servers_round_applies_every_workers_gradient():
 
     assert optimizer(4, 2) == pytest.approx(2 * optimizer(2, 2))
     assert optimizer(4, 1) == pytest.approx(0.016)
+
+
+def test_each_torch_server_carries_what_its_tables_lookups_move():
+    """recsys:L on 2 servers as torch_ps places it (table 0 and the widest dense layer on
+    ps0; tables 1-3 on ps1): ps1 carries about three tables' lookups to ps0's one, though
+    both hold 256 MB; a push is a row per lookup (the coalesced gradient's storage, which
+    RPC sends whole), a pull the union of the workers' touched rows, which grows with them
+    more slowly than the workers do (Zipf draws repeat). Measured per host on 4 emulated
+    hosts at 300 Mbit/s: 7.2 MB and 10.9 MB sent by the servers' hosts a step."""
+    from harness.calibrate.workload import torch_ps_traffic
+    from harness.core.case import assign_shards
+    from workloads.catalog import get_spec
+
+    config = get_spec("recsys", "L").config
+    owner = assign_shards({w.name: w.size for w in config.weights()}, 2)
+    tables = [owner[f"tables.{t}.embeddings"] for t in range(4)]
+    assert tables == [0, 1, 1, 1] and owner["top.0.kernel"] == 0
+    traffic = torch_ps_traffic("recsys:L", 256, 4, 2)
+    assert traffic is not None
+    (push0, push1), (pull0, pull1) = traffic
+    assert pull1 > pull0 > push0  # a pull brings every worker's changed rows
+    row = 64 * 4 + 8
+    assert push1 > 2 * push0 - 0.7e6  # ps0 also takes top.0's 0.66 MB
+    assert sum(traffic[0]) == pytest.approx(4 * 256 * 8 * row + 4 * (
+        sum(w.size for w in config.weights() if not w.name.startswith("tables."))), rel=1e-9)
+    two = torch_ps_traffic("recsys:L", 256, 2, 2)
+    assert two is not None and sum(two[1]) < sum(traffic[1]) < 2 * sum(two[1])
+    assert torch_ps_traffic("mlp:M", 64, 4, 2) is None

@@ -583,10 +583,13 @@ def test_step_times_per_strategy_reproduce_from_their_checked_in_runs(monkeypatc
     assert len(flat) == 4 * 2 * 9 and racked.sum() == 4 * 2
     assert {int(r) for r in flat["replicas"]} == {2, 4, 6}
     per_strategy = flat["error"].abs().groupby(strategy).median().round(3).to_dict()
-    assert per_strategy == {"torch/ddp": 0.037, "torch/parameter_server": 0.096,
+    # torch's parameter server at 9.6% before its servers carried the bytes their tables'
+    # lookups move (WorkloadProfile.ps_traffic; issue 28): the bytes are right now (the wire
+    # table), and recsys:S's 2-host steps (8-13 ms) come out 18% long
+    assert per_strategy == {"torch/ddp": 0.037, "torch/parameter_server": 0.108,
                             "tf/multi_worker_mirrored": 0.029, "tf/parameter_server": 0.067}
-    assert round(flat["error"].abs().median(), 3) == 0.045
-    assert round(steps[racked]["error"].abs().median(), 3) == 0.034  # within the flat 10%
+    assert round(flat["error"].abs().median(), 3) == 0.052
+    assert round(steps[racked]["error"].abs().median(), 3) == 0.039  # within the flat 10%
     # each library's share of each cluster's links, from its 16 MiB all-reduce swept there
     # (three sweeps); the parameter servers' RPC keeps the probed rate
     share = steps.groupby("what")["link_share"].agg(["min", "max"])
@@ -684,12 +687,12 @@ def test_sparse_step_times_reproduce_from_their_checked_in_runs(monkeypatch):
     strategy = steps["what"].str.rsplit("/", n=1).str[0]
     assert len(steps) == 12  # 4 hosts at 300 and 100 Mbit/s, embedding sharding on 2
     per_strategy = steps["error"].abs().groupby(strategy).median().round(3).to_dict()
-    # within 15% but torch's parameter server, under-predicted by a fifth
-    # (docs/SIMULATOR.md); embedding sharding at 24% before its all-to-all took gloo's
-    # all-to-all share of the links (67%) rather than its all-reduce's (96%)
+    # embedding sharding at 24% before its all-to-all took gloo's all-to-all share of the
+    # links (67%) rather than its all-reduce's (96%); torch's parameter server at 21% before
+    # each server carried its own tables' traffic (docs/SIMULATOR.md)
     assert per_strategy == {"tf/multi_worker_mirrored": 0.134, "tf/parameter_server": 0.024,
                             "torch/ddp": 0.073, "torch/embedding_sharding": 0.078,
-                            "torch/parameter_server": 0.21}
+                            "torch/parameter_server": 0.03}
 
 
 def test_the_sparse_runs_rank_recsys_l_as_measured_against_the_sparse_baseline():

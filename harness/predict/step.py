@@ -33,7 +33,7 @@ import pandas as pd
 
 from harness.calibrate.links import MeasuredLinks, emulated_topology
 from harness.calibrate.sweep_selection import software_costs
-from harness.calibrate.workload import worker_compute
+from harness.calibrate.workload import torch_ps_traffic, worker_compute
 from harness.core.strategies import MODEL_PARALLEL, library
 from harness.core.strategies import strategy as find_strategy
 from harness.sim.compute import ComputeSplit
@@ -139,6 +139,10 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
                    "ps_beside": ps.beside}
         record = find_strategy(framework, strategy)
         processes += len(ps.shard_bytes) + (record.extra_processes if record else 0)
+        if framework == "torch" and model == "parameter_server":
+            profile = dataclasses.replace(profile, ps_traffic=torch_ps_traffic(
+                f"{profile.name}:{profile.size}", profile.batch_per_replica, replicas,
+                len(ps.shard_bytes)))
     split = (one_replica if isinstance(one_replica, ComputeSplit)
              else ComputeSplit(one_replica, 0.0))
     # the emulated hosts share the machine's cores: compute slows when they are oversold

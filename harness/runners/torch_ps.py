@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.distributed.rpc as rpc
 
-from harness.core.case import LEARNING_RATE, Case
+from harness.core.case import LEARNING_RATE, Case, assign_shards
 from harness.measure.stats import OVERLAP_ROUNDS
 from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
@@ -162,17 +162,6 @@ def _rpc_stats() -> dict[str, Any]:
 
 def _rpc_stop() -> None:
     _STOP.set()
-
-
-def assign_shards(sizes: dict[str, int], shards: int) -> dict[str, int]:
-    """Largest tensors first onto the least-loaded shard: balanced bytes per server."""
-    load = [0] * shards
-    owner = {}
-    for name, size in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0])):
-        k = load.index(min(load))
-        owner[name] = k
-        load[k] += size
-    return owner
 
 
 def _init_rpc(case: Case, name: str, rank: int, world: int) -> None:

@@ -40,6 +40,9 @@ class WorkloadProfile:
     embedding_row_bytes: float = 0.0
     embedding_tables: int = 1  # sparse gradients a framework exchanges one by one
     embedding_lookups: float = 0.0  # rows looked up per sample, all tables (0: unknown)
+    # one worker's (push, pull) bytes per parameter server, where a runner's placement and
+    # transport are known (calibrate.workload.torch_ps_traffic); else ps_bytes, by shard size
+    ps_traffic: tuple[tuple[float, ...], tuple[float, ...]] | None = None
 
     def __post_init__(self) -> None:
         if self.params < 1:

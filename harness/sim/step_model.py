@@ -153,12 +153,27 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
         if not colocated:
             colls = _Collectives(with_servers(topology, shards), mode,
                                  [*range(workers), *_server_devices(topology, shards)])
-        schedule = (central_storage(workers) if strategy == "central_storage"
-                    else ps_sync(workers, shards, colocated, weights=ps_shard_weights,
-                                 beside=ps_beside))
+        # each server's own (push, pull) bytes where the runner's are known, else the step's
+        # bytes split as the shards' sizes
+        traffic = profile.ps_traffic if strategy == "parameter_server" else None
+        if traffic is not None and len(traffic[0]) != shards:
+            traffic = None
+        if strategy == "central_storage":
+            push = back = phases(central_storage(workers))
+            nbytes = profile.ps_bytes(workers, ps_pull)
+        elif traffic is None:
+            push = back = phases(ps_sync(workers, shards, colocated, weights=ps_shard_weights,
+                                         beside=ps_beside))
+            nbytes = profile.ps_bytes(workers, ps_pull)
+        else:
+            push = phases(ps_sync(workers, shards, colocated, weights=traffic[0],
+                                  beside=ps_beside))
+            back = phases(ps_sync(workers, shards, colocated, weights=traffic[1],
+                                  beside=ps_beside))
+            nbytes = (sum(traffic[0]), sum(traffic[1]))
         # on the servers, mid-exchange: a round applies every worker's gradient (summed)
         optimizer, after = profile.optimizer_s * workers / shards, 0.0
-        finish = _ps_step(env, schedule, profile, compute, classes, colls, optimizer, ps_pull)
+        finish = _ps_step(env, (push[0], back[1]), nbytes, compute, classes, colls, optimizer)
     else:
         raise SpecError(f"unknown simulator strategy {strategy!r}")
     env.run()
@@ -321,20 +336,20 @@ def _fsdp_step(env: simpy.Environment, topology: Topology, workers: int,
     return lambda: end
 
 
-def _ps_step(env: simpy.Environment, schedule: Schedule, profile: WorkloadProfile,
-             compute: float, classes: list[tuple[int, float]], colls: _Collectives,
-             server_optimizer: float, pull: str) -> Callable[[], float]:
+def _ps_step(env: simpy.Environment, exchange: tuple[Schedule, Schedule],
+             nbytes: tuple[float, float], compute: float, classes: list[tuple[int, float]],
+             colls: _Collectives, server_optimizer: float) -> Callable[[], float]:
+    """Compute, then each worker's push (``nbytes[0]``) by ``exchange[0]``, the servers'
+    update, and its pull (``nbytes[1]``) by ``exchange[1]``, all in series."""
     state = {"end": 0.0}
     workers = sum(count for count, _ in classes)
 
     def run() -> Process:
         yield env.timeout(compute * max(f for _, f in classes))
-        if workers > 1:  # push, update on the servers, pull
-            pushed, pulled = profile.ps_bytes(workers, pull)
-            push, back = phases(schedule)
-            yield env.timeout(colls.time(push, pushed))
+        if workers > 1:
+            yield env.timeout(colls.time(exchange[0], nbytes[0]))
             yield env.timeout(server_optimizer)
-            yield env.timeout(colls.time(back, pulled))
+            yield env.timeout(colls.time(exchange[1], nbytes[1]))
         else:
             yield env.timeout(server_optimizer)
         state["end"] = env.now
