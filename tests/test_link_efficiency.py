@@ -22,8 +22,8 @@ def _wire_s(ranks: int) -> float:
                                MIB16)["time_s"]
 
 
-def _points(*sweeps: tuple[str, str, int, float, str], op: str = "all_reduce") -> pd.DataFrame:
-    return pd.DataFrame([{"framework": fw, "cluster": cluster, "op": op,
+def _points(*sweeps: tuple[str, str, int, float, str]) -> pd.DataFrame:
+    return pd.DataFrame([{"framework": fw, "cluster": cluster, "op": "all_reduce",
                           "bytes": MIB16, "world": world, "time_s": time_s, "run_id": run}
                          for fw, cluster, world, time_s, run in sweeps])
 
@@ -58,27 +58,6 @@ def test_a_share_belongs_to_the_library_and_the_links_it_was_swept_on():
     small = points.assign(bytes=4096.0)
     assert link_share(small, pd.DataFrame(), "torch", LINKS, at, 4) is None
     assert link_key("local") is None and link_key("netns:hosts=2,rate=unshaped") is None
-
-
-def test_a_strategy_takes_the_share_of_the_collective_its_bytes_go_by():
-    """Embedding sharding moves its rows by all-to-all, which gloo drives at about two
-    thirds of the rate its all-reduce reaches on the same links: its predictions read the
-    all-to-all's share where one was swept there, else the all-reduce's (older sweeps)."""
-    from harness.predict.step import main_collective
-
-    at = "netns:hosts=4,rate=300mbit"
-    a2a_wire = simulate_collective(emulated_topology(LINKS, trips=0), 4, "all_to_all",
-                                   MIB16)["time_s"]
-    reduce = _points(("torch", at, 4, _wire_s(4) * 1.05, "a"))
-    both = pd.concat([reduce, _points(("torch", at, 4, a2a_wire * 1.5, "a"), op="all_to_all")])
-    assert main_collective("torch", "embedding_sharding") == "all_to_all"
-    assert main_collective("torch", "ddp") == "all_reduce"
-    share = link_share(both, pd.DataFrame(), "torch", LINKS, at, 4, "all_to_all")
-    assert share is not None and share.op == "all_to_all"
-    assert share.efficiency == pytest.approx(1 / 1.5, rel=2e-3)
-    fallback = link_share(reduce, pd.DataFrame(), "torch", LINKS, at, 4, "all_to_all")
-    assert fallback is not None and fallback.op == "all_reduce"
-    assert fallback.efficiency == pytest.approx(1 / 1.05, rel=2e-3)
 
 
 def test_a_share_slows_the_collectives_and_leaves_the_parameter_servers_rpc_alone():

@@ -687,11 +687,11 @@ def test_sparse_step_times_reproduce_from_their_checked_in_runs(monkeypatch):
     strategy = steps["what"].str.rsplit("/", n=1).str[0]
     assert len(steps) == 12  # 4 hosts at 300 and 100 Mbit/s, embedding sharding on 2
     per_strategy = steps["error"].abs().groupby(strategy).median().round(3).to_dict()
-    # embedding sharding at 24% before its all-to-all took gloo's all-to-all share of the
-    # links (67%) rather than its all-reduce's (96%); torch's parameter server at 21% before
-    # each server carried its own tables' traffic (docs/SIMULATOR.md)
+    # torch's parameter server at 21% before each server carried its own tables' traffic;
+    # embedding sharding under-predicted by a fifth (its exchange's own time on oversold
+    # cores: docs/SIMULATOR.md)
     assert per_strategy == {"tf/multi_worker_mirrored": 0.134, "tf/parameter_server": 0.024,
-                            "torch/ddp": 0.073, "torch/embedding_sharding": 0.078,
+                            "torch/ddp": 0.073, "torch/embedding_sharding": 0.237,
                             "torch/parameter_server": 0.03}
 
 

@@ -9,10 +9,7 @@ by an amount that changes with the rate and the host count in a way no loopback 
 numbers, `stratbench comm --cluster netns:...` sweeps each library's all-reduce on the
 cluster, and the step predictions take the library's share of the links from it: the
 bandwidth at which the simulator, with everything else it knows (the library's own costs,
-the round trips), times that measured all-reduce. A strategy whose bytes go by another
-collective reads the share of that one where it was swept there: gloo's all-to-all, which
-embedding sharding exchanges rows with, moves 16 MiB on 4 hosts at 67% of the rate at which
-its all-reduce does (300 and 100 Mbit/s alike). The step model itself (schedules, compute,
+the round trips), times that measured all-reduce. The step model itself (schedules, compute,
 overlap, runtime costs) is what the step dataset then scores; the collectives are scored on
 their own (`validate` kind `collective`).
 """
@@ -36,15 +33,6 @@ from harness.core.clusters import parse_cluster
 from harness.core.errors import InputError
 from harness.core.strategies import library
 
-# `stratbench comm` operation -> the collective gloo actually runs (PS push/pull have no direct
-# twin: the simulator's PS is a push + pull to dedicated servers). Gloo implements
-# reduce_scatter as an all-reduce that keeps one chunk (measured: same time as all_reduce), and
-# broadcast as an unchunked binomial tree (gloo/broadcast.cc; on 4 and 6 emulated hosts 4 MiB
-# took 3 and 5 message times, which a pipelined tree's prediction missed by -22..-50%).
-OP_TO_COLLECTIVE = {"all_reduce": "allreduce_ring", "reduce_scatter": "allreduce_ring",
-                    "all_gather": "all_gather_ring", "broadcast": "broadcast_binomial",
-                    "all_to_all": "all_to_all"}
-
 # The smallest all-reduce a share of the link is read from: below it the library's per-message
 # costs, not the link, set the time (4 hosts at 300 Mbit/s: 1 MiB moves 1.5 MB a host, 42 ms
 # of wire against TF's 6-8 ms of ring-step costs).
@@ -56,10 +44,9 @@ class LinkShare:
     """A library's share of a cluster's links and the sweep it was read from."""
 
     efficiency: float  # simulated-at-full-rate wire time over the measured one's
-    op: str  # the collective swept (`stratbench comm`'s op)
     cluster: str  # the swept cluster
     world: int  # its ranks
-    nbytes: float  # the size it was read at
+    nbytes: float  # the all-reduce size it was read at
     sweeps: int  # how many sweeps' medians it is the median of
 
 
@@ -76,32 +63,27 @@ def link_key(cluster: str) -> tuple[float, int, float] | None:
     return spec.rate_bits, spec.racks, spec.uplink_bits or 0.0
 
 
-def shaped_all_reduces(points: pd.DataFrame, framework: str, cluster: str,
-                       op: str = "all_reduce") -> pd.DataFrame:
-    """``framework``'s all-reduce (or ``op``) points of at least MIN_BYTES swept on clusters
-    with ``cluster``'s links: at normal priority, as training runs, where there are such."""
+def shaped_all_reduces(points: pd.DataFrame, framework: str, cluster: str) -> pd.DataFrame:
+    """``framework``'s all-reduce points of at least MIN_BYTES swept on clusters with
+    ``cluster``'s links: at normal priority, as training runs, where there are such."""
     key = link_key(cluster)
     if key is None or points.empty or "cluster" not in points:
         return points.iloc[0:0]
-    mine = points[(points["framework"] == framework) & (points["op"] == op)
+    mine = points[(points["framework"] == framework) & (points["op"] == "all_reduce")
                   & (points["bytes"] >= MIN_BYTES)]
     return normal_priority_first(mine[[link_key(str(c)) == key for c in mine["cluster"]]])
 
 
 def link_share(points: pd.DataFrame, fits: pd.DataFrame, framework: str,
-               links: MeasuredLinks, cluster: str, world: int,
-               op: str = "all_reduce") -> LinkShare | None:
-    """``framework``'s share of ``cluster``'s links (``links`` as probed), from its ``op``
-    (all-reduce, else the all-reduce's where ``op`` was not swept there) swept there at
-    ``world`` ranks, else at the nearest rank count swept; None where neither was ever swept
-    on such links. Read at the largest size swept, the median over the latest
+               links: MeasuredLinks, cluster: str, world: int) -> LinkShare | None:
+    """``framework``'s share of ``cluster``'s links (``links`` as probed), from its all-reduce
+    swept there at ``world`` ranks, else at the nearest rank count swept; None where it was
+    never swept on such links. Read at the largest size swept, the median over the latest
     FLOOR_SWEEPS sweeps: the bandwidth scale at which the simulated all-reduce (links,
     round trips, the library's own costs as predict_step adds them) takes the measured time."""
     from harness.sim import simulate_collective
 
-    swept = shaped_all_reduces(points, framework, cluster, op)
-    if swept.empty and op != "all_reduce":
-        return link_share(points, fits, framework, links, cluster, world)
+    swept = shaped_all_reduces(points, framework, cluster)
     if swept.empty:
         return None
     swept, ranks = at_nearest_world(swept, world)
@@ -111,15 +93,14 @@ def link_share(points: pd.DataFrame, fits: pd.DataFrame, framework: str,
     alpha, beta = software_costs(fits, framework, ranks)
     lib = library(framework)
     serial_beta = beta if lib.serial_software else 0.0
-    collective = OP_TO_COLLECTIVE[op]
-    trips = lib.trips(collective)
+    trips = lib.trips("allreduce_ring")
     at_rate = replace(links, hosts=ranks)
     modelled = simulate_collective(emulated_topology(at_rate, (alpha, serial_beta), trips),
-                                   ranks, collective, nbytes)["time_s"]
-    wire = simulate_collective(emulated_topology(at_rate, trips=0), ranks, collective,
+                                   ranks, "allreduce_ring", nbytes)["time_s"]
+    wire = simulate_collective(emulated_topology(at_rate, trips=0), ranks, "allreduce_ring",
                                nbytes)["time_s"]
     rest = modelled - wire  # what the model adds to the bytes' time
     if not (math.isfinite(measured) and measured > rest and wire > 0):
         return None
-    return LinkShare(wire / (measured - rest), op, str(swept["cluster"].iloc[-1]), ranks, nbytes,
+    return LinkShare(wire / (measured - rest), str(swept["cluster"].iloc[-1]), ranks, nbytes,
                      int(swept["run_id"].nunique()))

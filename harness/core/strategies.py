@@ -69,12 +69,6 @@ class Strategy:
         model = self.timed_as
         return model is not None and not model.startswith("parameter_server")
 
-    @property
-    def main_collective(self) -> str:
-        """The `stratbench comm` op that carries most of its bytes, whose share of a cluster's
-        links its predictions take (harness.calibrate.link_share)."""
-        return "all_to_all" if self.exchange == "embedding" else "all_reduce"
-
     def simulates(self, model: str) -> bool:
         """Whether the simulator's ``model`` is this strategy (with some algorithm of its)."""
         return model in (self.simulated_as, *self.also_simulates)

@@ -54,7 +54,6 @@ def predict_emulated(ctx: Calibrated, facts: WorkloadFacts, links: Any, framewor
     from harness.core.case import PS_SHARDS
     from harness.predict.step import (
         machine_cores,
-        main_collective,
         predict_step,
         runner_ps_layout,
         runtime_overhead,
@@ -70,8 +69,7 @@ def predict_emulated(ctx: Calibrated, facts: WorkloadFacts, links: Any, framewor
         ctx.runtimes[key] = runtime_overhead(ctx.measured, ctx.fits, framework, strategy,
                                              facts, machine_cores())
     links = placed(links, hosts)
-    share = link_share(ctx.sweeps, ctx.fits, framework, links, cluster, hosts,
-                       main_collective(framework, strategy))
+    share = link_share(ctx.sweeps, ctx.fits, framework, links, cluster, hosts)
     row = predict_step(framework, strategy, facts.profile(batch=compute.batch), links, hosts,
                        compute.worker(framework, strategy), fits=ctx.fits,
                        cores=machine_cores(), ps=ps, runtime_s=ctx.runtimes[key],
@@ -79,6 +77,6 @@ def predict_emulated(ctx: Calibrated, facts: WorkloadFacts, links: Any, framewor
     if row is not None:
         row["link_share_source"] = (
             "probed rate (parameter servers)" if not uses_collectives(framework, strategy)
-            else f"{share.op} on {share.cluster}, {share.world} ranks" if share
+            else f"{share.cluster}, {share.world} ranks" if share
             else "probed rate (no all-reduce swept on such links)")
     return row

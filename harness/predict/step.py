@@ -52,12 +52,6 @@ def uses_collectives(framework: str, strategy: str) -> bool:
     return record is not None and record.uses_collectives
 
 
-def main_collective(framework: str, strategy: str) -> str:
-    """The comm op whose share of a cluster's links the strategy's predictions take."""
-    record = find_strategy(framework, strategy)
-    return record.main_collective if record else "all_reduce"
-
-
 def machine_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
 
