@@ -100,7 +100,9 @@ class WorkloadProfile:
         """(push, pull) bytes of one worker per step. ``pull``: "changed", the rows any
         worker changed (the torch RPC servers here), or "whole": every variable read whole
         (TF's ParameterServerStrategy: measured on the wire, recsys:S on 3 hosts moved 1.8 MB
-        per host per step against 0.14 MB of rows)."""
+        per host per step against 0.14 MB of rows). From fractions alone, the union as
+        independent draws; where a runner's tables are known (``ps_traffic``, per server:
+        Zipf draws repeat, so the union is smaller) the step model takes those instead."""
         if pull not in PS_PULLS:
             raise SpecError(f"unknown parameter-server pull {pull!r} (choose from "
                             f"{', '.join(PS_PULLS)})")
