@@ -675,24 +675,26 @@ SPARSE_DATA = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-26
 
 
 def test_sparse_step_times_reproduce_from_their_checked_in_runs(monkeypatch):
-    """docs/SIMULATOR.md's sparse table (issue 28, the campaign's first part): recsys:M and
-    recsys:L on 4 emulated hosts at 300 and 100 Mbit/s and embedding sharding on 2, every
-    strategy that trains them across hosts, predicted from the
-    directory's calibration alone (loopback sweeps, local runs, each cluster's 16 MiB
-    sweeps; campaign-sparse.sh), scored by `validate`. A change to the model moves these
-    figures; the docs move with them."""
+    """docs/SIMULATOR.md's sparse table (issue 28): recsys:M and recsys:L on 2, 4 and 6
+    emulated hosts at 300 Mbit/s and on 2 and 4 at 100 Mbit/s, every strategy that trains
+    them across hosts, predicted from the directory's calibration alone (loopback sweeps,
+    local runs, each cluster's 16 MiB sweeps; campaign-sparse.sh), scored by `validate`. A
+    change to the model moves these figures; the docs move with them."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
     table = validate_steps(ResultsStore(SPARSE_DATA))
     steps = table[table["kind"] == "step"]
     strategy = steps["what"].str.rsplit("/", n=1).str[0]
-    assert len(steps) == 12  # 4 hosts at 300 and 100 Mbit/s, embedding sharding on 2
-    per_strategy = steps["error"].abs().groupby(strategy).median().round(3).to_dict()
-    # torch's parameter server at 21% before each server carried its own tables' traffic;
-    # embedding sharding under-predicted by a fifth (its exchange's own time on oversold
-    # cores: docs/SIMULATOR.md)
-    assert per_strategy == {"tf/multi_worker_mirrored": 0.134, "tf/parameter_server": 0.024,
-                            "torch/ddp": 0.073, "torch/embedding_sharding": 0.237,
-                            "torch/parameter_server": 0.03}
+    assert len(steps) == 42
+    assert {int(h) for h in steps["replicas"]} == {2, 4, 6}
+    errors = steps["error"].abs().groupby(strategy)
+    # the issue's bound (15% median, 30% every point) holds for all but embedding sharding,
+    # under-predicted by a fifth (its exchange's own time: docs/SIMULATOR.md); torch's
+    # parameter server was 21% before each server carried its own tables' traffic
+    assert errors.median().round(3).to_dict() == {
+        "tf/multi_worker_mirrored": 0.107, "tf/parameter_server": 0.041, "torch/ddp": 0.021,
+        "torch/embedding_sharding": 0.232, "torch/parameter_server": 0.103}
+    within = errors.max() <= 0.30
+    assert not within["torch/embedding_sharding"] and within.drop("torch/embedding_sharding").all()
 
 
 def test_the_sparse_runs_rank_recsys_l_as_measured_against_the_sparse_baseline():
@@ -716,5 +718,5 @@ def test_the_sparse_runs_rank_recsys_l_as_measured_against_the_sparse_baseline()
     assert all(e.get("updates") == "sparse rows" for e in base["extra"])
     sharded = frame[(frame["strategy"] == "embedding_sharding") & (frame["status"] == "ok")
                     & frame["cluster"].str.startswith("netns")]
-    assert {2, 4} <= set(sharded["replicas"])
+    assert {2, 4, 6} <= set(sharded["replicas"])
     assert (sharded["max_weight_diff"] < 1e-5).all()
