@@ -91,12 +91,32 @@ def _collective_timeout(case: Case) -> float:
     return float(case.options.get("collective_timeout_s", max(10.0, case.timeout_s / 2)))
 
 
+def _patient_coordination(cluster: dict[str, list[str]], timeout_s: float) -> None:
+    """Start TF's coordination service as MultiWorkerMirroredStrategy would (it then keeps
+    ours), with a heartbeat deadline as long as a collective's: a worker's heartbeat queues
+    behind the tables' first broadcast on a shaped link (recsys:L, 512 MB, 4 hosts at
+    100 Mbit/s), and the default 10 s declared a live worker dead, which surfaced as
+    Keras's "'NoneType' object has no attribute 'assign'" on its peers."""
+    from tensorflow.core.protobuf import coordination_config_pb2
+    from tensorflow.python.eager import context
+
+    if context.context().coordination_service is not None:
+        return
+    jobs = [job for job in ("chief", "worker") if job in cluster]
+    context.context().configure_coordination_service(
+        service_type="standalone", service_leader=f"/job:{jobs[0]}/replica:0/task:0",
+        heartbeat_timeout_in_ms=int(timeout_s * 1000),
+        coordinated_jobs=[coordination_config_pb2.CoordinatedJob(
+            name=job, num_tasks=len(cluster[job])) for job in jobs])
+
+
 def _multi_worker_strategy(case: Case) -> tuple[Any, dict[str, Any]]:
     collective = str(case.options.get("collective", "RING")).upper()
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r} (choose from "
                          f"{', '.join(COLLECTIVES)})")
     timeout = _collective_timeout(case)
+    _patient_coordination(json.loads(os.environ["TF_CONFIG"])["cluster"], timeout)
     impl = getattr(tf.distribute.experimental.CommunicationImplementation, collective)
     options = tf.distribute.experimental.CommunicationOptions(implementation=impl,
                                                               timeout_seconds=timeout)
