@@ -684,14 +684,14 @@ def test_sparse_step_times_reproduce_from_their_checked_in_runs(monkeypatch):
     table = validate_steps(ResultsStore(SPARSE_DATA))
     steps = table[table["kind"] == "step"]
     strategy = steps["what"].str.rsplit("/", n=1).str[0]
-    assert len(steps) == 42
+    assert len(steps) == 43
     assert {int(h) for h in steps["replicas"]} == {2, 4, 6}
     errors = steps["error"].abs().groupby(strategy)
     # the issue's bound (15% median, 30% every point) holds for all but embedding sharding,
     # under-predicted by a fifth (its exchange's own time: docs/SIMULATOR.md); torch's
     # parameter server was 21% before each server carried its own tables' traffic
     assert errors.median().round(3).to_dict() == {
-        "tf/multi_worker_mirrored": 0.107, "tf/parameter_server": 0.041, "torch/ddp": 0.021,
+        "tf/multi_worker_mirrored": 0.116, "tf/parameter_server": 0.041, "torch/ddp": 0.021,
         "torch/embedding_sharding": 0.232, "torch/parameter_server": 0.103}
     within = errors.max() <= 0.30
     assert not within["torch/embedding_sharding"] and within.drop("torch/embedding_sharding").all()

@@ -97,7 +97,7 @@ def _patient_coordination(cluster: dict[str, list[str]], timeout_s: float) -> No
     behind the tables' first broadcast on a shaped link (recsys:L, 512 MB, 4 hosts at
     100 Mbit/s), and the default 10 s declared a live worker dead, which surfaced as
     Keras's "'NoneType' object has no attribute 'assign'" on its peers."""
-    from tensorflow.core.protobuf import coordination_config_pb2
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
     from tensorflow.python.eager import context
 
     if context.context().coordination_service is not None:
