@@ -338,17 +338,17 @@ def execute(cases: list[Case], store: ResultsStore, run_id: str,
             scratch.mkdir(parents=True, exist_ok=True)
         workdir = Path(tempfile.mkdtemp(prefix="stratbench-case-", dir=scratch))
         try:
-            outcome = execute_case(case, run_id, workdir, cluster)
-        except Exception as exc:  # a bug of ours still ends the case in a row
-            reason = f"stratbench error: {type(exc).__name__}: {exc}"
-            outcome = CaseOutcome(_base_row(case, run_id, Status.FAILED.value, reason,
-                                            _now()), None)
-        try:
+            try:
+                outcome = execute_case(case, run_id, workdir, cluster)
+            except Exception as exc:  # a bug of ours still ends the case in a row
+                reason = f"stratbench error: {type(exc).__name__}: {exc}"
+                outcome = CaseOutcome(_base_row(case, run_id, Status.FAILED.value, reason,
+                                                _now()), None)
             if outcome.row.status in (Status.FAILED.value, Status.TIMEOUT.value):
                 logs = store.keep_logs(run_id, case.case_id, workdir)
                 if logs is not None:
                     outcome.row.extra["logs"] = str(logs.relative_to(store.root))
-        finally:
+        finally:  # an interrupt too: the scratch folder never outlives its case
             shutil.rmtree(workdir, ignore_errors=True)
         outcome.row.env_fingerprint = machine
         fill_scaling_efficiency(outcome.row, baselines)
