@@ -158,19 +158,16 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
         traffic = profile.ps_traffic if strategy == "parameter_server" else None
         if traffic is not None and len(traffic[0]) != shards:
             traffic = None
+        nbytes = ((sum(traffic[0]), sum(traffic[1])) if traffic
+                  else profile.ps_bytes(workers, ps_pull))
         if strategy == "central_storage":
             push = back = phases(central_storage(workers))
-            nbytes = profile.ps_bytes(workers, ps_pull)
-        elif traffic is None:
-            push = back = phases(ps_sync(workers, shards, colocated, weights=ps_shard_weights,
-                                         beside=ps_beside))
-            nbytes = profile.ps_bytes(workers, ps_pull)
         else:
-            push = phases(ps_sync(workers, shards, colocated, weights=traffic[0],
+            push_weights, pull_weights = traffic or (ps_shard_weights, ps_shard_weights)
+            push = phases(ps_sync(workers, shards, colocated, weights=push_weights,
                                   beside=ps_beside))
-            back = phases(ps_sync(workers, shards, colocated, weights=traffic[1],
+            back = phases(ps_sync(workers, shards, colocated, weights=pull_weights,
                                   beside=ps_beside))
-            nbytes = (sum(traffic[0]), sum(traffic[1]))
         # on the servers, mid-exchange: a round applies every worker's gradient (summed)
         optimizer, after = profile.optimizer_s * workers / shards, 0.0
         finish = _ps_step(env, (push[0], back[1]), nbytes, compute, classes, colls, optimizer)
