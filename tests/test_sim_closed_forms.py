@@ -21,7 +21,8 @@ from harness.sim.collectives import (
     ring_reduce_scatter,
 )
 from harness.sim.engine import run_collective
-from harness.sim.ps import central_storage, ps_sync, shard_chunks
+from harness.sim.ps import central_storage, ps_sync
+from harness.sim.schedule import shard_chunks
 from harness.sim.topology import Hierarchy, LinkClass, with_servers
 
 SETTINGS = settings(max_examples=int(os.environ.get("SIM_EXAMPLES", "40")), deadline=None)

@@ -127,6 +127,33 @@ def test_all_to_all_hands_every_rank_the_chunk_each_rank_meant_for_it(p, width, 
         assert result.time_s == pytest.approx(1e6 * (p - 1) / p / 1e9, rel=1e-6)
 
 
+@FAST
+@given(st.integers(2, 8), st.data())
+def test_an_unequal_all_to_all_sends_each_message_its_share(p, data):
+    """Messages sized by a matrix (embedding sharding's owners answering unequal shares):
+    every rank still ends with what each rank meant for it, and on a switch the step lasts
+    as long as the busiest rank's own sends (or receives) take on its link."""
+    weights = data.draw(st.lists(st.floats(0.05, 1.0), min_size=p, max_size=p))
+    asked = np.tile(np.asarray(weights) / sum(weights), (p, 1))  # row i: rank i to each owner
+    for matrix in (asked, asked.T):
+        schedule = all_to_all(p, matrix)
+        x = _data(p, schedule.n_chunks, 7)
+        out = execute(schedule, x)
+        for step_ in schedule.steps:
+            for src, dst, lo, size in zip(step_.src, step_.dst, step_.lo, step_.size,
+                                          strict=True):
+                assert np.array_equal(out[dst, lo:lo + size], x[src, lo:lo + size])
+        topology = parse_topology(f"switch:n={p},bw=8Gbit,lat=0")
+        result = run_collective(schedule, topology, 1e6)
+        share = matrix / matrix.sum() * p * 1e6  # bytes of each message
+        np.fill_diagonal(share, 0.0)
+        busiest = max(share.sum(axis=1).max(), share.sum(axis=0).max())
+        assert result.bytes_sent == pytest.approx(share.sum(), rel=0.01)
+        assert result.time_s == pytest.approx(busiest / 1e9, rel=0.02)
+    with pytest.raises(ValueError, match="matrix"):
+        all_to_all(p, np.ones((p, p + 1)))
+
+
 def test_binomial_broadcast_shares_each_senders_link_as_gloo_does():
     """gloo posts all of a rank's sends at once: 6 ranks take 3 + 2 message times on a switch
     (the root's three copies, then rank 1's two), 4 ranks 2 + 1: what emulated hosts measured."""

@@ -678,8 +678,9 @@ def test_sparse_step_times_reproduce_from_their_checked_in_runs(monkeypatch):
     """docs/SIMULATOR.md's sparse table (issue 28): recsys:M and recsys:L on 2, 4 and 6
     emulated hosts at 300 Mbit/s and on 2 and 4 at 100 Mbit/s, every strategy that trains
     them across hosts, predicted from the directory's calibration alone (loopback sweeps,
-    local runs, each cluster's 16 MiB sweeps; campaign-sparse.sh), scored by `validate`. A
-    change to the model moves these figures; the docs move with them."""
+    local runs, each cluster's sweeps: every op at 16 MiB, torch's at 256 KiB-4 MiB;
+    campaign-sparse.sh), scored by `validate`. A change to the model moves these figures; the
+    docs move with them."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
     table = validate_steps(ResultsStore(SPARSE_DATA))
     steps = table[table["kind"] == "step"]
@@ -687,14 +688,14 @@ def test_sparse_step_times_reproduce_from_their_checked_in_runs(monkeypatch):
     assert len(steps) == 43
     assert {int(h) for h in steps["replicas"]} == {2, 4, 6}
     errors = steps["error"].abs().groupby(strategy)
-    # the issue's bound (15% median, 30% every point) holds for all but embedding sharding,
-    # under-predicted by a fifth (its exchange's own time: docs/SIMULATOR.md); torch's
+    # the issue's bound: 15% median, 30% every point. Embedding sharding was 23% (max 41%)
+    # before its exchange waited for the busiest owner, read gloo's all-to-all share near its
+    # own size and its lookups' tensor work shared the cores (docs/SIMULATOR.md); torch's
     # parameter server was 21% before each server carried its own tables' traffic
     assert errors.median().round(3).to_dict() == {
         "tf/multi_worker_mirrored": 0.116, "tf/parameter_server": 0.041, "torch/ddp": 0.021,
-        "torch/embedding_sharding": 0.232, "torch/parameter_server": 0.103}
-    within = errors.max() <= 0.30
-    assert not within["torch/embedding_sharding"] and within.drop("torch/embedding_sharding").all()
+        "torch/embedding_sharding": 0.141, "torch/parameter_server": 0.103}
+    assert (errors.max() <= 0.30).all(), errors.max()
 
 
 def test_the_sparse_runs_rank_recsys_l_as_measured_against_the_sparse_baseline():

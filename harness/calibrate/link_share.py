@@ -32,6 +32,7 @@ from harness.calibrate.sweep_selection import (
 from harness.core.clusters import parse_cluster
 from harness.core.errors import InputError
 from harness.core.strategies import library
+from harness.core.strategies import strategy as find_strategy
 
 # The smallest all-reduce a share of the link is read from: below it the library's per-message
 # costs, not the link, set the time (4 hosts at 300 Mbit/s: 1 MiB moves 1.5 MB a host, 42 ms
@@ -63,44 +64,69 @@ def link_key(cluster: str) -> tuple[float, int, float] | None:
     return spec.rate_bits, spec.racks, spec.uplink_bits or 0.0
 
 
-def shaped_all_reduces(points: pd.DataFrame, framework: str, cluster: str) -> pd.DataFrame:
-    """``framework``'s all-reduce points of at least MIN_BYTES swept on clusters with
+def shaped_points(points: pd.DataFrame, framework: str, cluster: str,
+                  op: str = "all_reduce") -> pd.DataFrame:
+    """``framework``'s ``op`` points of at least MIN_BYTES swept on clusters with
     ``cluster``'s links: at normal priority, as training runs, where there are such."""
     key = link_key(cluster)
     if key is None or points.empty or "cluster" not in points:
         return points.iloc[0:0]
-    mine = points[(points["framework"] == framework) & (points["op"] == "all_reduce")
+    mine = points[(points["framework"] == framework) & (points["op"] == op)
                   & (points["bytes"] >= MIN_BYTES)]
     return normal_priority_first(mine[[link_key(str(c)) == key for c in mine["cluster"]]])
 
 
 def link_share(points: pd.DataFrame, fits: pd.DataFrame, framework: str,
-               links: MeasuredLinks, cluster: str, world: int) -> LinkShare | None:
-    """``framework``'s share of ``cluster``'s links (``links`` as probed), from its all-reduce
+               links: MeasuredLinks, cluster: str, world: int, op: str = "all_reduce",
+               near: float | None = None) -> LinkShare | None:
+    """``framework``'s share of ``cluster``'s links (``links`` as probed), from its ``op``
     swept there at ``world`` ranks, else at the nearest rank count swept; None where it was
-    never swept on such links. Read at the largest size swept, the median over the latest
-    FLOOR_SWEEPS sweeps: the bandwidth scale at which the simulated all-reduce (links,
-    round trips, the library's own costs as predict_step adds them) takes the measured time."""
+    never swept on such links. Read at the largest size swept (or, given ``near``, the size
+    nearest it), the median over the latest FLOOR_SWEEPS sweeps: the bandwidth scale at
+    which the simulated collective (links, round trips, the library's own costs as
+    predict_step adds them) takes the measured time.
+
+    An all-to-all is read near the exchange's own size because gloo's changes with it: on 2
+    hosts at 300 Mbit/s its 1 MiB all-to-all ran at 0.93 of the wire and its 4 MiB one at
+    0.48 (both directions of one TCP connection full at once), where the all-reduce kept
+    0.95 at both; on 4 hosts 0.69-0.72 at every size (three peers' flows on one link)."""
     from harness.sim import simulate_collective
 
-    swept = shaped_all_reduces(points, framework, cluster)
+    swept = shaped_points(points, framework, cluster, op)
     if swept.empty:
         return None
     swept, ranks = at_nearest_world(swept, world)
-    nbytes = float(swept["bytes"].max())
+    sizes = swept["bytes"].unique()
+    nbytes = float(max(sizes) if near is None or near <= 0
+                   else min(sizes, key=lambda b: abs(math.log(b / near))))
     swept = latest_sweeps(swept[swept["bytes"] == nbytes])
     measured = float(swept["time_s"].median())
     alpha, beta = software_costs(fits, framework, ranks)
     lib = library(framework)
     serial_beta = beta if lib.serial_software else 0.0
-    trips = lib.trips("allreduce_ring")
+    algorithm = "allreduce_ring" if op == "all_reduce" else op
+    trips = lib.trips(algorithm)
     at_rate = replace(links, hosts=ranks)
     modelled = simulate_collective(emulated_topology(at_rate, (alpha, serial_beta), trips),
-                                   ranks, "allreduce_ring", nbytes)["time_s"]
-    wire = simulate_collective(emulated_topology(at_rate, trips=0), ranks, "allreduce_ring",
+                                   ranks, algorithm, nbytes)["time_s"]
+    wire = simulate_collective(emulated_topology(at_rate, trips=0), ranks, algorithm,
                                nbytes)["time_s"]
     rest = modelled - wire  # what the model adds to the bytes' time
     if not (math.isfinite(measured) and measured > rest and wire > 0):
         return None
     return LinkShare(wire / (measured - rest), str(swept["cluster"].iloc[-1]), ranks, nbytes,
                      int(swept["run_id"].nunique()))
+
+
+def step_shares(points: pd.DataFrame, fits: pd.DataFrame, framework: str, strategy: str,
+                links: MeasuredLinks, cluster: str, world: int, exchange_bytes: float
+                ) -> tuple[LinkShare | None, LinkShare | None]:
+    """What a step prediction reads of a cluster's sweeps: the library's share of the links
+    (its all-reduce) and, for embedding sharding, its all-to-all's near the rows a replica
+    asks for (``exchange_bytes``)."""
+    share = link_share(points, fits, framework, links, cluster, world)
+    record = find_strategy(framework, strategy)
+    if record is None or record.exchange != "embedding" or exchange_bytes <= 0:
+        return share, None
+    return share, link_share(points, fits, framework, links, cluster, world, "all_to_all",
+                             near=exchange_bytes)

@@ -76,7 +76,7 @@ def torch_ps_traffic(name: str, batch: int, workers: int, shards: int
     torch RPC sends a tensor's whole storage unless a copy saves half of it, so the push is
     a row per lookup where the distinct rows are over half the lookups. A pull is every row
     the W workers' Zipf draws touched (their union), with an int64 index each."""
-    from harness.core.case import assign_shards
+    from harness.core.sharding import assign_shards
     from workloads import WorkloadError
     from workloads.catalog import get_spec
     from workloads.configs import RecsysConfig
@@ -103,6 +103,31 @@ def torch_ps_traffic(name: str, batch: int, workers: int, shards: int
         push[owner[n]] += row * (lookups if lookups < 2 * distinct else distinct)
         pull[owner[n]] += row * expected_unique_rows(w.shape[0], config.zipf, lookups * workers)
     return tuple(push), tuple(pull)
+
+
+def embedding_owner_shares(name: str, batch: int, workers: int) -> tuple[float, ...] | None:
+    """Each rank's share of the rows one replica asks for under embedding sharding, for a
+    built-in model with embedding tables (None for others): tables placed as the runner
+    places them (``core.sharding.plan_shards``), each table's distinct rows of ``batch``
+    samples' Zipf draws. recsys:L on 2 ranks is table-wise with its 1M-row table alone on
+    rank 0 and the three smaller ones on rank 1, which serves about 3/4 of every request:
+    the exchange waits for that rank's link, not an even split's."""
+    from harness.core.sharding import plan_shards
+    from workloads import WorkloadError
+    from workloads.catalog import get_spec
+    from workloads.configs import RecsysConfig
+    from workloads.costs import expected_unique_rows
+
+    family, _, size = name.partition(":")
+    try:
+        config = get_spec(family, size).config
+    except WorkloadError:
+        return None
+    if not isinstance(config, RecsysConfig) or workers < 1:
+        return None
+    plan = plan_shards(tuple(config.table_rows), workers)
+    return plan.owner_shares([expected_unique_rows(rows, config.zipf, batch * config.hotness)
+                              for rows in config.table_rows])
 
 
 def row_names(frame: pd.DataFrame) -> pd.Series:

@@ -25,17 +25,6 @@ LEARNING_RATE = 0.05
 PS_SHARDS = 2
 
 
-def assign_shards(sizes: dict[str, int], shards: int) -> dict[str, int]:
-    """The torch parameter server's placement (runners/torch_ps.py), here for the simulator
-    too: largest tensors first onto the least-loaded shard, balanced bytes per server."""
-    load = [0] * shards
-    owner = {}
-    for name, size in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0])):
-        k = load.index(min(load))
-        owner[name] = k
-        load[k] += size
-    return owner
-
 # The correctness baselines' roles: one device on the global batch ("reference"), and the same
 # on another thread count ("rounding": its distance from the reference is how far float32
 # summation order alone moves this model's weights over these steps).

@@ -51,6 +51,12 @@ class Strategy:
     # gradients and optimizer) or "dense" (every row, every step); the compute a worker of it
     # is predicted with (harness.calibrate.workload.worker_compute)
     embedding_updates: str = "dense"
+    # its runtime's own time per step (harness.predict.step.runtime_overhead) is tensor work
+    # every rank does at once, between collectives, so oversold cores stretch it as they
+    # stretch compute (embedding sharding: the lookups' unique, sort, gather and pooling, the
+    # owners' index_add; where a runtime's time is threads beside compute, RPC or hooks
+    # overlapped with the exchange, it is not)
+    runtime_in_lockstep: bool = False
 
     @property
     def label(self) -> str:
@@ -138,7 +144,7 @@ STRATEGIES: tuple[Strategy, ...] = (
              "gradients moved by all_to_all, dense layers all-reduced (recsys family; named, "
              "never part of 'all').",
              waits_every_step=True, simulated_as="embedding_sharding", emulated=True,
-             embedding_updates="sparse rows"),
+             embedding_updates="sparse rows", runtime_in_lockstep=True),
     Strategy("torch", "pipeline", "pipeline", True, True,
              "torch.distributed.pipelining: one stage per process, GPipe or 1F1B over "
              "micro-batches (transformer family; named, never part of 'all').",

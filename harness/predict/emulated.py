@@ -49,7 +49,7 @@ def predict_emulated(ctx: Calibrated, facts: WorkloadFacts, links: Any, framewor
     share of them the library's collectives reach where it was swept on ``cluster``'s
     links), cores shared as they would be, the library's and the runtime's own costs as
     measured here (harness.predict.step); None where the simulator has no model for it."""
-    from harness.calibrate.link_share import link_share
+    from harness.calibrate.link_share import step_shares
     from harness.calibrate.links import placed
     from harness.core.case import PS_SHARDS
     from harness.predict.step import (
@@ -69,11 +69,14 @@ def predict_emulated(ctx: Calibrated, facts: WorkloadFacts, links: Any, framewor
         ctx.runtimes[key] = runtime_overhead(ctx.measured, ctx.fits, framework, strategy,
                                              facts, machine_cores())
     links = placed(links, hosts)
-    share = link_share(ctx.sweeps, ctx.fits, framework, links, cluster, hosts)
-    row = predict_step(framework, strategy, facts.profile(batch=compute.batch), links, hosts,
+    profile = facts.profile(batch=compute.batch)
+    share, exchange = step_shares(ctx.sweeps, ctx.fits, framework, strategy, links, cluster,
+                                  hosts, profile.sparse_rows_bytes)
+    row = predict_step(framework, strategy, profile, links, hosts,
                        compute.worker(framework, strategy), fits=ctx.fits,
                        cores=machine_cores(), ps=ps, runtime_s=ctx.runtimes[key],
-                       link_share=share.efficiency if share else 1.0)
+                       link_share=share.efficiency if share else 1.0,
+                       exchange_share=exchange.efficiency if exchange else None)
     if row is not None:
         row["link_share_source"] = (
             "probed rate (parameter servers)" if not uses_collectives(framework, strategy)

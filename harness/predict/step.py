@@ -33,10 +33,11 @@ import pandas as pd
 
 from harness.calibrate.links import MeasuredLinks, emulated_topology
 from harness.calibrate.sweep_selection import software_costs
-from harness.calibrate.workload import torch_ps_traffic, worker_compute
+from harness.calibrate.workload import embedding_owner_shares, torch_ps_traffic, worker_compute
 from harness.core.strategies import MODEL_PARALLEL, library
 from harness.core.strategies import strategy as find_strategy
 from harness.sim.compute import ComputeSplit
+from harness.sim.strategies import EMBEDDING_SHARDING
 
 
 def simulated_as(framework: str, strategy: str) -> str | None:
@@ -100,7 +101,8 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
                  cores: int | None = None,
                  ps: PsLayout | None = None,
                  runtime_s: float = 0.0,
-                 link_share: float = 1.0) -> dict[str, Any] | None:
+                 link_share: float = 1.0,
+                 exchange_share: float | None = None) -> dict[str, Any] | None:
     """The simulator's row for `framework/strategy` with `replicas` workers on `links`
     (one per host), or None where the simulator has no model for it. ``profile``: a
     harness.sim WorkloadProfile (its compute time is replaced by what a worker computes,
@@ -109,12 +111,14 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
     weights and placement of a parameter server;
     ``runtime_s``: the runtime's own time per step (`runtime_overhead`); ``link_share``:
     the share of the links the library's collectives reach (harness.calibrate.link_share; the
-    parameter servers' transports are not collectives and keep the probed rate)."""
+    parameter servers' transports are not collectives and keep the probed rate);
+    ``exchange_share``: the share its all-to-alls reach, where swept (else ``link_share``)."""
     from harness.sim import simulate
 
     model = simulated_as(framework, strategy)
     if model is None:
         return None
+    record = find_strategy(framework, strategy)
     alpha, beta = software_costs(fits, framework, replicas)
     collective = uses_collectives(framework, strategy)
     lib = library(framework)
@@ -131,21 +135,27 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
             return None
         options = {"ps_shard_weights": ps.shard_bytes, "ps_colocated": ps.colocated,
                    "ps_beside": ps.beside}
-        record = find_strategy(framework, strategy)
         processes += len(ps.shard_bytes) + (record.extra_processes if record else 0)
         if framework == "torch" and model == "parameter_server":
             profile = dataclasses.replace(profile, ps_traffic=torch_ps_traffic(
                 f"{profile.name}:{profile.size}", profile.batch_per_replica, replicas,
                 len(ps.shard_bytes)))
+    if model == EMBEDDING_SHARDING:
+        profile = dataclasses.replace(profile, owner_shares=embedding_owner_shares(
+            f"{profile.name}:{profile.size}", profile.batch_per_replica, replicas))
     split = (one_replica if isinstance(one_replica, ComputeSplit)
              else ComputeSplit(one_replica, 0.0))
     # the emulated hosts share the machine's cores: compute slows when they are oversold
     oversold = max(1.0, processes / (cores or machine_cores()))
     compute = (split.total_s - split.apply_s) * oversold
+    if record is not None and record.runtime_in_lockstep:  # runtime_overhead: a core per rank
+        runtime_s *= oversold
     stated = {"optimizer_s": split.apply_s * oversold} if split.apply_s else {}
     (row,) = simulate(topology, replicas, model, dataclasses.replace(
         profile, step_compute_s=compute, **stated), None, library="gloo",
-        ps_pull=lib.ps_pull, runtime_s=runtime_s, **options)
+        ps_pull=lib.ps_pull, runtime_s=runtime_s,
+        exchange_share=exchange_share / link_share if collective and exchange_share else 1.0,
+        **options)
     row.update(topology=topology, model=model, framework=framework, strategy=strategy,
                link_share=link_share if collective else 1.0)
     return row
@@ -299,5 +309,8 @@ def runtime_overhead(measured: pd.DataFrame, fits: pd.DataFrame, framework: str,
                                  worker_compute(base, framework, strategy), fits=fits,
                                  cores=cores, ps=ps)
         if predicted is not None and predicted["status"] == "ok":
-            samples.append(float(r["step_time_median_s"]) - predicted["step_time_median_s"])
+            own = float(r["step_time_median_s"]) - predicted["step_time_median_s"]
+            if record.runtime_in_lockstep:  # per rank with a core each, as predict_step scales
+                own /= max(1.0, hosts / (cores or machine_cores()))
+            samples.append(own)
     return max(0.0, _median(samples)) if samples else 0.0

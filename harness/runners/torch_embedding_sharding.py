@@ -11,15 +11,15 @@ So a step moves the looked-up rows twice and the small dense part once, never a 
 table: the exchange of a parameter server without its servers.
 
 Tables go whole to a rank (table-wise) where there are at least as many tables as ranks
-and their rows balance (largest load at most ``TABLE_WISE_IMBALANCE`` x the mean); else every
-table is cut row-wise, row r to rank r mod W (interleaved: a Zipf law's popular rows, the
-low ids, spread over every rank instead of piling on the first).
+and their rows balance; else every table is cut row-wise, row r to rank r mod W
+(interleaved: a Zipf law's popular rows, the low ids, spread over every rank instead of
+piling on the first). The rule is ``core.sharding.plan_shards``, which the simulator reads
+too.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,59 +28,13 @@ import torch
 import torch.distributed as dist
 
 from harness.core.case import LEARNING_RATE, Case
+from harness.core.sharding import ShardPlan, plan_shards
 from harness.measure.stats import OVERLAP_ROUNDS
 from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
 from harness.runners import torch_workload as tw
 from workloads import torch_models as models
 from workloads.configs import RecsysConfig
-
-TABLE_WISE_IMBALANCE = 1.25
-
-
-@dataclass(frozen=True)
-class ShardPlan:
-    """Where every row of every table lives: ``owner[t]`` is table t's rank (table-wise),
-    or -1 for a table cut row-wise over all ``world`` ranks."""
-
-    table_rows: tuple[int, ...]
-    world: int
-    owner: tuple[int, ...]
-
-    @property
-    def kind(self) -> str:
-        return "row-wise" if -1 in self.owner else "table-wise"
-
-    def local_rows(self, rank: int, table: int) -> int:
-        """How many of ``table``'s rows ``rank`` holds."""
-        rows = self.table_rows[table]
-        if self.owner[table] >= 0:
-            return rows if self.owner[table] == rank else 0
-        return len(range(rank, rows, self.world))
-
-    def owners(self, table: int, ids: torch.Tensor) -> torch.Tensor:
-        if self.owner[table] >= 0:
-            return torch.full_like(ids, self.owner[table])
-        return ids % self.world
-
-    def local_index(self, table: int, ids: torch.Tensor) -> torch.Tensor:
-        """Each id's row in its owner's shard of ``table``."""
-        return ids if self.owner[table] >= 0 else ids // self.world
-
-
-def plan_shards(table_rows: tuple[int, ...], world: int) -> ShardPlan:
-    """Table-wise where the tables balance over the ranks (largest first onto the least
-    loaded), else row-wise."""
-    load = [0] * world
-    owner = [0] * len(table_rows)
-    for t in sorted(range(len(table_rows)), key=lambda t: (-table_rows[t], t)):
-        rank = load.index(min(load))
-        owner[t] = rank
-        load[rank] += table_rows[t]
-    mean = sum(table_rows) / world
-    if len(table_rows) >= world and max(load) <= TABLE_WISE_IMBALANCE * mean:
-        return ShardPlan(tuple(table_rows), world, tuple(owner))
-    return ShardPlan(tuple(table_rows), world, (-1,) * len(table_rows))
 
 
 def _all_to_all(send: torch.Tensor, send_counts: list[int], recv_counts: list[int],

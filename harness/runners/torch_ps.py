@@ -25,7 +25,8 @@ import numpy as np
 import torch
 import torch.distributed.rpc as rpc
 
-from harness.core.case import LEARNING_RATE, Case, assign_shards
+from harness.core.case import LEARNING_RATE, Case
+from harness.core.sharding import assign_shards
 from harness.measure.stats import OVERLAP_ROUNDS
 from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter

@@ -67,7 +67,7 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
              ps_beside: Sequence[int] | None = None,
              ps_shard_weights: Sequence[float] | None = None,
              library: str = "nccl", ps_pull: str = "changed",
-             runtime_s: float = 0.0) -> list[dict[str, Any]]:
+             runtime_s: float = 0.0, exchange_share: float = 1.0) -> list[dict[str, Any]]:
     """Simulate one training step of each strategy; one results row per strategy.
 
     ``strategy``: 'all', a simulator name (allreduce_ring, allreduce_tree,
@@ -80,6 +80,8 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
     the strategies run. ``ps_pull``: what a parameter-server worker pulls back, "changed"
     rows or "whole" variables (TF's ParameterServerStrategy). ``runtime_s``: the framework
     runtime's own time per synchronous step, where it was measured (harness/predict/step.py).
+    ``exchange_share``: how much of the links an all-to-all reaches against the other
+    collectives (embedding sharding's exchange; harness/calibrate/link_share.py).
     """
     if profile is None:
         raise SpecError("simulate needs a workload profile (e.g. params=25M,batch=32,"
@@ -107,7 +109,8 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
                                    ps_shards=ps_shards, ps_colocated=ps_colocated,
                                    ps_beside=ps_beside,
                                    ps_shard_weights=ps_shard_weights, library=library,
-                                   ps_pull=ps_pull, runtime_s=runtime_s)
+                                   ps_pull=ps_pull, runtime_s=runtime_s,
+                                   exchange_share=exchange_share)
         except TopologyError as exc:
             rows.append(base | _unavailable(str(exc)))
             continue

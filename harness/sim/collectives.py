@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from harness.sim.schedule import Schedule, Step, parallel, step
+from harness.sim.schedule import SHARD_RESOLUTION, Schedule, Step, parallel, shard_chunks, step
 
 
 def _ring_phase(groups: np.ndarray, bases: np.ndarray, block: int, reduce: bool) -> Step | None:
@@ -297,12 +297,26 @@ def point_to_point(pairs: int) -> Schedule:
                     (step(src, src + pairs, 0, 1, reduce=False),), contributors=pairs)
 
 
-def all_to_all(p: int) -> Schedule:
+def all_to_all(p: int, sizes: np.ndarray | None = None) -> Schedule:
     """Every rank sends a different chunk to every other, all at once (torch's
-    all_to_all_single, NCCL's and gloo's alltoall): chunk i * p + j of rank i to rank j.
-    Executed on numbers, rank j ends with every rank's chunk meant for it."""
+    all_to_all_single, NCCL's and gloo's alltoall): message i -> j of rank i to rank j.
+    ``sizes``: the p x p matrix of the messages' relative sizes (equal when None; a rank's
+    row sums to its share of the bytes, so timing the schedule with ``nbytes`` moves p x
+    ``nbytes`` in all), cut into whole chunks by the largest remainder. Executed on numbers,
+    rank j ends with every rank's message meant for it."""
+    if sizes is None:
+        chunks = np.ones(p * p, np.int64)
+    else:
+        matrix = np.asarray(sizes, dtype=float)
+        if matrix.shape != (p, p) or (matrix < 0).any() or matrix.sum() <= 0:
+            raise ValueError(f"all-to-all sizes must be a non-negative {p} x {p} matrix")
+        chunks = np.zeros(p * p, np.int64)
+        live = matrix.reshape(-1) > 0
+        chunks[live] = shard_chunks(matrix.reshape(-1)[live].tolist(), SHARD_RESOLUTION * p)
+    lo = np.concatenate([[0], np.cumsum(chunks)[:-1]])
     src = np.repeat(np.arange(p), p)
     dst = np.tile(np.arange(p), p)
-    keep = src != dst
-    steps = (step(src[keep], dst[keep], (src * p + dst)[keep], 1, reduce=False),) if p > 1 else ()
-    return Schedule("all_to_all", "all_to_all", p, p * p, steps)
+    keep = (src != dst) & (chunks > 0)
+    steps = ((step(src[keep], dst[keep], lo[keep], chunks[keep], reduce=False),)
+             if keep.any() else ())
+    return Schedule("all_to_all", "all_to_all", p, int(chunks.sum()), steps)

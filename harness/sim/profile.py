@@ -43,6 +43,9 @@ class WorkloadProfile:
     # one worker's (push, pull) bytes per parameter server, where a runner's placement and
     # transport are known (calibrate.workload.torch_ps_traffic); else ps_bytes, by shard size
     ps_traffic: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    # embedding sharding: each rank's share of the rows a replica asks for, where the runner's
+    # placement is known (calibrate.workload.embedding_owner_shares); else an even split
+    owner_shares: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.params < 1:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from harness.sim.schedule import Schedule, step
+from harness.sim.schedule import Schedule, shard_chunks, step
 
 
 def server_ranks(workers: int, shards: int, colocated: bool) -> np.ndarray:
@@ -22,23 +22,6 @@ def server_ranks(workers: int, shards: int, colocated: bool) -> np.ndarray:
     if colocated:
         return np.arange(shards) * workers // shards
     return workers + np.arange(shards)
-
-
-SHARD_RESOLUTION = 1024  # chunks the buffer is cut into when shards are unequal
-
-
-def shard_chunks(weights: Sequence[float], resolution: int = SHARD_RESOLUTION) -> np.ndarray:
-    """Chunks per shard in proportion to ``weights`` (largest remainder, at least one each):
-    real servers hold whole tensors, so their shards are rarely equal."""
-    w = np.asarray(weights, dtype=float)
-    if w.size < 1 or not (w > 0).all():
-        raise ValueError(f"shard weights {list(weights)} must be positive")
-    exact = w / w.sum() * max(resolution, w.size)
-    chunks = np.maximum(1, np.floor(exact)).astype(np.int64)
-    short = max(resolution, w.size) - int(chunks.sum())
-    for i in np.argsort(chunks - exact)[:max(0, short)]:
-        chunks[i] += 1
-    return chunks
 
 
 def ps_sync(workers: int, shards: int, colocated: bool = False,

@@ -23,7 +23,7 @@ symmetry); execution and the detailed engine expand them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -179,6 +179,24 @@ class Schedule:
 
 
 # ---------------------------------------------------------------- execution on numbers
+
+
+SHARD_RESOLUTION = 1024  # chunks a buffer is cut into when its parts are unequal
+
+
+def shard_chunks(weights: Sequence[float], resolution: int = SHARD_RESOLUTION) -> np.ndarray:
+    """Chunks per part in proportion to ``weights`` (largest remainder, at least one each):
+    real servers hold whole tensors, so their shards are rarely equal, nor are the messages
+    of an all-to-all whose owners hold unequal tables."""
+    w = np.asarray(weights, dtype=float)
+    if w.size < 1 or not (w > 0).all():
+        raise ValueError(f"shard weights {list(weights)} must be positive")
+    exact = w / w.sum() * max(resolution, w.size)
+    chunks = np.maximum(1, np.floor(exact)).astype(np.int64)
+    short = max(resolution, w.size) - int(chunks.sum())
+    for i in np.argsort(chunks - exact)[:max(0, short)]:
+        chunks[i] += 1
+    return chunks
 
 
 def chunk_bounds(n_elements: int, n_chunks: int) -> np.ndarray:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Sequence
 
+import numpy as np
 import simpy
 
 from harness.core.errors import SpecError
@@ -58,7 +59,7 @@ from harness.sim.strategies import (
     channel_rings,
     fsdp_schedules,
 )
-from harness.sim.topology import Hierarchy, Topology, n_devices, with_servers
+from harness.sim.topology import Hierarchy, Topology, n_devices, scale_bandwidth, with_servers
 
 Process = Generator[simpy.Event, object, None]
 
@@ -74,21 +75,25 @@ class _Collectives:
 
     def __init__(self, topology: Topology, mode: str, devices: list[int] | None = None):
         self.topology, self.mode, self.devices = topology, mode, devices
-        self.cache: dict[tuple[str, float], CollectiveResult] = {}
+        self.cache: dict[tuple[str, float, float], CollectiveResult] = {}
         self.log: list[CollectiveResult] = []
         self.names: dict[int, str] = {}
         self.alive: list[Schedule] = []
 
-    def time(self, schedule: Schedule, nbytes: float) -> float:
+    def time(self, schedule: Schedule, nbytes: float, share: float = 1.0) -> float:
+        """``schedule``'s time for ``nbytes``; ``share``: the links' share it reaches
+        against the topology's (an all-to-all's, where the library's differs)."""
         name = self.names.get(id(schedule))
         if name is None:  # a step calls this per bucket: describe each schedule once
             name = self.names[id(schedule)] = (
                 f"{schedule.name}/{schedule.n_chunks}/{schedule.world}/"
                 f"{hash(tuple(s.size.tobytes() for s in schedule.steps))}")
             self.alive.append(schedule)  # keeps its id from being reused
-        key = (name, nbytes)
+        key = (name, nbytes, share)
         if key not in self.cache:
-            self.cache[key] = run_collective(schedule, self.topology, nbytes, mode=self.mode,
+            topology = (self.topology if share == 1.0
+                        else scale_bandwidth(self.topology, share))
+            self.cache[key] = run_collective(schedule, topology, nbytes, mode=self.mode,
                                              devices=self.devices)
         self.log.append(self.cache[key])
         return self.cache[key].time_s
@@ -101,7 +106,7 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
                   ps_beside: Sequence[int] | None = None,
                   ps_shard_weights: Sequence[float] | None = None,
                   library: str = "nccl", ps_pull: str = "changed",
-                  runtime_s: float = 0.0) -> StepResult:
+                  runtime_s: float = 0.0, exchange_share: float = 1.0) -> StepResult:
     """Simulate one step of ``strategy`` (a simulator name) on the first ``workers`` devices.
 
     ``library``: whose collectives run them, "nccl" (GPUs) or "gloo" (CPUs, emulated hosts),
@@ -113,7 +118,8 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
     ``ps_beside``: the workers colocated servers sit beside, as a run placed them.
     ``runtime_s``: the framework runtime's own time per synchronous step beyond what the
     model times (RPC, Python bookkeeping, launch costs: harness/predict/step.py measures it on
-    loopback), in series with the rest.
+    loopback), in series with the rest. ``exchange_share``: the links' share an all-to-all
+    reaches against the topology's (embedding sharding's exchange).
 
     The topology should already carry the calibration's link costs (calibration.apply);
     here the calibration only supplies the compute time.
@@ -141,7 +147,8 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
     elif strategy == AFTER_BACKWARD:
         finish = _after_backward_step(env, topology, workers, profile, compute, classes, colls)
     elif strategy == EMBEDDING_SHARDING:
-        finish = _embedding_step(topology, workers, profile, compute, classes, colls)
+        finish = _embedding_step(topology, workers, profile, compute, classes, colls,
+                                 exchange_share)
     elif strategy == "fsdp":
         optimizer = after = profile.optimizer_s / workers  # each rank updates its shard
         finish = _fsdp_step(env, topology, workers, profile, compute, classes, colls, library)
@@ -271,21 +278,29 @@ def _after_backward_step(env: simpy.Environment, topology: Topology, workers: in
 
 
 def _embedding_step(topology: Topology, workers: int, profile: WorkloadProfile,
-                    compute: float, classes: list[tuple[int, float]], colls: _Collectives
-                    ) -> Callable[[], float]:
+                    compute: float, classes: list[tuple[int, float]], colls: _Collectives,
+                    share: float = 1.0) -> Callable[[], float]:
     """Each replica's distinct rows (``sparse_rows_bytes``: the values and an int64 id per
-    row) split evenly among their owners, its own share never leaving it; everything in
-    series, as one rank runs it."""
+    row) asked of their owners in the owners' shares (``owner_shares``, else evenly), its own
+    share never leaving it: the ids and the rows' gradients go to the owners, the rows come
+    back from them; everything in series, as one rank runs it. ``share``: the links' share
+    the all-to-alls reach against the all-reduce's."""
     slowest = compute * max(f for _, f in classes)
     if workers < 2:
         return lambda: slowest
     rows = profile.sparse_rows_bytes if profile.embedding_row_bytes else 0.0
     ids = rows * 8 / (profile.embedding_row_bytes + 8) if rows else 0.0
-    exchange = all_to_all(workers)
+    shares = profile.owner_shares
+    if shares is not None and len(shares) == workers:
+        asked = np.tile(np.asarray(shares, dtype=float), (workers, 1))  # row i: to each owner
+        ask, answer = all_to_all(workers, asked), all_to_all(workers, asked.T)
+    else:
+        ask = answer = all_to_all(workers)
     took = 0.0
     if rows:
-        took += sum(colls.time(exchange, size) for size in (8.0 * workers, ids, rows - ids))
-        took += colls.time(exchange, rows - ids)  # the rows' gradients back to the owners
+        took += colls.time(all_to_all(workers), 8.0 * workers, share)  # the counts
+        took += colls.time(ask, ids, share) + colls.time(answer, rows - ids, share)
+        took += colls.time(ask, rows - ids, share)  # the rows' gradients back to the owners
     if profile.dense_bytes > 0:
         took += colls.time(channel_rings(ring_allreduce, topology, workers), profile.dense_bytes)
     finish = slowest + took

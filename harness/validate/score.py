@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from harness.calibrate.fits import comm_table
-from harness.calibrate.link_share import link_share, shaped_all_reduces
+from harness.calibrate.link_share import shaped_points, step_shares
 from harness.calibrate.links import MeasuredLinks, emulated_topology, measured_links
 from harness.calibrate.sweep_selection import latest_sweeps, loopback_fits, realtime_rows
 from harness.calibrate.workload import worker_compute
@@ -285,12 +285,15 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
             runtimes[key] = runtime_overhead(frame, fits, r["framework"], r["strategy"], facts,
                                              cores)
         profile = facts.profile(batch=r["global_batch"] // r["replicas"])
-        share = link_share(points, fits, r["framework"], links, r["cluster"], int(r["replicas"]))
+        share, exchange = step_shares(points, fits, r["framework"], r["strategy"], links,
+                                      r["cluster"], int(r["replicas"]),
+                                      profile.sparse_rows_bytes)
         sim = predict_step(r["framework"], r["strategy"], profile, links, int(r["replicas"]),
                            worker_compute(base.iloc[0], r["framework"], r["strategy"]),
                            fits=fits, cores=cores, ps=ps,
                            runtime_s=runtimes[key],
-                           link_share=share.efficiency if share else 1.0)
+                           link_share=share.efficiency if share else 1.0,
+                           exchange_share=exchange.efficiency if exchange else None)
         if sim is None or sim["status"] != "ok":
             continue
         wire = r.get("wire_bytes_per_step")
@@ -375,7 +378,7 @@ def calibration_gaps(store: ResultsStore) -> list[str]:
         collective = group[[uses_collectives(str(framework), str(s))
                             for s in group["strategy"]]]
         unswept = sorted(c for c in set(collective["cluster"])
-                         if shaped_all_reduces(points, str(framework), c).empty)
+                         if shaped_points(points, str(framework), c).empty)
         if unswept:
             gaps.append(f"{framework}'s all-reduce was never swept on the links of "
                         f"{', '.join(unswept)}: its collectives there are taken at the probed "
