@@ -4,14 +4,17 @@
 # parameter_server), with each framework's one-device baseline (torch's updates touched rows
 # only), on recsys:M and recsys:L, 2, 4 and 6 hosts at 100 and 300 Mbit/s; first what the
 # predictions take their calibration from: the loopback sweeps (three at each rank count,
-# all-to-all included), local runs of every strategy (each runtime's own cost), and a 16 MiB
-# all-reduce swept three times on each cluster's links (each library's share of them).
+# all-to-all included), local runs of every strategy (each runtime's own cost), and on each
+# cluster's links three sweeps of every op at 16 MiB (each library's share of them) and three
+# of torch's at 256 KiB-4 MiB (gloo's all-to-all share changes with the size: embedding
+# sharding's exchange reads it near its own).
 # Needs root; run it on an otherwise idle machine (the local runs time compute).
 #   campaign-sparse.sh OUT [sweeps] [local] [HOSTS:RATE ...]     (default: every stage)
 # Stages run in the order given; a stage rerun adds runs beside the earlier ones.
 # TORCH="single_device embedding_sharding" TF=none campaign-sparse.sh OUT 4:300mbit
-# runs only those strategies (the cluster sweeps are skipped with SWEEP=0; WORLDS="2 6" sweeps
-# loopback at those rank counts only).
+# runs only those strategies (the cluster sweeps are skipped with SWEEP=0, and only the small
+# ones run with SWEEP=small; WORKLOADS="recsys:M" runs that workload only; WORLDS="2 6"
+# sweeps loopback at those rank counts only).
 # Then: stratbench validate --results OUT
 set -euo pipefail
 out=${1:-$(dirname "$0")/2026-11-26-sparse}
@@ -40,19 +43,24 @@ for stage in "${stages[@]}"; do
         for _ in 1 2 3; do sb comm --framework all --world "$world"; done
       done ;;
     local)
-      for workload in recsys:M recsys:L; do
+      for workload in ${WORKLOADS:-recsys:M recsys:L}; do
         runs torch "${torch_strategies[@]}" -- --workload "$workload"
         runs tf "${tf_strategies[@]}" -- --workload "$workload"
       done ;;
     *:*)
       hosts=${stage%%:*} rate=${stage#*:}
       cluster=netns:hosts=$hosts,rate=$rate
-      if [ "${SWEEP:-1}" != 0 ]; then
+      if [ "${SWEEP:-1}" = 1 ]; then
         for _ in 1 2 3; do
           sb comm --framework all --cluster "$cluster" --world "$hosts" --sizes 16MiB:16MiB
         done
       fi
-      for workload in recsys:M recsys:L; do
+      if [ "${SWEEP:-1}" != 0 ]; then
+        for _ in 1 2 3; do
+          sb comm --framework torch --cluster "$cluster" --world "$hosts" --sizes 256KiB:4MiB
+        done
+      fi
+      for workload in ${WORKLOADS:-recsys:M recsys:L}; do
         runs torch "${torch_strategies[@]}" -- --workload "$workload" --cluster "$cluster"
         runs tf "${tf_strategies[@]}" -- --workload "$workload" --cluster "$cluster"
       done ;;
