@@ -78,3 +78,63 @@ def test_a_share_slows_the_collectives_and_leaves_the_parameter_servers_rpc_alon
     assert 1.8 < (half - 0.02) / (full - 0.02) < 2.1
     ps = PsLayout([1.0, 1.0], False)
     assert step("parameter_server", 0.5, ps) == step("parameter_server", 1.0, ps)
+
+
+def test_an_all_to_all_share_is_read_near_the_exchange_or_not_at_all():
+    """gloo's all-to-all on 2 hosts moves 1 MiB near the wire rate and 4 MiB at half of it
+    (both directions of one connection full at once): embedding sharding's exchange reads
+    the size nearest its own, and nothing where the nearest swept is over 2x away (a 16 MiB
+    sweep says nothing of a 1 MiB exchange); the all-reduce's share is still read at the
+    largest size."""
+    from harness.calibrate.link_share import step_shares
+
+    links = dataclasses.replace(LINKS, hosts=2)
+    at = "netns:hosts=2,rate=300mbit"
+
+    def wire(op: str, nbytes: float) -> float:
+        name = "allreduce_ring" if op == "all_reduce" else op
+        return simulate_collective(emulated_topology(links, trips=0), 2, name,
+                                   nbytes)["time_s"]
+
+    rows = [("all_to_all", float(1 << 20), 1.05), ("all_to_all", float(1 << 22), 2.0),
+            ("all_reduce", float(1 << 22), 1.1), ("all_reduce", MIB16, 1.0)]
+    points = pd.DataFrame([{"framework": "torch", "cluster": at, "op": op, "bytes": nbytes,
+                            "world": 2, "time_s": wire(op, nbytes) * k, "run_id": "s"}
+                           for op, nbytes, k in rows])
+    share, exchange = step_shares(points, pd.DataFrame(), "torch", "embedding_sharding",
+                                  links, at, 2, 0.8e6)
+    assert share is not None and (share.op, share.nbytes) == ("all_reduce", MIB16)
+    assert share.efficiency == pytest.approx(1.0, rel=1e-3)
+    assert exchange is not None and (exchange.op, exchange.nbytes) == ("all_to_all", 1 << 20)
+    assert exchange.efficiency == pytest.approx(1 / 1.05, rel=1e-2)  # less the round trips
+    big = step_shares(points, pd.DataFrame(), "torch", "embedding_sharding", links, at, 2, 5e6)
+    assert big[1] is not None and big[1].efficiency == pytest.approx(0.5, rel=1e-2)
+    only16 = points[points["bytes"] == MIB16].assign(op="all_to_all")
+    assert step_shares(only16, pd.DataFrame(), "torch", "embedding_sharding", links, at, 2,
+                       0.8e6)[1] is None
+    assert step_shares(points, pd.DataFrame(), "torch", "ddp", links, at, 2, 0.8e6)[1] is None
+
+
+def test_embedding_sharding_times_its_all_to_alls_at_their_share_and_its_runtime_per_core():
+    """The all-to-alls at half the all-reduce's share take about twice as long; the dense
+    all-reduce and the rest of the step do not move. Its runtime's own time (tensor work every rank does at once) is
+    stretched by oversold cores as compute is: 4 ranks on 2 cores pay twice what 4 on 8 do."""
+    profile = workload_facts("recsys:M").profile(batch=256)
+    links = dataclasses.replace(LINKS, hosts=4)
+
+    def step(exchange: float | None, cores: int = 8, runtime_s: float = 0.0) -> dict:
+        row = predict_step("torch", "embedding_sharding", profile, links, 4, 0.01,
+                           fits=pd.DataFrame(), cores=cores, link_share=0.9,
+                           exchange_share=exchange, runtime_s=runtime_s)
+        assert row is not None
+        return row
+
+    same, half = step(None), step(0.45)
+    assert same["exchange_share"] is None and half["exchange_share"] == 0.45
+    assert step(0.9)["step_time_median_s"] == pytest.approx(same["step_time_median_s"])
+    moved = same["step_time_median_s"] - 0.01  # the all-to-alls and the dense all-reduce
+    assert 1.3 < (half["step_time_median_s"] - 0.01) / moved < 2.0
+    alone = step(None, cores=8, runtime_s=0.05)["step_time_median_s"]
+    shared = step(None, cores=2, runtime_s=0.05)["step_time_median_s"]
+    assert shared - step(None, cores=2)["step_time_median_s"] == pytest.approx(0.10)
+    assert alone - same["step_time_median_s"] == pytest.approx(0.05)

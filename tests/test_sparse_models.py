@@ -55,7 +55,7 @@ def test_the_exchange_waits_for_the_owner_of_the_most_asked_rows():
     on rank 1; Zipf draws touch about as many rows of a small table as of a large one, so
     rank 1 answers about 3/4 of every request (measured on 2 hosts: it served 1.67 MB a
     step, rank 0 0.59 MB). Row-wise tables split every request evenly."""
-    from harness.calibrate.workload import embedding_owner_shares
+    from harness.sim.sparse_traffic import embedding_owner_shares
 
     rank0, rank1 = embedding_owner_shares("recsys:L", 64, 2)
     assert 0.70 < rank1 < 0.80 and rank0 + rank1 == pytest.approx(1.0)
@@ -171,7 +171,7 @@ def test_each_torch_server_carries_what_its_tables_lookups_move():
     RPC sends whole), a pull the union of the workers' touched rows, which grows with them
     more slowly than the workers do (Zipf draws repeat). Measured per host on 4 emulated
     hosts at 300 Mbit/s: 7.2 MB and 10.9 MB sent by the servers' hosts a step."""
-    from harness.calibrate.workload import torch_ps_traffic
+    from harness.sim.sparse_traffic import torch_ps_traffic
     from harness.core.sharding import assign_shards
     from workloads.catalog import get_spec
 

@@ -38,6 +38,8 @@ from harness.core.strategies import strategy as find_strategy
 # costs, not the link, set the time (4 hosts at 300 Mbit/s: 1 MiB moves 1.5 MB a host, 42 ms
 # of wire against TF's 6-8 ms of ring-step costs).
 MIN_BYTES = 1 << 20
+# How far (as a factor) the size a share is read at may be from the size asked for
+NEAR = 2.0
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,9 @@ class LinkShare:
     efficiency: float  # simulated-at-full-rate wire time over the measured one's
     cluster: str  # the swept cluster
     world: int  # its ranks
-    nbytes: float  # the all-reduce size it was read at
+    nbytes: float  # the size it was read at
     sweeps: int  # how many sweeps' medians it is the median of
+    op: str = "all_reduce"  # the collective it was read from
 
 
 @functools.lru_cache(maxsize=256)
@@ -65,14 +68,14 @@ def link_key(cluster: str) -> tuple[float, int, float] | None:
 
 
 def shaped_points(points: pd.DataFrame, framework: str, cluster: str,
-                  op: str = "all_reduce") -> pd.DataFrame:
-    """``framework``'s ``op`` points of at least MIN_BYTES swept on clusters with
+                  op: str = "all_reduce", floor: float = MIN_BYTES) -> pd.DataFrame:
+    """``framework``'s ``op`` points of at least ``floor`` bytes swept on clusters with
     ``cluster``'s links: at normal priority, as training runs, where there are such."""
     key = link_key(cluster)
     if key is None or points.empty or "cluster" not in points:
         return points.iloc[0:0]
     mine = points[(points["framework"] == framework) & (points["op"] == op)
-                  & (points["bytes"] >= MIN_BYTES)]
+                  & (points["bytes"] >= floor)]
     return normal_priority_first(mine[[link_key(str(c)) == key for c in mine["cluster"]]])
 
 
@@ -82,9 +85,10 @@ def link_share(points: pd.DataFrame, fits: pd.DataFrame, framework: str,
     """``framework``'s share of ``cluster``'s links (``links`` as probed), from its ``op``
     swept there at ``world`` ranks, else at the nearest rank count swept; None where it was
     never swept on such links. Read at the largest size swept (or, given ``near``, the size
-    nearest it), the median over the latest FLOOR_SWEEPS sweeps: the bandwidth scale at
-    which the simulated collective (links, round trips, the library's own costs as
-    predict_step adds them) takes the measured time.
+    nearest it, from MIN_BYTES / 4 up, and None unless within NEAR x of it), the median over
+    the latest FLOOR_SWEEPS sweeps: the bandwidth scale at which the simulated collective
+    (links, round trips, the library's own costs as predict_step adds them) takes the
+    measured time.
 
     An all-to-all is read near the exchange's own size because gloo's changes with it: on 2
     hosts at 300 Mbit/s its 1 MiB all-to-all ran at 0.93 of the wire and its 4 MiB one at
@@ -92,13 +96,18 @@ def link_share(points: pd.DataFrame, fits: pd.DataFrame, framework: str,
     0.95 at both; on 4 hosts 0.69-0.72 at every size (three peers' flows on one link)."""
     from harness.sim import simulate_collective
 
-    swept = shaped_points(points, framework, cluster, op)
+    swept = shaped_points(points, framework, cluster, op,
+                          MIN_BYTES if near is None else MIN_BYTES / 4)
     if swept.empty:
         return None
     swept, ranks = at_nearest_world(swept, world)
     sizes = swept["bytes"].unique()
-    nbytes = float(max(sizes) if near is None or near <= 0
-                   else min(sizes, key=lambda b: abs(math.log(b / near))))
+    if near is None:
+        nbytes = float(max(sizes))
+    else:
+        nbytes = float(min(sizes, key=lambda b: abs(math.log(b / near))))
+        if abs(math.log(nbytes / near)) > math.log(NEAR):
+            return None  # another regime: 16 MiB says nothing of a 1 MiB exchange
     swept = latest_sweeps(swept[swept["bytes"] == nbytes])
     measured = float(swept["time_s"].median())
     alpha, beta = software_costs(fits, framework, ranks)
@@ -115,7 +124,7 @@ def link_share(points: pd.DataFrame, fits: pd.DataFrame, framework: str,
     if not (math.isfinite(measured) and measured > rest and wire > 0):
         return None
     return LinkShare(wire / (measured - rest), str(swept["cluster"].iloc[-1]), ranks, nbytes,
-                     int(swept["run_id"].nunique()))
+                     int(swept["run_id"].nunique()), op)
 
 
 def step_shares(points: pd.DataFrame, fits: pd.DataFrame, framework: str, strategy: str,

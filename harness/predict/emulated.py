@@ -82,4 +82,7 @@ def predict_emulated(ctx: Calibrated, facts: WorkloadFacts, links: Any, framewor
             "probed rate (parameter servers)" if not uses_collectives(framework, strategy)
             else f"{share.cluster}, {share.world} ranks" if share
             else "probed rate (no all-reduce swept on such links)")
+        if exchange is not None:
+            row["link_share_source"] += (f"; all-to-all {exchange.efficiency:.2f} at "
+                                         f"{exchange.nbytes / 2**20:g} MiB")
     return row

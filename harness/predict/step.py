@@ -33,11 +33,11 @@ import pandas as pd
 
 from harness.calibrate.links import MeasuredLinks, emulated_topology
 from harness.calibrate.sweep_selection import software_costs
-from harness.calibrate.workload import embedding_owner_shares, torch_ps_traffic, worker_compute
+from harness.calibrate.workload import worker_compute
 from harness.core.strategies import MODEL_PARALLEL, library
 from harness.core.strategies import strategy as find_strategy
 from harness.sim.compute import ComputeSplit
-from harness.sim.strategies import EMBEDDING_SHARDING
+from harness.sim.sparse_traffic import torch_ps_traffic
 
 
 def simulated_as(framework: str, strategy: str) -> str | None:
@@ -109,7 +109,9 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
     ``one_replica`` (seconds on one core, or its split: `worker_compute`), slowed by oversold
     cores; a parameter server's ``apply_s`` is its servers' update); ``ps``: the shard
     weights and placement of a parameter server;
-    ``runtime_s``: the runtime's own time per step (`runtime_overhead`); ``link_share``:
+    ``runtime_s``: the runtime's own time per step (`runtime_overhead`; for a strategy whose
+    runtime works in lockstep, a rank's with a core of its own, stretched here as compute
+    is by oversold cores); ``link_share``:
     the share of the links the library's collectives reach (harness.calibrate.link_share; the
     parameter servers' transports are not collectives and keep the probed rate);
     ``exchange_share``: the share its all-to-alls reach, where swept (else ``link_share``)."""
@@ -140,9 +142,6 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
             profile = dataclasses.replace(profile, ps_traffic=torch_ps_traffic(
                 f"{profile.name}:{profile.size}", profile.batch_per_replica, replicas,
                 len(ps.shard_bytes)))
-    if model == EMBEDDING_SHARDING:
-        profile = dataclasses.replace(profile, owner_shares=embedding_owner_shares(
-            f"{profile.name}:{profile.size}", profile.batch_per_replica, replicas))
     split = (one_replica if isinstance(one_replica, ComputeSplit)
              else ComputeSplit(one_replica, 0.0))
     # the emulated hosts share the machine's cores: compute slows when they are oversold
@@ -157,7 +156,8 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
         exchange_share=exchange_share / link_share if collective and exchange_share else 1.0,
         **options)
     row.update(topology=topology, model=model, framework=framework, strategy=strategy,
-               link_share=link_share if collective else 1.0)
+               link_share=link_share if collective else 1.0,
+               exchange_share=exchange_share if collective and exchange_share else None)
     return row
 
 

@@ -300,10 +300,10 @@ def point_to_point(pairs: int) -> Schedule:
 def all_to_all(p: int, sizes: np.ndarray | None = None) -> Schedule:
     """Every rank sends a different chunk to every other, all at once (torch's
     all_to_all_single, NCCL's and gloo's alltoall): message i -> j of rank i to rank j.
-    ``sizes``: the p x p matrix of the messages' relative sizes (equal when None; a rank's
-    row sums to its share of the bytes, so timing the schedule with ``nbytes`` moves p x
-    ``nbytes`` in all), cut into whole chunks by the largest remainder. Executed on numbers,
-    rank j ends with every rank's message meant for it."""
+    ``sizes``: the p x p matrix of the messages' relative sizes (equal when None), cut into
+    whole chunks by the largest remainder: timed with ``nbytes``, the matrix holds p x
+    ``nbytes`` in all, the diagonal (each rank's message to itself) never moving. Executed on
+    numbers, rank j ends with every rank's message meant for it."""
     if sizes is None:
         chunks = np.ones(p * p, np.int64)
     else:

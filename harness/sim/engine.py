@@ -76,7 +76,8 @@ def run_collective(schedule: Schedule, topology: Topology, nbytes: float, *,
                    mode: str = "fast", devices: Sequence[int] | np.ndarray | None = None
                    ) -> CollectiveResult:
     """Time ``schedule`` moving a buffer of ``nbytes`` per rank on ``topology`` (for an
-    all-to-all, what each rank sends: one row of its message matrix)."""
+    all-to-all, a row of its message matrix, its own message included: the mean row where
+    the messages differ)."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
     place = _placement(schedule, topology, devices)

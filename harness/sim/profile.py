@@ -10,6 +10,7 @@ the profile grammar by hand (``--profile K=V,...``, the grammar of workloads/pro
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from harness.core.errors import SpecError
@@ -41,10 +42,11 @@ class WorkloadProfile:
     embedding_tables: int = 1  # sparse gradients a framework exchanges one by one
     embedding_lookups: float = 0.0  # rows looked up per sample, all tables (0: unknown)
     # one worker's (push, pull) bytes per parameter server, where a runner's placement and
-    # transport are known (calibrate.workload.torch_ps_traffic); else ps_bytes, by shard size
+    # transport are known (sim.sparse_traffic.torch_ps_traffic); else ps_bytes, by shard size
     ps_traffic: tuple[tuple[float, ...], tuple[float, ...]] | None = None
-    # embedding sharding: each rank's share of the rows a replica asks for, where the runner's
-    # placement is known (calibrate.workload.embedding_owner_shares); else an even split
+    # embedding sharding: each rank's share of the rows a replica asks for (one per worker);
+    # when None, a built-in model's from its runner's placement
+    # (sim.sparse_traffic.embedding_owner_shares), else an even split
     owner_shares: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -56,6 +58,10 @@ class WorkloadProfile:
             raise SpecError(f"profile sparsity={self.gradient_sparsity} must be in (0, 1]")
         if not 0 <= self.dense_fraction <= 1:
             raise SpecError(f"profile dense_fraction={self.dense_fraction} must be in [0, 1]")
+        if self.owner_shares is not None and (
+                any(not (math.isfinite(x) and x >= 0) for x in self.owner_shares)
+                or sum(self.owner_shares) <= 0):
+            raise SpecError(f"owner shares {list(self.owner_shares)} must be >= 0, not all 0")
         if self.bucket_bytes < 1:
             raise SpecError(f"profile bucket={self.bucket_bytes} must be >= 1 byte")
 

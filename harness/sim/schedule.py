@@ -130,7 +130,8 @@ class Schedule:
     """A collective as steps over ``world`` ranks and a buffer cut into ``n_chunks`` chunks.
 
     An all-to-all's buffer is the world x world matrix of messages, row i what rank i sends
-    (chunk i * world + j goes to rank j): its bytes per rank are one row's.
+    (message i -> j in row i's j-th range of chunks): its bytes per rank are a row's on
+    average, the rows' own sizes where the messages differ.
 
     Ranks ``0 .. contributors-1`` start with their data; the others (dedicated parameter
     servers) start with zeros. ``owner[c]`` is the rank that ends with (reduce_scatter) or

@@ -20,8 +20,9 @@ A step is forward (1/3 of compute), backward (2/3), the exchange, and the optimi
   bytes (``gradient_sparsity``), the servers' optimizer in between (over every worker's
   gradient of the round, summed: W replicas' rows, split among the shards);
 * embedding sharding (DLRM's hybrid): each replica asks the owners of the distinct rows it
-  looks up for them (all-to-all of the counts, the int64 ids, then the rows) before forward;
-  after backward the rows' gradients go back to their owners (all-to-all) and the dense
+  looks up for them (all-to-all of the counts, the (table, id) pairs, then the rows, each
+  owner answering its share) before forward; after backward the rows' gradients go back to
+  their owners (all-to-all) and the dense
   gradients are all-reduced (one ring), as harness/runners/torch_embedding_sharding runs it;
 
 Workers are identical except for ``stragglers`` workers ``straggler_factor`` times slower.
@@ -32,6 +33,7 @@ once per distinct message size.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Generator, Sequence
 
@@ -50,6 +52,7 @@ from harness.sim.network import CountingEnvironment
 from harness.sim.profile import WorkloadProfile
 from harness.sim.ps import central_storage, phases, ps_sync
 from harness.sim.schedule import Schedule
+from harness.sim.sparse_traffic import embedding_owner_shares
 from harness.sim.step_result import StepResult, worker_classes
 from harness.sim.strategies import (
     AFTER_BACKWARD,
@@ -85,9 +88,10 @@ class _Collectives:
         against the topology's (an all-to-all's, where the library's differs)."""
         name = self.names.get(id(schedule))
         if name is None:  # a step calls this per bucket: describe each schedule once
+            moves = hash(tuple(a.tobytes() for s in schedule.steps
+                               for a in (s.src, s.dst, s.lo, s.size)))
             name = self.names[id(schedule)] = (
-                f"{schedule.name}/{schedule.n_chunks}/{schedule.world}/"
-                f"{hash(tuple(s.size.tobytes() for s in schedule.steps))}")
+                f"{schedule.name}/{schedule.n_chunks}/{schedule.world}/{moves}")
             self.alive.append(schedule)  # keeps its id from being reused
         key = (name, nbytes, share)
         if key not in self.cache:
@@ -134,6 +138,8 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
                                  colocated=ps_colocated, stragglers=stragglers,
                                  straggler_factor=straggler_factor,
                                  shard_weights=ps_shard_weights, pull=ps_pull)
+    if not (math.isfinite(exchange_share) and exchange_share > 0):
+        raise SpecError(f"exchange_share {exchange_share} must be a positive number")
     started = time.perf_counter()
     compute, source = compute_seconds(profile, calibration)
     classes = worker_classes(workers, stragglers, straggler_factor)
@@ -280,18 +286,23 @@ def _after_backward_step(env: simpy.Environment, topology: Topology, workers: in
 def _embedding_step(topology: Topology, workers: int, profile: WorkloadProfile,
                     compute: float, classes: list[tuple[int, float]], colls: _Collectives,
                     share: float = 1.0) -> Callable[[], float]:
-    """Each replica's distinct rows (``sparse_rows_bytes``: the values and an int64 id per
-    row) asked of their owners in the owners' shares (``owner_shares``, else evenly), its own
-    share never leaving it: the ids and the rows' gradients go to the owners, the rows come
-    back from them; everything in series, as one rank runs it. ``share``: the links' share
-    the all-to-alls reach against the all-reduce's."""
+    """Each replica's distinct rows (``sparse_rows_bytes``: their values and an int64 id
+    each) asked of their owners in the owners' shares (``owner_shares``, else a built-in
+    model's by its runner's placement, else evenly), its own share never leaving it: the
+    requests (a (table, id) pair of int64 per row) and the rows' gradients go to the owners,
+    the rows come back from them; everything in series, as one rank runs it. ``share``: the
+    links' share the all-to-alls reach against the all-reduce's."""
     slowest = compute * max(f for _, f in classes)
     if workers < 2:
         return lambda: slowest
-    rows = profile.sparse_rows_bytes if profile.embedding_row_bytes else 0.0
-    ids = rows * 8 / (profile.embedding_row_bytes + 8) if rows else 0.0
-    shares = profile.owner_shares
-    if shares is not None and len(shares) == workers:
+    rows = (profile.sparse_rows_bytes / (profile.embedding_row_bytes + 8)
+            if profile.embedding_row_bytes else 0.0)
+    values = rows * profile.embedding_row_bytes
+    shares = profile.owner_shares or embedding_owner_shares(
+        f"{profile.name}:{profile.size}", profile.batch_per_replica, workers)
+    if shares is not None and len(shares) != workers:
+        raise SpecError(f"{len(shares)} owner shares for {workers} workers")
+    if shares is not None:
         asked = np.tile(np.asarray(shares, dtype=float), (workers, 1))  # row i: to each owner
         ask, answer = all_to_all(workers, asked), all_to_all(workers, asked.T)
     else:
@@ -299,8 +310,8 @@ def _embedding_step(topology: Topology, workers: int, profile: WorkloadProfile,
     took = 0.0
     if rows:
         took += colls.time(all_to_all(workers), 8.0 * workers, share)  # the counts
-        took += colls.time(ask, ids, share) + colls.time(answer, rows - ids, share)
-        took += colls.time(ask, rows - ids, share)  # the rows' gradients back to the owners
+        took += colls.time(ask, 16.0 * rows, share) + colls.time(answer, values, share)
+        took += colls.time(ask, values, share)  # the rows' gradients back to the owners
     if profile.dense_bytes > 0:
         took += colls.time(channel_rings(ring_allreduce, topology, workers), profile.dense_bytes)
     finish = slowest + took

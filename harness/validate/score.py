@@ -304,7 +304,8 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
                      "what": f"{r['framework']}/{r['strategy']}/{r['workload']}:{r['size']}",
                      "bytes": facts.grad_bytes, "replicas": r["replicas"],
                      "topology": sim["topology"], "model": sim["model"],
-                     "link_share": sim["link_share"], "measured_s": measured,
+                     "link_share": sim["link_share"],
+                     "exchange_share": sim.get("exchange_share"), "measured_s": measured,
                      "predicted_s": sim["step_time_median_s"],
                      "error": sim["step_time_median_s"] / measured - 1})
     return pd.DataFrame(rows)
