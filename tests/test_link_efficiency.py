@@ -117,8 +117,9 @@ def test_an_all_to_all_share_is_read_near_the_exchange_or_not_at_all():
 
 def test_embedding_sharding_times_its_all_to_alls_at_their_share_and_its_runtime_per_core():
     """The all-to-alls at half the all-reduce's share take about twice as long; the dense
-    all-reduce and the rest of the step do not move. Its runtime's own time (tensor work every rank does at once) is
-    stretched by oversold cores as compute is: 4 ranks on 2 cores pay twice what 4 on 8 do."""
+    all-reduce and the rest of the step do not move. Its runtime's own time (tensor work
+    every rank does at once) is stretched by oversold cores as compute is: 4 ranks on 2
+    cores pay twice what 4 on 8 do."""
     profile = workload_facts("recsys:M").profile(batch=256)
     links = dataclasses.replace(LINKS, hosts=4)
 

@@ -171,8 +171,8 @@ def test_each_torch_server_carries_what_its_tables_lookups_move():
     RPC sends whole), a pull the union of the workers' touched rows, which grows with them
     more slowly than the workers do (Zipf draws repeat). Measured per host on 4 emulated
     hosts at 300 Mbit/s: 7.2 MB and 10.9 MB sent by the servers' hosts a step."""
-    from harness.sim.sparse_traffic import torch_ps_traffic
     from harness.core.sharding import assign_shards
+    from harness.sim.sparse_traffic import torch_ps_traffic
     from workloads.catalog import get_spec
 
     config = get_spec("recsys", "L").config
