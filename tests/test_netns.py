@@ -142,16 +142,22 @@ def test_interrupted_run_tears_its_hosts_down(tmp_path, stop, framework, strateg
                              framework, "--strategy", strategy, "--workload", "mlp:S",
                              "--cluster", cluster, "--steps", "100000", "--repeats", "1",
                              "--results", str(tmp_path)], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not netns.leftovers():
-        time.sleep(0.1)
-    assert netns.leftovers(), "the run never built its hosts"
-    time.sleep(8)  # inside the case now
-    proc.send_signal(stop)
-    proc.wait(60)
-    assert proc.returncode == 130, proc.stderr.read()[-2000:] if proc.stderr else ""
-    assert not netns.leftovers()
-    assert not session_case_processes()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not netns.leftovers():
+            time.sleep(0.1)
+        assert netns.leftovers(), "the run never built its hosts"
+        time.sleep(8)  # inside the case now
+        proc.send_signal(stop)
+        proc.wait(60)
+        assert proc.returncode == 130, proc.stderr.read()[-2000:] if proc.stderr else ""
+        assert not netns.leftovers()
+        assert not session_case_processes()
+    finally:  # a failure here must not leave hosts that fail the next case too
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        netns.remove_leftovers()
 
 
 def test_without_root_netns_cases_are_unavailable_rows(monkeypatch, tmp_path):
