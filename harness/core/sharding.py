@@ -7,18 +7,20 @@ tensor or array will do, and nothing here imports torch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+Key = TypeVar("Key", bound=Hashable)
 
 # Embedding sharding keeps tables whole (table-wise) while the largest rank's rows stay within
 # this factor of the mean; past it every table is cut row-wise.
 TABLE_WISE_IMBALANCE = 1.25
 
 
-def assign_shards(sizes: dict[str, int], shards: int) -> dict[str, int]:
-    """The torch parameter server's placement (runners/torch_ps.py): largest tensors first
-    onto the least-loaded shard, balanced bytes per server."""
+def assign_shards(sizes: Mapping[Key, int], shards: int) -> dict[Key, int]:
+    """The torch parameter server's placement (runners/torch_ps.py), and embedding
+    sharding's table-wise one: largest first onto the least-loaded shard (ties by key)."""
     load = [0] * shards
     owner = {}
     for name, size in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -74,15 +76,13 @@ class ShardPlan:
 
 
 def plan_shards(table_rows: tuple[int, ...], world: int) -> ShardPlan:
-    """Table-wise where the tables balance over the ranks (largest first onto the least
-    loaded), else row-wise."""
-    load = [0] * world
-    owner = [0] * len(table_rows)
-    for t in sorted(range(len(table_rows)), key=lambda t: (-table_rows[t], t)):
-        rank = load.index(min(load))
-        owner[t] = rank
-        load[rank] += table_rows[t]
+    """Table-wise where the tables balance over the ranks (placed as ``assign_shards``
+    places tensors), else row-wise."""
+    placed = assign_shards(dict(enumerate(table_rows)), world)
+    owner = tuple(placed[t] for t in range(len(table_rows)))
+    load = [sum(r for r, o in zip(table_rows, owner, strict=True) if o == k)
+            for k in range(world)]
     mean = sum(table_rows) / world
     if len(table_rows) >= world and max(load) <= TABLE_WISE_IMBALANCE * mean:
-        return ShardPlan(tuple(table_rows), world, tuple(owner))
+        return ShardPlan(tuple(table_rows), world, owner)
     return ShardPlan(tuple(table_rows), world, (-1,) * len(table_rows))
