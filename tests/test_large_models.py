@@ -60,6 +60,11 @@ peak_flops = { fp32 = 19.5e12, tf32 = 156e12, bf16 = 312e12, fp16 = 312e12 }
 memory_bytes = 80e9
 memory_bandwidth = 2.039e12
 assumed_efficiency = 0.45
+matmul_efficiency = { bf16 = 0.729, fp16 = 0.729, tf32 = 0.81, fp32 = 0.729 }
+sms = 108
+launch_overhead = "5us"
+step_overhead = "0s"
+reserved_bytes = 0.8e9
 
 [price_per_device_hour]
 usd = 5.12
@@ -381,10 +386,11 @@ def test_one_measured_step_calibrates_the_device_for_every_other_configuration(t
     fitted = stratbench("simulate", "--system", A100, *args, "--fit-step", "2.5")
     assert fitted.returncode == 0, fitted.stderr
     assert json.loads(fitted.stdout)[0]["step_time_median_s"] == pytest.approx(2.5, rel=1e-6)
-    efficiency = float(fitted.stderr.split("assumed_efficiency = ")[1].split()[0])
+    efficiency = float(fitted.stderr.split("matmul_efficiency.bf16 = ")[1].split()[0])
     ours = tmp_path / "ours.json"
-    ours.write_text(Path(A100).read_text().replace('"assumed_efficiency": 0.45',
-                                                   f'"assumed_efficiency": {efficiency}'))
+    system = json.loads(Path(A100).read_text())
+    system["device"]["matmul_efficiency"]["bf16"] = efficiency
+    ours.write_text(json.dumps(system))
     again = json.loads(stratbench("simulate", "--system", str(ours), *args).stdout)[0]
     assert again["step_time_median_s"] == pytest.approx(2.5, rel=1e-3)
     bad = stratbench("simulate", "--topology", "switch:n=4,bw=1gbit", "--workers", "4",

@@ -16,7 +16,9 @@ torch's int64 max-pool indices.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from workloads.operators import Op, conv, cross_entropy, elementwise, gemm, norm
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class ConvNet:
     params: int
     macs: int  # forward multiply-accumulates (convs and dense layers only)
     kept: int  # values kept for backward (the activation rule above)
+    ops: tuple[Op, ...] = ()  # the forward operators of one sample (workloads.operators)
 
 
 @dataclass
@@ -53,6 +56,7 @@ class _Builder:
     params: int = 0
     macs: int = 0
     kept: int = 0
+    ops: list[Op] = field(default_factory=list)
 
     def keep(self, x: Shape) -> None:
         self.kept += x.size
@@ -66,29 +70,47 @@ class _Builder:
         self.params += kh * kw * x.c * c_out + (2 * c_out if bn else c_out)
         self.macs += kh * kw * x.c * c_out * out.h * out.w
         self.kept += out.size * (int(bn) + int(relu))  # BatchNorm's input, ReLU's output
+        self.ops.append(conv("conv", out.h * out.w, c_out, kh * kw * x.c, x.size,
+                             bias=not bn))
+        if bn:
+            self.ops.append(norm("batchnorm", out.size))
+        if relu:
+            self.ops.append(elementwise("relu", 2 * out.size))
         return out
+
+    def residual(self, x: Shape) -> None:
+        """The residual add (read two, write one) and the ReLU after it."""
+        self.ops += [elementwise("add", 3 * x.size, 2 * x.size),
+                     elementwise("relu", 2 * x.size)]
 
     def pool(self, x: Shape, k: int, stride: int, pad: int = 0, *, read: bool = True) -> Shape:
         """A max or average pool; its output is kept when a later layer reads it."""
         out = Shape((x.h + 2 * pad - k) // stride + 1, (x.w + 2 * pad - k) // stride + 1, x.c)
+        self.ops.append(elementwise("pool", x.size + out.size, 2 * x.size + out.size))
         if read:
             self.keep(out)
         return out
 
-    def dense(self, n_in: int, n_out: int) -> None:
+    def dense(self, n_in: int, n_out: int, relu: bool = False) -> None:
         """A dense layer; keeps its output: a ReLU's (hidden layers) or the softmax's (last)."""
         self.params += n_in * n_out + n_out
         self.macs += n_in * n_out
         self.kept += n_out
+        self.ops.append(gemm("dense", 1, n_out, n_in, bias=True))
+        if relu:
+            self.ops.append(elementwise("relu", 2 * n_out))
 
     def concat(self, parts: list[Shape]) -> Shape:
         """Channel concatenation: a copy the next layers read."""
         out = Shape(parts[0].h, parts[0].w, sum(p.c for p in parts))
         self.keep(out)
+        self.ops.append(elementwise("concat", 2 * out.size, 2 * out.size))
         return out
 
-    def done(self, name: str) -> ConvNet:
-        return ConvNet(name, self.params, self.macs, self.kept)
+    def done(self, name: str, classes: int) -> ConvNet:
+        """The network, its loss (softmax cross-entropy over ``classes``) last."""
+        return ConvNet(name, self.params, self.macs, self.kept,
+                       (*self.ops, cross_entropy("loss", 1, classes)))
 
 
 def resnet50(classes: int = 1000, image: int = 224) -> ConvNet:
@@ -108,9 +130,10 @@ def resnet50(classes: int = 1000, image: int = 224) -> ConvNet:
                 b.conv(x, 4 * mid, 1, s, relu=False)  # downsample projection
             x = h
             b.keep(x)  # the ReLU after the residual add
+            b.residual(x)
     x = b.pool(x, x.h, 1)  # adaptive average pool to 1x1
     b.dense(x.c, classes)
-    return b.done("resnet50")
+    return b.done("resnet50", classes)
 
 
 def vgg16(classes: int = 1000, image: int = 224) -> ConvNet:
@@ -123,10 +146,10 @@ def vgg16(classes: int = 1000, image: int = 224) -> ConvNet:
             x = b.conv(x, width, 3, 1, 1, bn=False)
         x = b.pool(x, 2, 2)  # pool5's output is read by the 7x7 pool below
     x = b.pool(x, 1, 1)  # torchvision's adaptive average pool to 7x7 (a copy at 224x224)
-    b.dense(x.size, 4096)
-    b.dense(4096, 4096)
+    b.dense(x.size, 4096, relu=True)
+    b.dense(4096, 4096, relu=True)
     b.dense(4096, classes)
-    return b.done("vgg16")
+    return b.done("vgg16", classes)
 
 
 def _inception_a(b: _Builder, x: Shape, pool_features: int) -> Shape:
@@ -200,7 +223,7 @@ def inception_v3(classes: int = 1000, image: int = 299, aux: bool = True) -> Con
         x = _inception_e(b, x)
     x = b.pool(x, x.h, 1)
     b.dense(x.c, classes)
-    return b.done("inception_v3")
+    return b.done("inception_v3", classes)
 
 
 def forward_flops(net: ConvNet) -> int:

@@ -25,6 +25,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workloads.operators import (
+    Op,
+    cross_entropy,
+    elementwise,
+    embedding,
+    gemm,
+    norm,
+    transformer_block,
+)
 from workloads.quantities import read_number
 from workloads.spec import WorkloadError, choices_message
 
@@ -183,6 +192,30 @@ class TransformerDims:
     @property
     def activations(self) -> float:
         return self.layers * self.block_activations + self.head_activations
+
+    def pre_ops(self) -> tuple[Op, ...]:
+        """The token embedding (and learned positions) of one sequence."""
+        t, d = self.seq, self.hidden
+        pre = [embedding("tokens", t, d)]
+        if self.positions == "learned":
+            pre.append(elementwise("positions", 3 * t * d, 2 * t * d))
+        return tuple(pre)
+
+    def block_ops(self) -> tuple[Op, ...]:
+        """One block's forward operators for one sequence (workloads.operators)."""
+        return tuple(transformer_block(self.seq, self.hidden, self.heads, self.kv_width,
+                                       self.width, gated=self.gated, dropout=self.dropout,
+                                       bias=not self.gated))
+
+    def post_ops(self) -> tuple[Op, ...]:
+        """The final norm, the head and the loss."""
+        t = self.seq
+        return (norm("final_norm", t * self.hidden), gemm("head", t, self.vocab, self.hidden),
+                cross_entropy("loss", t, self.vocab))
+
+    def ops(self) -> tuple[Op, ...]:
+        """The forward operators of one sequence: embedding, blocks, head."""
+        return (*self.pre_ops(), *(self.block_ops() * self.layers), *self.post_ops())
 
     def describe(self) -> str:
         parts = [f"{self.layers} layers", f"hidden {self.hidden}", f"{self.heads} heads"]

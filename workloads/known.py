@@ -19,7 +19,17 @@ from dataclasses import dataclass
 
 from workloads import convnets, costs
 from workloads.configs import TransformerConfig
-from workloads.dims import TransformerDims, is_dims, parse_dims
+from workloads.dims import TransformerDims, from_config, is_dims, parse_dims
+from workloads.operators import (
+    Op,
+    cross_entropy,
+    dense_stack,
+    elementwise,
+    embedding,
+    gemm,
+    norm,
+    transformer_block,
+)
 from workloads.spec import WorkloadError, WorkloadSpec, choices_message
 
 KNOWN = "known"  # the family and task of their specs
@@ -38,6 +48,7 @@ class KnownModel:
     sparsity: float  # fraction of gradient entries a step at batch_size touches
     source: tuple[str, ...]
     notes: str
+    ops: tuple[Op, ...] = ()  # one sample's forward operators (workloads.operators)
 
     def spec(self) -> WorkloadSpec:
         """The neutral description; no framework here can build it (frameworks is empty)."""
@@ -45,6 +56,7 @@ class KnownModel:
             family=KNOWN, size="", task=KNOWN, batch_size=self.batch_size, params=self.params,
             flops_per_sample=self.flops_per_sample, sparsity=self.sparsity, frameworks=(),
             label=self.name, activation_bytes_per_sample=self.activation_bytes_per_sample,
+            ops=self.ops,
         )
 
 
@@ -87,7 +99,7 @@ def _convnet(net: convnets.ConvNet, sample: str, batch_size: int, source: tuple[
         flops_per_sample=float(costs.TRAIN_FLOPS_FACTOR * convnets.forward_flops(net)),
         sample=sample, batch_size=batch_size,
         activation_bytes_per_sample=float(costs.ACTIVATION_BYTES * net.kept), sparsity=1.0,
-        source=source, notes=notes)
+        source=source, notes=notes, ops=net.ops)
 
 
 def _resnet50() -> KnownModel:
@@ -157,6 +169,27 @@ class _Bert:
         mlm = self.masked * t * (d * d + d * self.vocab)
         return blocks + mlm + d * d + 2 * d  # + pooler and NSP on [CLS]
 
+    def with_seq(self, seq: int, masked: float) -> _Bert:
+        return _Bert(self.layers, self.d, self.heads, self.ff, self.vocab, self.positions,
+                     self.types, seq, masked)
+
+    def ops(self, dropout: float = 0.1) -> tuple[Op, ...]:
+        """Embeddings (token, position, type; summed, normalised), the post-LN blocks, the
+        pooler and next-sentence head on [CLS], and the masked-LM head on the predicted
+        positions only (as NVIDIA's and Hugging Face's pre-training gather them)."""
+        t, d = self.seq, self.d
+        block = transformer_block(t, d, self.heads, d, self.ff, gated=False,
+                                  dropout=dropout, causal=False)
+        predicted = self.masked * t
+        return (embedding("embeddings", 3 * t, d), elementwise("sum", 4 * t * d, 3 * t * d),
+                norm("embedding_norm", t * d), *(block * self.layers),
+                gemm("pooler", 1, d, d, bias=True), gemm("nsp", 1, 2, d, bias=True),
+                gemm("mlm.transform", predicted, d, d, bias=True),
+                elementwise("mlm.gelu", 2 * predicted * d), norm("mlm.norm", predicted * d),
+                gemm("mlm.decoder", predicted, self.vocab, d, bias=True),
+                cross_entropy("mlm.loss", predicted, self.vocab),
+                cross_entropy("nsp.loss", 1, 2))
+
     @property
     def kept(self) -> float:
         """Per block and token 8 d + 2 ff + heads * T (the transformer rule of
@@ -167,14 +200,25 @@ class _Bert:
         return t * per_token + self.masked * t * (4 * d + self.vocab) + 2 * d + 2
 
 
+_BERT_LARGE = _Bert(layers=24, d=1024, heads=16, ff=4096, vocab=30522, positions=512, types=2,
+                    seq=512, masked=0.15)
+
+
+def bert_large_ops(seq: int = 512, masked: float = 0.15, dropout: float = 0.1
+                   ) -> tuple[Op, ...]:
+    """BERT-large's operators for one sequence of ``seq`` tokens, ``masked`` of them
+    predicted (pre-training's phase 1 runs 128 tokens, phase 2 512)."""
+    return _BERT_LARGE.with_seq(seq, masked).ops(dropout)
+
+
 def _bert_large() -> KnownModel:
-    bert = _Bert(layers=24, d=1024, heads=16, ff=4096, vocab=30522, positions=512, types=2,
-                 seq=512, masked=0.15)
+    bert = _BERT_LARGE
     return KnownModel(
         name="bert_large", params=bert.params,
         flops_per_sample=costs.TRAIN_FLOPS_FACTOR * 2 * bert.forward_macs,
         sample="one 512-token sequence, 15% of positions predicted", batch_size=4,
         activation_bytes_per_sample=costs.ACTIVATION_BYTES * bert.kept, sparsity=1.0,
+        ops=bert.ops(),
         source=("Devlin et al. 2018, arXiv:1810.04805 (L=24, H=1024, A=16, 340M; section "
                 "3.1: 15% masked; appendix A.2: 256 sequences of 512 tokens on 16 Cloud "
                 "TPUs, 64 chips)",
@@ -193,7 +237,9 @@ def _gpt(config: TransformerConfig, name: str, batch_size: int, source: tuple[st
         flops_per_sample=float(costs.training_flops(config)),
         sample=f"one {config.context}-token sequence", batch_size=batch_size,
         activation_bytes_per_sample=float(costs.activation_bytes(config)), sparsity=1.0,
-        source=source, notes=notes)
+        source=source, notes=notes,
+        ops=from_config(config.vocab, config.context, config.d_model, config.layers,
+                        config.heads, config.mlp_ratio, name).ops())
 
 
 def _gpt2_xl() -> KnownModel:
@@ -260,11 +306,17 @@ def _dlrm() -> KnownModel:
     touched_rows = sum(min(batch, rows) for rows in DLRM_TABLE_ROWS)
     kept = (DLRM_BOTTOM[0] + sum(DLRM_BOTTOM[1:]) + vectors * DLRM_DIM + top_in
             + sum(DLRM_TOP))
+    ops = (embedding("tables", len(DLRM_TABLE_ROWS), DLRM_DIM),
+           *dense_stack(DLRM_BOTTOM, "bottom", relu_last=True),
+           elementwise("stack", 2 * vectors * DLRM_DIM, 2 * vectors * DLRM_DIM),
+           gemm("interaction", vectors, vectors, DLRM_DIM),
+           elementwise("triangle", vectors * vectors + top_in, 2 * top_in),
+           *dense_stack((top_in, *DLRM_TOP), "top"), elementwise("loss", 4, 3))
     return KnownModel(
         name="dlrm", params=params, flops_per_sample=float(3 * forward_flops),
         sample="one Criteo click log line (13 dense features, 26 categorical ids)",
         batch_size=batch, activation_bytes_per_sample=float(costs.ACTIVATION_BYTES * kept),
-        sparsity=(dense_params + DLRM_DIM * touched_rows) / params,
+        sparsity=(dense_params + DLRM_DIM * touched_rows) / params, ops=ops,
         source=("Naumov et al. 2019, arXiv:1906.00091 (the DLRM architecture)",
                 "https://github.com/facebookresearch/dlrm/blob/main/bench/run_and_time.sh "
                 "(MLPerf Training reference run: embeddings 128, bottom 13-512-256-128, top "
@@ -289,7 +341,7 @@ def by_dims(dims: TransformerDims, name: str, source: tuple[str, ...] = (),
         sample=f"one {dims.seq}-token sequence", batch_size=dims.batch,
         activation_bytes_per_sample=float(costs.ACTIVATION_BYTES * dims.activations),
         sparsity=1.0, source=source or ("described by its dimensions",),
-        notes=notes or dims.describe())
+        notes=notes or dims.describe(), ops=dims.ops())
 
 
 def _llama3(name: str, released: str) -> KnownModel:

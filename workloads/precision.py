@@ -33,8 +33,13 @@ class Precision:
 
 PRECISIONS = {
     "fp32": Precision("fp32", 4, 0),
+    # TF32: fp32 values in memory, tensor-core GEMMs with a 10-bit mantissa
+    "tf32": Precision("tf32", 4, 0),
     "bf16": Precision("bf16", 2, 4),
     "fp16": Precision("fp16", 2, 4),
+    # FP8 training (Transformer Engine, torchao float8): GEMM operands cast to fp8 inside
+    # the GEMM; weights, activations and gradients otherwise as bf16 mixed precision
+    "fp8": Precision("fp8", 2, 4),
 }
 FP32 = PRECISIONS["fp32"]
 

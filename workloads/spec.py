@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from workloads import costs
 from workloads.configs import ModelConfig
+
+if TYPE_CHECKING:
+    from workloads.operators import Op
 
 FAMILIES = ("mlp", "cnn", "transformer", "recsys")
 SIZES = ("S", "M", "L")
@@ -58,6 +61,18 @@ class WorkloadSpec:
     step_time_s: float | None = None  # profile workloads may give compute time directly
     # Bytes one sample keeps for backward (no recomputation); None = unknown.
     activation_bytes_per_sample: float | None = None
+    # the forward operators of one sample (workloads.operators), where known: what the
+    # device model times; a built-in's come from its config
+    ops: tuple[Op, ...] = ()
+
+    @property
+    def operators(self) -> tuple[Op, ...]:
+        """This workload's operators: stated, or its architecture's."""
+        if self.ops or self.config is None:
+            return self.ops
+        from workloads.operators import config_operators
+
+        return config_operators(self.config)
 
     @property
     def name(self) -> str:

@@ -18,6 +18,7 @@ import pandas as pd
 from harness.core.errors import InputError
 from harness.sim.compute import ComputeSplit
 from harness.sim.profile import DEFAULT_BUCKET, WorkloadProfile
+from workloads.operators import Op
 from workloads.spec import BYTES_PER_PARAM
 
 NAN = float("nan")
@@ -43,6 +44,7 @@ class WorkloadFacts:
     bytes_per_element: int = BYTES_PER_PARAM
     optimizer_s: float = 0.0
     bucket_bytes: int = DEFAULT_BUCKET
+    ops: tuple[Op, ...] = ()  # one sample's forward operators, where known
 
     @property
     def grad_bytes(self) -> float:
@@ -62,7 +64,7 @@ class WorkloadFacts:
             embedding_tables=self.embedding_tables,
             embedding_lookups=self.embedding_lookups,
             bytes_per_element=self.bytes_per_element, optimizer_s=self.optimizer_s,
-            bucket_bytes=self.bucket_bytes)
+            bucket_bytes=self.bucket_bytes, ops=self.ops)
 
 
 def row_names(frame: pd.DataFrame) -> pd.Series:
@@ -115,7 +117,8 @@ def workload_facts(text: str, measured: pd.DataFrame | None = None) -> WorkloadF
                          getattr(spec, "activation_bytes_per_sample", None),
                          step_time_s=spec.step_time_s, dense_fraction=dense,
                          embedding_row_bytes=row, embedding_tables=tables,
-                         embedding_lookups=lookups, **stated)
+                         embedding_lookups=lookups, ops=getattr(spec, "operators", ()),
+                         **stated)
 
 
 def _embedding_split(spec: Any) -> tuple[float, float, int, float]:

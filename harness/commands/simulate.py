@@ -292,6 +292,12 @@ def _simulate_layout(topology: str, workload: str | None, profile: str | None, r
                            optimizer=optimizer, recompute=recompute, precision=bytes_at)
 
 
+def expand(names: list[str] | str) -> list[tuple[str, str]]:
+    from harness.sim.strategies import expand_strategies
+
+    return expand_strategies(names)
+
+
 def _fitted(topology: str, calib: Any, step_s: float, step_at: Any) -> Any:
     """The calibration with the device's efficiency fitted so that this very step takes
     ``step_s`` (one measured or published step); said on stderr, with where to keep it."""
@@ -306,9 +312,12 @@ def _fitted(topology: str, calib: Any, step_s: float, step_at: Any) -> Any:
                          "or --topology preset:NAME)")
     efficiency = fit_efficiency(
         lambda e: step_at(merge(calib, Calibration(efficiency=e))), step_s)
-    info(f"fitted: {calib.device.name} at {efficiency:.1%} of its peak makes this step "
-         f"{step_s:g} s; keep it as the system file's device.assumed_efficiency = "
-         f"{efficiency:.4f} to use it for every other configuration")
+    from harness.sim.device_model import training_precision
+
+    which = calib.precision or training_precision(calib.device)
+    info(f"fitted: {calib.device.name} at {efficiency:.1%} of its {which} peak makes this "
+         f"step {step_s:g} s; keep it as the system file's device.matmul_efficiency.{which} "
+         f"= {efficiency:.4f} to use it for every other configuration")
     return replace(calib, efficiency=efficiency, compute_source=f"fitted on a {step_s:g} s "
                                                                 f"step")
 
@@ -329,12 +338,14 @@ def _at_precision(calib: Any, topology: str, precision: str) -> Any:
     """The calibration with the device's speed at ``precision``'s peak (a system's device)."""
     from dataclasses import replace
 
+    from harness.sim.device_model import gemm_precision
 
     calib = _with_system(calib, topology)
     device = getattr(calib, "device", None)
     if device is None:
         return calib
-    return replace(calib, device_flops=device.peak(precision) * device.assumed_efficiency)
+    peak = device.peak(gemm_precision(precision, "torch", False, device))
+    return replace(calib, device_flops=peak * device.assumed_efficiency, precision=precision)
 
 
 def format_layout_row(r: dict[str, Any]) -> str:
@@ -415,17 +426,22 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
               help="Split norms and dropout along the sequence in the tensor-parallel group.")
 @click.option("--distributed-optimizer", is_flag=True,
               help="Shard the optimizer state over the data-parallel replicas (ZeRO-1).")
-@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default=None,
-              help="fp32, or bf16/fp16 mixed precision (fp32 master weights and optimizer "
-                   "state): bytes of activations, messages, gradients and memory, and the "
-                   "device's peak. Default fp32 bytes at the device's training peak.")
+@click.option("--precision", type=click.Choice(["fp32", "tf32", "bf16", "fp16", "fp8"]),
+              default=None,
+              help="fp32 (what the framework computes by default on the device: torch's "
+                   "convolutions and all of TF's GEMMs in TF32 where the device has it), "
+                   "tf32, bf16/fp16 mixed precision (fp32 master weights and optimizer "
+                   "state), or fp8 (GEMMs at the fp8 peak, the rest bf16; where the system "
+                   "states an fp8 peak): bytes of activations, messages, gradients and "
+                   "memory, and the device's peak. Default: the device's training precision "
+                   "(bf16) for compute, fp32 bytes for the exchange.")
 @click.option("--fit-step", type=click.FloatRange(min=0, min_open=True), default=None,
               metavar="SECONDS",
               help="A measured or published step time of this very layout: fit the device's "
                    "efficiency to it (and print it, to keep in the system file).")
 @click.option("--global-batch", type=click.IntRange(min=1), default=None,
               help="Samples per step over all replicas (default: the workload's batch per "
-                   "data-parallel replica).")
+                   "data-parallel replica times the replicas).")
 @click.option("--recompute", is_flag=False, flag_value="full", default="none",
               type=click.Choice(["none", "selective", "full"]),
               help="Recompute activations in the backward pass: full (a bare --recompute), "
@@ -467,10 +483,10 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
     names = _strategy_names(strategies, framework)
     model_parallel = bool(stages or tensor or set(strategies) & set(MODEL_PARALLEL))
     if not model_parallel and (virtual_stages or sequence_parallel or distributed_optimizer
-                               or recompute != "none" or fit_step is not None):
-        raise InputError("--virtual-stages, --sequence-parallel, --distributed-optimizer, "
-                         "--recompute and --fit-step apply to a model-parallel layout: give "
-                         "--stages or --tensor-parallel")
+                               or recompute != "none"):
+        raise InputError("--virtual-stages, --sequence-parallel, --distributed-optimizer and "
+                         "--recompute apply to a model-parallel layout: give --stages or "
+                         "--tensor-parallel")
     if model_parallel:
         layout = _layout(workers, strategies, stages, tensor, microbatches, schedule,
                          virtual_stages, sequence_parallel, distributed_optimizer)
@@ -489,18 +505,42 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
         from workloads.precision import precision as find_precision
 
         bytes_per_element = find_precision(precision).value_bytes
+    if precision is not None or framework is not None:
+        from harness.sim.calibration import Calibration, merge
+
+        calib = merge(calib or Calibration(), Calibration(precision=precision,
+                                                          framework=framework))
     prof = _deployed(_profile(workload, profile, results_dir(results), topology, calib,
                               framework),
                      names, ps_shards, ps_placement, bucket, bytes_per_element)
-    rows = simulate(topology, workers, names, prof, calib,
-                    workload=workload, stragglers=stragglers,
-                    straggler_factor=straggler_factor, ps_shards=ps_shards,
-                    ps_colocated=ps_placement == "colocated",
-                    ps_pull=library(framework or "torch").ps_pull)
+    if global_batch is not None:
+        per_replica, rest = divmod(global_batch, workers)
+        if rest or not per_replica:
+            raise InputError(f"--global-batch {global_batch} does not divide over "
+                             f"{workers} workers")
+        from dataclasses import replace
+
+        prof = replace(prof, batch_per_replica=per_replica)
+
+    def run(c: Any) -> list[dict[str, Any]]:
+        return simulate(topology, workers, names, prof, c, workload=workload,
+                        stragglers=stragglers, straggler_factor=straggler_factor,
+                        ps_shards=ps_shards, ps_colocated=ps_placement == "colocated",
+                        ps_pull=library(framework or "torch").ps_pull)
+
+    if fit_step is not None:
+        if len(expand(names)) != 1:
+            raise InputError("--fit-step fits one step: name one --strategy")
+        calib = _fitted(topology, calib, fit_step,
+                        lambda c: run(c)[0]["step_time_median_s"])
+    rows = run(calib)
     if as_json:
         print_json([r | {"read_as": read_as} for r in rows])
         return
     info(read_as)
     info(f"simulated {workers} workers on {topology}"
          + (f" with calibration {calibration}" if calibration else ""))
+    sources = sorted({str(r.get("compute_source")) for r in rows if r.get("compute_source")})
+    for source in sources:
+        info(f"compute: {source}")
     click.echo(format_rows(rows))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from harness.core.errors import SpecError
@@ -90,6 +91,9 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
         raise SpecError(f"unknown simulation mode {mode!r} (choose from {', '.join(MODES)})")
     topo, calib = _setup(topology_spec, workers, calibration)
     pairs = expand_strategies(strategy)
+    on_device = cal.device_step(profile, calib)
+    if on_device is not None and not profile.optimizer_s:  # the update, on the same device
+        profile = replace(profile, optimizer_s=on_device.optimizer_s)
     single = cal.compute_seconds(profile, calib)[0] + profile.optimizer_s
     rows = []
     for requested, sim in pairs:

@@ -8,13 +8,16 @@ compute takes, either measured (``stratbench comm`` / ``run`` results, fitted by
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from harness.core.errors import SpecError
+from harness.sim.device_model import DeviceStep, device_rate, training_precision
+from harness.sim.device_model import device_step as _device_step
 from harness.sim.preset import Device, load_preset
 from harness.sim.profile import WorkloadProfile
 from harness.sim.spec import parse_topology
 from harness.sim.topology import Topology, link_classes, with_classes
+from workloads.precision import precision
 
 SOURCES = ("measured", "preset", "spec", "profile")
 
@@ -52,6 +55,11 @@ class Calibration:
     # (harness/sim/compute.py), at ``efficiency`` of its matmul peak where one was fitted
     device: Device | None = None
     efficiency: float | None = None
+    # what the device computes in and under whose defaults (harness/sim/device_model.py):
+    # None is fp32 as the runners train, under torch
+    precision: str | None = None
+    framework: str | None = None
+    fused_attention: bool | None = None  # None: as the framework runs it by default
 
     def sources(self) -> dict[str, str]:
         """Where each number came from, for the report: {'inter': 'measured', ...}."""
@@ -93,7 +101,11 @@ def merge(base: Calibration, override: Calibration) -> Calibration:
                                if override.price_per_device_hour is not None
                                else base.price_per_device_hour),
         device=override.device or base.device,
-        efficiency=override.efficiency if override.efficiency is not None else base.efficiency)
+        efficiency=override.efficiency if override.efficiency is not None else base.efficiency,
+        precision=override.precision or base.precision,
+        framework=override.framework or base.framework,
+        fused_attention=(override.fused_attention if override.fused_attention is not None
+                         else base.fused_attention))
 
 
 def apply(topology: Topology, calibration: Calibration | None) -> Topology:
@@ -104,17 +116,54 @@ def apply(topology: Topology, calibration: Calibration | None) -> Topology:
                                    for k, v in calibration.links.items()})
 
 
+def device_step(profile: WorkloadProfile, calibration: Calibration | None,
+                slots: int = 2) -> DeviceStep | None:
+    """The profile's step on the calibration's device by the device model, where nothing
+    measured says otherwise and the workload's operators are known; None else."""
+    if (profile.step_compute_s is not None or calibration is None
+            or calibration.compute_s_per_step is not None or calibration.device is None
+            or not profile.ops):
+        return None
+    name = calibration.precision or training_precision(calibration.device)
+    rate = device_rate(calibration.device, name, calibration.efficiency,
+                       _efficiency_source(calibration), calibration.framework,
+                       calibration.fused_attention)
+    # embedding tables are updated where a step touched them (sparse optimizers)
+    updated = profile.params * (profile.gradient_sparsity if profile.embedding_row_bytes
+                                or profile.gradient_sparsity < 1 else 1.0)
+    step = _device_step(profile.ops, profile.batch_per_replica, updated, rate,
+                        precision(name), slots)
+    if calibration.precision is None:
+        step = replace(step, precision_note=f"{name} (no --precision given: the device's "
+                                            f"training precision)")
+    return step
+
+
+def _efficiency_source(calibration: Calibration) -> str:
+    if calibration.efficiency is not None:
+        return f"fitted: {calibration.compute_source}"
+    return "the system file's"
+
+
 def compute_seconds(profile: WorkloadProfile, calibration: Calibration | None
                     ) -> tuple[float, str]:
     """Forward + backward seconds per step per replica, and where the number came from.
 
-    Precedence: a time the profile states; a measured time in the calibration; the profile's
-    FLOPs over the calibration's device speed.
+    Precedence: a time the profile states; a measured time in the calibration; the
+    workload's operators timed on the calibration's device (harness/sim/device_model.py,
+    with the framework's own per-step work); the profile's FLOPs over the calibration's
+    device speed.
     """
     if profile.step_compute_s is not None:
         return profile.step_compute_s, "profile"
     if calibration is not None and calibration.compute_s_per_step is not None:
         return calibration.compute_s_per_step, calibration.compute_source
+    step = device_step(profile, calibration)
+    if step is not None:
+        assert calibration is not None and calibration.device is not None
+        return (step.passes_s + step.overhead_s,
+                f"device model: {calibration.device.name}, {step.precision_note}, "
+                f"{step.bound}")
     if (profile.flops_per_sample is not None and calibration is not None
             and calibration.device_flops):
         return (profile.flops_per_sample * profile.batch_per_replica / calibration.device_flops,

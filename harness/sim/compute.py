@@ -1,33 +1,35 @@
-"""How long a device computes: matmuls at the tensor-core rate, element-wise work at memory
-bandwidth, and the record of a step's compute split.
+"""A step's compute split by layer, and the fit of a device's one free number.
 
-One efficiency (the fraction of the precision's matmul peak a training step reaches) is the
-device's only free number: fitted once on one measured or published step
-(:func:`fit_efficiency`), then used for every other model and layout on that device. Element-wise
-work (norms, softmax, activations, dropout, residual adds, the optimizer's update) is bound by
-memory bandwidth, reached at ``MEMORY_EFFICIENCY``; it is what makes small models reach a
-smaller share of the peak than large ones (its share of a transformer block falls as
-1 / hidden).
+A layer's passes are its operators timed by the device model (``harness/sim/device_model.py``:
+GEMMs at the precision's peak times the large-GEMM efficiency, quantized by tiles and waves,
+element-wise work at memory bandwidth, attention fused or not), the same model that times a
+data-parallel replica's whole step, so every strategy computes alike. A layer without
+operators (a hand-made record) is timed from its FLOPs and element-wise bytes.
+
+One efficiency per device and precision (the fraction of the peak a large GEMM reaches) is
+the device's only free number: cited in its system file, or fitted once on one measured or
+published step (:func:`fit_efficiency`) and then used for every other model and layout.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.core.errors import SpecError
+from harness.sim.device_model import (
+    MEMORY_EFFICIENCY,
+    DeviceRate,
+    device_rate,
+    launch_floor,
+    optimizer_seconds,
+    pass_times,
+)
 from harness.sim.layered import Layer
-from harness.sim.preset import Device
-from workloads.precision import Precision
+from workloads.operators import ATTENTION
 
-#: Fraction of the datasheet memory bandwidth that streaming kernels reach: STREAM-like
-#: benchmarks (BabelStream, https://github.com/UoB-HPC/BabelStream) reach roughly 80-90% of
-#: HBM's datasheet rate on A100 and H100; the lower end, as fused element-wise kernels also
-#: launch and reduce. Fixed, not fitted: docs/SIMULATOR.md shows what it does to the
-#: Megatron-LM comparison.
-MEMORY_EFFICIENCY = 0.8
-
+__all__ = ["MEMORY_EFFICIENCY", "ComputeSplit", "DeviceRate", "device_rate", "fit_efficiency",
+           "layer_split", "optimizer_seconds"]
 
 @dataclass(frozen=True)
 class ComputeSplit:
@@ -61,43 +63,25 @@ class ComputeSplit:
 ZERO = ComputeSplit(0.0, 0.0)
 
 
-@dataclass(frozen=True)
-class DeviceRate:
-    """A device as a step sees it: achieved matmul FLOP/s and element-wise bytes/s."""
-
-    device: Device
-    precision: str | None  # which peak: fp32, bf16, fp16, ...; None: the training peak
-    efficiency: float
-    source: str  # where the efficiency came from
-
-    @property
-    def matmul_flops(self) -> float:
-        return self.device.peak(self.precision) * self.efficiency
-
-    @property
-    def bytes_per_s(self) -> float:
-        bandwidth = self.device.memory_bandwidth
-        if not math.isfinite(bandwidth):
-            raise SpecError(f"{self.device.name} states no memory_bandwidth: the element-wise "
-                            f"work of a step needs it")
-        return bandwidth * MEMORY_EFFICIENCY
-
-
-def device_rate(device: Device, precision: Precision | None, efficiency: float | None = None,
-                source: str = "") -> DeviceRate:
-    """The device computing at ``precision`` (fp32 weights use the fp32 peak; mixed bf16 and
-    fp16 their tensor-core peak; None: the device's training peak, bf16 or fp16)."""
-    eff = device.assumed_efficiency if efficiency is None else efficiency
-    return DeviceRate(device, precision.name if precision else None, eff,
-                      source or ("assumed" if efficiency is None else "calibrated"))
-
-
 def layer_split(layer: Layer, rate: DeviceRate, samples: int, tensor: int = 1,
                 sequence_parallel: bool = False, recompute: str = "none") -> ComputeSplit:
-    """One layer's passes for ``samples`` samples on one of ``tensor`` ranks. Backward does
-    twice the forward's matmuls (gradients of inputs and of weights) and, as a rule, twice
-    its element-wise traffic; full recomputation repeats the forward, selective only the
-    attention scores (Korthikanti et al. 2022, arXiv:2205.05198, section 5)."""
+    """One layer's passes for ``samples`` samples on one of ``tensor`` ranks: its operators
+    on the device (no faster than their kernels issue); full recomputation repeats the
+    forward, selective only the attention (Korthikanti et al. 2022, arXiv:2205.05198,
+    section 5)."""
+    if layer.ops:
+        times = pass_times(layer.ops, samples, rate, tensor, sequence_parallel)
+        forward = max(times.forward_s, launch_floor(sum(op.kernels for op in layer.ops), rate))
+        backward = max(times.backward_s,
+                       launch_floor(sum(op.backward_kernels for op in layer.ops), rate))
+        if recompute == "full":
+            again = forward
+        elif recompute == "selective":
+            again = pass_times(tuple(op for op in layer.ops if op.kind == ATTENTION),
+                               samples, rate, tensor).forward_s
+        else:
+            again = 0.0
+        return ComputeSplit(forward, backward, again)
     matmul = layer.flops_per_sample / 3 * samples / tensor / rate.matmul_flops
     whole = layer.replicated_elementwise_bytes_per_sample
     split = layer.elementwise_bytes_per_sample
@@ -113,16 +97,6 @@ def layer_split(layer: Layer, rate: DeviceRate, samples: int, tensor: int = 1,
     else:
         again = 0.0
     return ComputeSplit(forward, 2 * forward, again)
-
-
-def optimizer_seconds(params: float, precision: Precision, slots: int, rate: DeviceRate
-                      ) -> float:
-    """An element-wise update of ``params`` parameters (Adam: ``slots`` = 2): read the
-    gradient, read and write the fp32 weights (the master copy under mixed precision, then
-    write the compute copy) and every optimizer slot."""
-    per_param = (precision.value_bytes + 8 + 8 * slots
-                 + (precision.value_bytes if precision.master_bytes else 0))
-    return params * per_param / rate.bytes_per_s
 
 
 def fit_efficiency(step_seconds: Callable[[float], float], target_s: float) -> float:

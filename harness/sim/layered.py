@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from harness.core.errors import SpecError
 from harness.sim.pipeline import SCHEDULES
+from workloads.operators import Op
 
 RECOMPUTE = ("none", "selective", "full")
 #: How the data-parallel axis holds model state: replicated, the optimizer's state sharded
@@ -56,6 +57,9 @@ class Layer:
     attention_flops_per_sample: float = 0.0
     attention_elementwise_bytes_per_sample: float = 0.0
     attention_activation_bytes_per_sample: float = 0.0
+    # the layer's forward operators per sample (workloads.operators): what the device model
+    # times; empty: timed from the figures above
+    ops: tuple[Op, ...] = ()
 
 
 @dataclass(frozen=True)

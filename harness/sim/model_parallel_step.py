@@ -147,7 +147,7 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
     if rate is not None:
         splits = [sum((layer_split(layer, rate, micro, T, layout.sequence_parallel, how)
                        for layer in layers), ZERO) for layers in stages]
-        source = (f"{rate.device.name} at {rate.efficiency:.1%} of its "
+        source = (f"{rate.device.name} at {rate.gemm_peak(False)[1]:.1%} of its "
                   f"{rate.precision or 'training'} peak ({rate.source})")
     else:
         splits, source = _shared_splits(model, stages, micro, T, how, calibration,
@@ -248,7 +248,8 @@ def _device_rate(calibration: Calibration | None, step_compute_s: float | None,
         return None
     return device_rate(calibration.device, precision, calibration.efficiency,
                        f"fitted: {calibration.compute_source}" if calibration.efficiency
-                       is not None else "assumed by the system file")
+                       is not None else "assumed by the system file",
+                       calibration.framework, calibration.fused_attention)
 
 
 def _shared_splits(model: LayeredModel, stages: list[tuple[Layer, ...]], micro: int,

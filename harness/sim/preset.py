@@ -22,7 +22,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -71,6 +71,17 @@ class Device:
     memory_bytes: float  # NaN where not stated
     memory_bandwidth: float  # bytes/s, NaN where not stated
     assumed_efficiency: float
+    # What the device model reads (harness/sim/device_model.py), each cited in the file:
+    # the fraction of each precision's peak a large GEMM reaches (the device's one free
+    # number per precision; ``assumed_efficiency`` where a precision has none), the
+    # streaming multiprocessors a GEMM's tiles are spread over (0: not modelled), the
+    # host's time to issue one kernel and one step's own framework work, and the bytes the
+    # runtime holds before a model does (CUDA context, allocator).
+    matmul_efficiency: Mapping[str, float] = field(default_factory=dict)
+    sms: int = 0
+    launch_overhead_s: float = 0.0
+    step_overhead_s: float = 0.0
+    reserved_bytes: float = 0.0
 
     def peak(self, precision: str | None = None) -> float:
         """Peak FLOP/s at ``precision``; None: the training peak (bf16, else fp16, as the
@@ -81,6 +92,11 @@ class Device:
                 return self.peak_flops[p]
         raise SpecError(f"{self.name} states no {precision or 'training'} peak (it has "
                         f"{', '.join(self.peak_flops)})")
+
+    def efficiency(self, precision: str | None) -> float:
+        """The fraction of ``precision``'s peak a large GEMM reaches: the file's
+        ``matmul_efficiency`` for it, else ``assumed_efficiency``."""
+        return self.matmul_efficiency.get(precision or "", self.assumed_efficiency)
 
 
 @dataclass(frozen=True)
@@ -168,7 +184,10 @@ _TOP = {"name": str, "description": str, "hosts": int, "spec": str, "device": di
         "source": list, "assumptions": list, "published_busbw": list}
 _DEVICE = {"name": str, "kind": str, "peak_flops": (dict, float, int), "peak_flops_note": str,
            "memory_bytes": (float, int), "memory_bandwidth": (float, int),
-           "assumed_efficiency": (float, int), "note": str}
+           "assumed_efficiency": (float, int), "note": str, "matmul_efficiency": dict,
+           "matmul_efficiency_note": str, "sms": int, "launch_overhead": str,
+           "step_overhead": str, "overhead_note": str, "reserved_bytes": (float, int),
+           "reserved_note": str}
 _SCALE_UP = {"name": str, "devices": int, "bandwidth": str, "latency": str, "note": str}
 _SCALE_OUT = {"name": str, "nics_per_host": int, "nic_bandwidth": str, "latency": str,
               "hosts_per_leaf": int, "oversub": (float, int), "note": str}
@@ -221,13 +240,34 @@ def _device(data: Any, where: str) -> Device:
     efficiency = float(d.get("assumed_efficiency", 0.4))
     if not 0 < efficiency <= 1:
         raise SpecError(f"{where}: device.assumed_efficiency must be in (0, 1], not {efficiency}")
+    matmul = {}
+    for p, value in d.get("matmul_efficiency", {}).items():
+        if p not in peaks:
+            raise SpecError(f"{where}: device.matmul_efficiency.{p}: the device states no "
+                            f"{p} peak (it has {', '.join(peaks)})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise SpecError(f"{where}: device.matmul_efficiency.{p} must be in (0, 1], "
+                            f"not {value!r}")
+        matmul[p] = float(value)
+    if d.get("sms", 0) < 0:
+        raise SpecError(f"{where}: device.sms must be >= 0, not {d['sms']}")
+    overheads = {}
+    for key in ("launch_overhead", "step_overhead"):
+        if key in d:
+            try:
+                overheads[key] = parse_duration(d[key])
+            except (SpecError, InputError, ValueError) as exc:
+                raise SpecError(f"{where}: device.{key}: {exc}") from None
     return Device(
         name=d["name"], kind=kind, peak_flops={p: float(v) for p, v in peaks.items()},
         memory_bytes=(_positive(d["memory_bytes"], f"{where}: device.memory_bytes")
                       if "memory_bytes" in d else math.nan),
         memory_bandwidth=(_positive(d["memory_bandwidth"], f"{where}: device.memory_bandwidth")
                           if "memory_bandwidth" in d else math.nan),
-        assumed_efficiency=efficiency)
+        assumed_efficiency=efficiency, matmul_efficiency=matmul, sms=int(d.get("sms", 0)),
+        launch_overhead_s=overheads.get("launch_overhead", 0.0),
+        step_overhead_s=overheads.get("step_overhead", 0.0),
+        reserved_bytes=float(d.get("reserved_bytes", 0.0)))
 
 
 def _bandwidth(text: str, where: str) -> float:

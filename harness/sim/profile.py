@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from harness.core.errors import SpecError
+from workloads.operators import Op
 from workloads.profile import DEFAULT_BUCKET
 from workloads.profile import KEYS as PROFILE_GRAMMAR_KEYS
 from workloads.profile import parse_profile as parse_numbers
@@ -48,6 +49,9 @@ class WorkloadProfile:
     # when None, a built-in model's from its runner's placement
     # (sim.sparse_traffic.embedding_owner_shares), else an even split
     owner_shares: tuple[float, ...] | None = None
+    # one sample's forward operators (workloads.operators): what the device model times on
+    # a described device; empty: FLOPs over the device's speed
+    ops: tuple[Op, ...] = ()
 
     def __post_init__(self) -> None:
         if self.params < 1:

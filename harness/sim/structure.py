@@ -25,6 +25,7 @@ from workloads import costs
 from workloads.configs import MLPConfig, TransformerConfig
 from workloads.dims import TransformerDims, from_config, is_dims, parse_dims
 from workloads.known import DIMS_MODELS, TRANSFORMERS, known_key
+from workloads.operators import cross_entropy, elementwise, gemm
 from workloads.precision import FP32, Precision
 from workloads.spec import WorkloadError
 
@@ -44,7 +45,8 @@ def transformer(config: TransformerConfig | TransformerDims, name: str, batch_si
     embedding = Layer("embedding", params=dims.embedding_params, flops_per_sample=0.0,
                       activation_bytes_per_sample=0.0, output_bytes_per_sample=stream,
                       input_bytes_per_sample=float(t * TOKEN_ID_BYTES), tp_allreduces=1,
-                      replicated_elementwise_bytes_per_sample=2.0 * stream)
+                      replicated_elementwise_bytes_per_sample=2.0 * stream,
+                      ops=dims.pre_ops())
     block = Layer("block", params=dims.block_params,
                   flops_per_sample=costs.TRAIN_FLOPS_FACTOR * dims.block_forward_flops,
                   activation_bytes_per_sample=dims.block_activations * E,
@@ -55,14 +57,16 @@ def transformer(config: TransformerConfig | TransformerDims, name: str, batch_si
                   replicated_elementwise_bytes_per_sample=dims.block_replicated_elementwise * E,
                   attention_flops_per_sample=dims.attention_forward_flops,
                   attention_elementwise_bytes_per_sample=dims.attention_elementwise * E,
-                  attention_activation_bytes_per_sample=dims.attention_activations * E)
+                  attention_activation_bytes_per_sample=dims.attention_activations * E,
+                  ops=dims.block_ops())
     head = Layer("head", params=dims.head_params,
                  flops_per_sample=costs.TRAIN_FLOPS_FACTOR * dims.head_forward_flops,
                  activation_bytes_per_sample=dims.head_activations * E,
                  output_bytes_per_sample=0.0, input_bytes_per_sample=stream,
                  replicated_activation_bytes_per_sample=float(t * 2 * d * E),
                  elementwise_bytes_per_sample=float(2 * t * v * E),
-                 replicated_elementwise_bytes_per_sample=2.0 * stream)
+                 replicated_elementwise_bytes_per_sample=2.0 * stream,
+                 ops=dims.post_ops())
     blocks = tuple(replace(block, name=f"block{i}") for i in range(dims.layers))
     # a tied head reuses the token embedding: a pipeline's last stage keeps a copy (Megatron)
     return LayeredModel(name, (embedding,), blocks, (head,), batch_size,
@@ -76,11 +80,13 @@ def mlp(config: MLPConfig, name: str, batch_size: int, precision: Precision = FP
     layers = []
     for i, (a, b) in enumerate(itertools.pairwise(widths)):
         last = i == len(widths) - 2
+        ops = (gemm(f"dense{i}", 1, b, a, bias=True),
+               cross_entropy("loss", 1, b) if last else elementwise("relu", 2 * b))
         layers.append(Layer(f"dense{i}", params=a * b + b,
                             flops_per_sample=float(costs.TRAIN_FLOPS_FACTOR * 2 * a * b),
                             activation_bytes_per_sample=float((a + (b if last else 0)) * E),
                             output_bytes_per_sample=float(b * E),
-                            input_bytes_per_sample=float(a * E)))
+                            input_bytes_per_sample=float(a * E), ops=ops))
     return LayeredModel(name, (), tuple(layers), (), batch_size, bytes_per_element=E)
 
 

@@ -89,7 +89,10 @@ def predict_step(row: Row, efficiency: float, system: str = "dgx_a100",
     """The simulated step time of ``row`` with the A100 at ``efficiency`` of its fp16 peak."""
     spec = _system(row, system)
     base = from_preset(system)
-    calibration = merge(base, Calibration(efficiency=efficiency, compute_source="fitted"))
+    # Megatron-LM's 2021 attention: unfused (its fused scale-mask-softmax kernel, the scores
+    # in memory), before FlashAttention
+    calibration = merge(base, Calibration(efficiency=efficiency, compute_source="fitted",
+                                          fused_attention=False))
     topology = parse_topology(spec)
     from harness.sim.calibration import apply
 

@@ -1,0 +1,404 @@
+"""How long one device takes to run a workload's operators: the one device model every
+strategy's compute reads.
+
+Each operator of ``workloads.operators`` is timed forward and backward on the device at the
+precision it computes in:
+
+* a GEMM (a conv as its implicit GEMM) takes the longer of its FLOPs at the precision's
+  peak times the device's large-GEMM efficiency, discounted by **tile and wave
+  quantization** (a 128 x 128 output tile per streaming multiprocessor: a GEMM whose tiles do
+  not fill the last wave of SMs leaves the rest idle; NVIDIA, "Matrix Multiplication
+  Background User's Guide", https://docs.nvidia.com/deeplearning/performance/
+  dl-performance-matrix-multiplication/), and its operands' and result's bytes at memory
+  bandwidth (a skinny GEMM is memory-bound: the same guide's arithmetic-intensity rule);
+* element-wise work, norms and embedding gathers move their bytes at memory bandwidth
+  (``MEMORY_EFFICIENCY`` of the datasheet rate);
+* attention is fused where the framework fuses it (torch's ``scaled_dot_product_attention``,
+  FlashAttention: no T x T scores in memory, ``FUSED_ATTENTION_EFFICIENCY`` of the peak) and
+  unfused elsewhere (two batched GEMMs, softmax and dropout over the scores in memory);
+* a pass cannot be faster than the host issues its kernels (``launch_overhead`` each, the
+  device file's), and a step adds the framework's own ``step_overhead`` once.
+
+What ``fp32`` computes in is each framework's default on the device (``gemm_precision``):
+torch runs convolutions in TF32 and matmuls in full fp32 on devices with TF32
+(``torch.backends.cudnn.allow_tf32`` defaults to True, ``torch.backends.cuda.matmul.
+allow_tf32`` to False since torch 1.12: https://pytorch.org/docs/stable/notes/cuda.html
+#tensorfloat-32-tf32-on-ampere-and-later-devices); TensorFlow runs both in TF32
+(``tf.config.experimental.enable_tensor_float_32_execution``: enabled by default since
+TF 2.4). ``fp8`` runs the GEMMs at the fp8 peak and everything else in bf16, as Transformer
+Engine and torchao's float8 do.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from harness.core.errors import SpecError
+from harness.sim.preset import Device
+from workloads.operators import ATTENTION, ELEMENTWISE, GATHER, GEMM, Op
+from workloads.precision import Precision
+
+#: Fraction of the datasheet memory bandwidth that streaming kernels reach: STREAM-like
+#: benchmarks (BabelStream, https://github.com/UoB-HPC/BabelStream) reach roughly 80-90% of
+#: HBM's datasheet rate on A100 and H100; the lower end, as fused element-wise kernels also
+#: launch and reduce. Fixed, not fitted.
+MEMORY_EFFICIENCY = 0.8
+#: A GEMM's output tile on one streaming multiprocessor (cuBLAS's common 128 x 128 tiles;
+#: smaller dimensions take the next power of two at least 16: the library picks smaller
+#: tiles rather than waste a big one).
+TILE = 128
+#: The shortest slice of a reduction a split-K GEMM gives one SM: a GEMM with fewer output
+#: tiles than SMs (a weight gradient, whose reduction runs over the batch) is split along K
+#: to fill them (cuBLAS's split-K, CUTLASS's stream-K:
+#: https://github.com/NVIDIA/cutlass/blob/main/media/docs/efficient_gemm.md).
+SPLIT_K_MIN = 256
+#: FlashAttention-2 forward reaches up to 73% of the A100's theoretical FLOP/s and its
+#: backward up to 63% (Dao 2023, arXiv:2307.08691, section 4.1); the lower figure, as a
+#: training step runs both and shorter sequences reach less.
+FUSED_ATTENTION_EFFICIENCY = 0.6
+#: FlashAttention's backward recomputes the scores: 5 matmuls against the forward's 2.
+FUSED_ATTENTION_BACKWARD = 2.5
+#: Frameworks whose default attention is fused (torch's SDPA since 2.0); others unfused.
+FUSES_ATTENTION = {"torch": True, "tf": False}
+#: Each framework's default memory format for images: torch's tensors are NCHW
+#: (``torch.contiguous_format``; channels-last is opt-in), TensorFlow's NHWC. Tensor-core
+#: convolutions run in NHWC, so an NCHW tensor is transposed before each convolution and its
+#: output transposed back (NVIDIA's diagram in MosaicML's channels-last method card:
+#: https://docs.mosaicml.com/projects/composer/en/stable/method_cards/channels_last.html).
+CHANNELS_LAST = {"torch": False, "tf": True}
+FRAMEWORKS = ("torch", "tf")
+
+
+def gemm_precision(precision: str, framework: str, conv: bool, device: Device) -> str:
+    """The peak a GEMM runs at under ``precision`` as ``framework`` trains by default (see
+    the module docstring): fp32 means TF32 for torch's convs and all of TF's GEMMs where the
+    device has TF32."""
+    if precision == "fp32" and "tf32" in device.peak_flops and (conv or framework == "tf"):
+        return "tf32"
+    return precision
+
+
+def training_precision(device: Device) -> str:
+    """What a device trains in when no precision is given: bf16 mixed precision where it
+    has a bf16 peak (the default of large-model training on accelerators), else fp16, else
+    fp32."""
+    for p in ("bf16", "fp16"):
+        if p in device.peak_flops:
+            return p
+    return "fp32"
+
+
+def fp32_meaning(framework: str, device: Device) -> str:
+    """What ``fp32`` computes in, in words, for the answer."""
+    if "tf32" not in device.peak_flops:
+        return "fp32: full fp32 (the device has no TF32)"
+    if framework == "tf":
+        return "fp32: TensorFlow runs matmuls and convolutions in TF32 by default"
+    return "fp32: torch runs convolutions in TF32 and matmuls in full fp32 by default"
+
+
+@dataclass(frozen=True)
+class DeviceRate:
+    """A device as a step sees it: its peaks and efficiency at a precision, under the
+    framework's defaults (which GEMMs use TF32, whether attention is fused)."""
+
+    device: Device
+    precision: str | None  # fp32, tf32, bf16, fp16, fp8; None: the training peak (bf16)
+    efficiency: float | None  # the fraction of the peak a large GEMM reaches (fitted); None:
+    # the device file's per precision
+    source: str  # where the efficiency came from
+    framework: str = "torch"
+    fused_attention: bool | None = None  # None: the framework's default
+    channels_last: bool | None = None  # images in NHWC; None: the framework's default
+
+    @property
+    def name(self) -> str:
+        return self.precision or "bf16"
+
+    def gemm_peak(self, conv: bool) -> tuple[float, float]:
+        """(peak FLOP/s, efficiency) for a GEMM (``conv``: a convolution's)."""
+        if self.precision is None:
+            return self.device.peak(None), self._efficiency(None)
+        p = gemm_precision(self.precision, self.framework, conv, self.device)
+        return self.device.peak(p), self._efficiency(p)
+
+    def _efficiency(self, precision: str | None) -> float:
+        return self.efficiency if self.efficiency is not None else \
+            self.device.efficiency(precision)
+
+    @property
+    def matmul_flops(self) -> float:
+        """A large GEMM's achieved FLOP/s (the rate the efficiency is a fraction of)."""
+        peak, eff = self.gemm_peak(conv=False)
+        return peak * eff
+
+    @property
+    def value_bytes(self) -> int:
+        """Bytes of an activation value: 4 in fp32 and TF32, 2 in mixed precision and fp8."""
+        return 4 if self.precision in ("fp32", "tf32") else 2
+
+    @property
+    def bytes_per_s(self) -> float:
+        bandwidth = self.device.memory_bandwidth
+        if not math.isfinite(bandwidth):
+            raise SpecError(f"{self.device.name} states no memory_bandwidth: the element-wise "
+                            f"work of a step needs it")
+        return bandwidth * MEMORY_EFFICIENCY
+
+    @property
+    def fuses_attention(self) -> bool:
+        if self.fused_attention is not None:
+            return self.fused_attention
+        return FUSES_ATTENTION.get(self.framework, True)
+
+    @property
+    def transposes_convs(self) -> bool:
+        """Whether each tensor-core convolution pays an NCHW <-> NHWC transpose."""
+        last = (self.channels_last if self.channels_last is not None
+                else CHANNELS_LAST.get(self.framework, False))
+        return not last and self.precision is not None and gemm_precision(
+            self.precision, self.framework, True, self.device) != "fp32"
+
+    @property
+    def attention_flops(self) -> float:
+        """Fused attention's FLOP/s: at the half-precision peak (fp8 attention stays bf16)."""
+        p = "bf16" if self.precision in (None, "fp8") else self.precision
+        if p not in self.device.peak_flops:
+            p = next(iter(self.device.peak_flops))
+        return self.device.peak(p) * FUSED_ATTENTION_EFFICIENCY
+
+
+def device_rate(device: Device, precision: Precision | str | None,
+                efficiency: float | None = None, source: str = "",
+                framework: str | None = None, fused_attention: bool | None = None,
+                channels_last: bool | None = None) -> DeviceRate:
+    """The device computing at ``precision`` under ``framework`` (default torch)."""
+    name = precision.name if isinstance(precision, Precision) else precision
+    if name is not None and name not in ("fp32", "tf32") and name not in device.peak_flops:
+        raise SpecError(f"{device.name} states no {name} peak (it has "
+                        f"{', '.join(device.peak_flops)}): choose another --precision")
+    if name == "tf32" and "tf32" not in device.peak_flops:
+        raise SpecError(f"{device.name} has no TF32 (it has {', '.join(device.peak_flops)})")
+    return DeviceRate(device, name, efficiency,
+                      source or ("the system file's" if efficiency is None else "calibrated"),
+                      framework or "torch", fused_attention, channels_last)
+
+
+@dataclass(frozen=True)
+class OpTimes:
+    """Device seconds of some operators for a number of samples, forward and backward, with
+    the kernels it takes to launch them and where the time went."""
+
+    forward_s: float = 0.0
+    backward_s: float = 0.0
+    kernels: int = 0
+    gemm_s: float = 0.0  # of forward + backward: GEMMs (compute- or memory-bound)
+    memory_s: float = 0.0  # element-wise, norms, gathers
+    attention_s: float = 0.0
+
+    def __add__(self, other: OpTimes) -> OpTimes:
+        return OpTimes(self.forward_s + other.forward_s, self.backward_s + other.backward_s,
+                       self.kernels + other.kernels, self.gemm_s + other.gemm_s,
+                       self.memory_s + other.memory_s, self.attention_s + other.attention_s)
+
+    @property
+    def device_s(self) -> float:
+        return self.forward_s + self.backward_s
+
+
+def _tile(x: float) -> float:
+    if x >= TILE:
+        return TILE
+    return float(max(16, 2 ** math.ceil(math.log2(max(1.0, x)))))
+
+
+def gemm_seconds(m: float, n: float, k: float, repeat: float, rate: DeviceRate,
+                 conv: bool = False) -> float:
+    """One GEMM of m x k by k x n (``repeat`` of them at once): the longer of its FLOPs at
+    the quantized rate and its bytes at memory bandwidth."""
+    if m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    peak, eff = rate.gemm_peak(conv)
+    tm, tn = _tile(m), _tile(n)
+    tiles_m, tiles_n = math.ceil(m / tm), math.ceil(n / tn)
+    utilisation = (m * n) / (tiles_m * tm * tiles_n * tn)
+    sms = rate.device.sms
+    if sms:
+        tiles = tiles_m * tiles_n * repeat
+        # too few tiles to fill the SMs: the library splits the reduction (split-K)
+        splits = max(1, min(sms // tiles, math.ceil(k / SPLIT_K_MIN))) if tiles < sms else 1
+        waves = tiles * splits / sms
+        utilisation *= waves / math.ceil(waves)
+    compute = 2.0 * m * n * k * repeat / (peak * eff * utilisation)
+    operand = 1 if rate.precision == "fp8" else rate.value_bytes
+    traffic = (m * k + k * n) * repeat * operand + m * n * repeat * rate.value_bytes
+    return max(compute, traffic / rate.bytes_per_s)
+
+
+def fp8_cast_seconds(m: float, n: float, k: float, repeat: float, rate: DeviceRate
+                     ) -> tuple[float, float]:
+    """FP8 training's own traffic around one GEMM (Transformer Engine's recipe, torchao's
+    float8): forward, the activation (m x k) and the weight (k x n) are read in bf16 and
+    written in fp8 with their amax (a scaling factor each), and once more transposed, as
+    Hopper's fp8 GEMMs take one operand layout only; backward, the output's gradient
+    (m x n) the same. https://docs.nvidia.com/deeplearning/transformer-engine/user-guide/
+    examples/fp8_primer.html (per-tensor scaling, the cast and transpose kernels)."""
+    per_value = 2 + 1 + 1  # read bf16, write fp8, write the transposed fp8 copy
+    forward = (m * k + k * n) * repeat * per_value / rate.bytes_per_s
+    backward = m * n * repeat * per_value / rate.bytes_per_s
+    return forward, backward
+
+
+def op_times(op: Op, samples: float, rate: DeviceRate, tensor: int = 1,
+             split_elementwise: bool = True) -> OpTimes:
+    """``op`` for ``samples`` samples on one of ``tensor`` ranks. A GEMM splits its output
+    features (column-parallel) or its reduction (row-parallel) T ways, attention its heads;
+    element-wise work splits T ways where ``split_elementwise`` (inside the tensor-parallel
+    region, or everywhere under sequence parallelism) and is whole otherwise."""
+    if op.kind == GEMM:
+        m = op.rows * samples
+        n, k = float(op.n), float(op.k)
+        if tensor > 1:
+            n, k = (n / tensor, k) if n >= k else (n, k / tensor)
+        forward = gemm_seconds(m, n, k, op.repeat, rate, op.conv)
+        backward = (gemm_seconds(m, k, n, op.repeat, rate, op.conv)  # input gradient
+                    + gemm_seconds(k, n, m, op.repeat, rate, op.conv))  # weight gradient
+        if rate.precision == "fp8":  # the casts into fp8 around each GEMM
+            cast = fp8_cast_seconds(m, n, k, op.repeat, rate)
+            forward, backward = forward + cast[0], backward + cast[1]
+        transposed = 0.0
+        if op.conv and rate.transposes_convs:  # input and output read and written again,
+            # forward; backward, each of its two convolutions does the same
+            transposed = (3 * 2 * (op.input_values + op.rows * op.n) * samples
+                          * rate.value_bytes / rate.bytes_per_s)
+        return OpTimes(forward + transposed / 3, backward + 2 * transposed / 3,
+                       op.kernels + op.backward_kernels + (6 if transposed else 0),
+                       gemm_s=forward + backward, memory_s=transposed)
+    if op.kind in (ELEMENTWISE, GATHER):
+        share = samples / (tensor if split_elementwise else 1)
+        forward = op.values * share * rate.value_bytes / rate.bytes_per_s
+        backward = op.backward_values * share * rate.value_bytes / rate.bytes_per_s
+        return OpTimes(forward, backward, op.kernels + op.backward_kernels,
+                       memory_s=forward + backward)
+    if op.kind == ATTENTION:
+        return _attention(op, samples, rate, tensor)
+    raise SpecError(f"operator {op.name}: no timing for kind {op.kind!r}")
+
+
+def _attention(op: Op, samples: float, rate: DeviceRate, tensor: int) -> OpTimes:
+    heads = op.heads / tensor
+    t, hd = op.seq, op.head_dim
+    if rate.fuses_attention:
+        flops = 4.0 * t * t * hd * heads * samples * (0.5 if op.causal else 1.0)
+        forward = flops / rate.attention_flops
+        backward = FUSED_ATTENTION_BACKWARD * forward
+        return OpTimes(forward, backward, 2, attention_s=forward + backward)
+    # unfused: scores = q.k^T, softmax (and dropout), out = p.v, each through memory
+    repeat = heads * samples
+    scores = gemm_seconds(t, t, hd, repeat, rate)
+    weighted = gemm_seconds(t, hd, t, repeat, rate)
+    square = t * t * repeat * rate.value_bytes / rate.bytes_per_s
+    elementwise = (3 + 1) * square  # scale+mask+softmax: read, write; +mask add
+    backward_elementwise = 3 * square
+    if op.dropout:
+        elementwise += 2.5 * square  # read, write, a one-byte mask
+        backward_elementwise += 2.5 * square
+    forward = scores + weighted + elementwise
+    backward = (gemm_seconds(t, hd, t, repeat, rate) + gemm_seconds(hd, t, t, repeat, rate)
+                + gemm_seconds(t, t, hd, repeat, rate) + gemm_seconds(t, hd, t, repeat, rate)
+                + backward_elementwise)
+    return OpTimes(forward, backward, 5 + 2 * int(bool(op.dropout)),
+                   gemm_s=forward + backward - elementwise - backward_elementwise,
+                   memory_s=elementwise + backward_elementwise)
+
+
+def pass_times(ops: tuple[Op, ...], samples: float, rate: DeviceRate, tensor: int = 1,
+               sequence_parallel: bool = False) -> OpTimes:
+    """Forward and backward of ``ops`` for ``samples`` samples (one of ``tensor`` ranks)."""
+    total = OpTimes()
+    for op in ops:
+        total += op_times(op, samples, rate, tensor, split_elementwise=sequence_parallel
+                          or op.kind == GATHER or _inside_tensor_region(op))
+    return total
+
+
+def _inside_tensor_region(op: Op) -> bool:
+    """Element-wise work between a column- and a row-parallel GEMM (an MLP's activation,
+    the attention's scores) splits with them; norms, residual adds and dropout on the
+    residual stream do not (Megatron-LM; Korthikanti et al. 2022, section 4.1)."""
+    return op.name in ("gelu", "swiglu", "relu")
+
+
+def launch_floor(kernels: int, rate: DeviceRate) -> float:
+    """The host's time to issue ``kernels`` kernels: a pass's lower bound."""
+    return kernels * rate.device.launch_overhead_s
+
+
+def bound_by(times: OpTimes, rate: DeviceRate) -> str:
+    """What decides a pass's time: launch, memory (element-wise work), attention or
+    compute (GEMMs)."""
+    if launch_floor(times.kernels, rate) >= times.device_s:
+        return "launch-bound"
+    parts = {"matmul-bound": times.gemm_s, "memory-bound": times.memory_s,
+             "attention-bound": times.attention_s}
+    return max(parts, key=lambda k: parts[k])
+
+
+@dataclass(frozen=True)
+class DeviceStep:
+    """One replica's training step on one device, by the device model."""
+
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    overhead_s: float  # the framework's own per-step work
+    kernels: int
+    bound: str
+    precision_note: str
+
+    @property
+    def passes_s(self) -> float:
+        return self.forward_s + self.backward_s
+
+    @property
+    def total_s(self) -> float:
+        return self.passes_s + self.optimizer_s + self.overhead_s
+
+
+def optimizer_seconds(params: float, precision: Precision, slots: int, rate: DeviceRate
+                      ) -> float:
+    """An element-wise update of ``params`` parameters (Adam: ``slots`` = 2): read the
+    gradient, read and write the fp32 weights (the master copy under mixed precision, then
+    write the compute copy) and every optimizer slot."""
+    per_param = (precision.value_bytes + 8 + 8 * slots
+                 + (precision.value_bytes if precision.master_bytes else 0))
+    return params * per_param / rate.bytes_per_s
+
+
+#: Kernels of one optimizer update with torch's multi-tensor ("foreach") implementation,
+#: per launch group: SGD 1, momentum 2, Adam about 6 (the moment updates, the bias
+#: corrections, the step). A launch group covers up to ``FOREACH_ELEMENTS`` values.
+OPTIMIZER_KERNELS = {0: 1, 1: 2, 2: 6}
+FOREACH_ELEMENTS = 320 * 65536
+
+
+def optimizer_kernels(params: float, slots: int) -> int:
+    return OPTIMIZER_KERNELS.get(slots, 6) * max(1, math.ceil(params / FOREACH_ELEMENTS))
+
+
+def device_step(ops: tuple[Op, ...], samples: int, params: float, rate: DeviceRate,
+                precision: Precision, slots: int = 2) -> DeviceStep:
+    """One replica's step: forward and backward of ``ops`` (no faster than their kernels
+    issue), the optimizer's update of ``params`` and the framework's step overhead."""
+    times = pass_times(ops, samples, rate)
+    kernels = times.kernels + optimizer_kernels(params, slots)
+    floor = launch_floor(kernels, rate)
+    device_s = times.device_s + optimizer_seconds(params, precision, slots, rate)
+    scale = max(1.0, floor / device_s) if device_s > 0 else 1.0
+    optimizer = optimizer_seconds(params, precision, slots, rate) * scale
+    note = (fp32_meaning(rate.framework, rate.device) if rate.precision == "fp32"
+            else f"{rate.name}")
+    return DeviceStep(times.forward_s * scale, times.backward_s * scale, optimizer,
+                      rate.device.step_overhead_s, kernels,
+                      "launch-bound" if floor >= device_s else bound_by(times, rate), note)

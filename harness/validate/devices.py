@@ -1,0 +1,217 @@
+"""The device model against published training throughputs: one GPU or one node, the
+configuration each row's authors ran (``published/device_training.json``, each row with its
+source and the line quoted).
+
+Two comparisons, both printed:
+
+* **out of the box**: every row predicted from the system files alone (datasheet peaks, the
+  cited large-GEMM efficiency per precision, memory bandwidth, the launch floor); nothing is
+  fitted to these rows;
+* **after one fit per device and precision**: the efficiency of each (system, precision)
+  fitted on the one row the file names for it, every other row of that group predicted.
+
+    python -m harness.validate.devices
+
+A row's step is ``accumulation`` micro-batches of forward and backward (no faster than their
+kernels issue), the optimizer's update once (over 1/gpus of the parameters where the
+optimizer is sharded), the framework's step overhead, and on several GPUs the gradient
+exchange the simulator leaves exposed after the last backward.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from harness.core.errors import SpecError
+from harness.sim.api import simulate
+from harness.sim.compute import fit_efficiency
+from harness.sim.device_model import (
+    DeviceRate,
+    device_rate,
+    launch_floor,
+    optimizer_kernels,
+    optimizer_seconds,
+    pass_times,
+)
+from harness.sim.preset import load_preset
+from harness.sim.profile import WorkloadProfile
+from workloads.known import DLRM_DIM, DLRM_TABLE_ROWS, bert_large_ops, get_known
+from workloads.operators import Op
+from workloads.precision import precision as find_precision
+
+CORPUS = "device_training.json"
+#: optimizer state slots per parameter (LAMB keeps Adam's two moments)
+SLOTS = {"sgd": 0, "momentum": 1, "adam": 2, "lamb": 2}
+#: the bounds the issue set: out of the box, and after one fit per device and precision
+OUT_OF_BOX_BOUND, FITTED_BOUND = 0.25, 0.10
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    model: str
+    system: str
+    framework: str
+    precision: str
+    gpus: int
+    batch_per_gpu: int
+    accumulation: int
+    optimizer: str
+    published: dict[str, Any]
+    source: dict[str, Any]
+    seq: int | None = None
+    channels_last: bool | None = None
+    fused_attention: bool | None = None
+    sharded_optimizer: bool = False
+    sparse_embeddings: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def group(self) -> str:
+        return f"{self.system}/{self.precision}"
+
+    @property
+    def published_samples_per_gpu(self) -> float:
+        """Samples (images, sequences, records) per second per GPU, as published."""
+        value = float(self.published["value"])
+        if self.published["scope"] == "total_all_gpus":
+            value /= self.gpus
+        if "token" in self.published["unit"].lower():
+            if not self.seq:
+                raise SpecError(f"row {self.id}: tokens published but no seq")
+            value /= self.seq
+        return value
+
+
+def corpus() -> tuple[list[Row], dict[str, Any]]:
+    """The rows and the file (its conventions, assumptions, exclusions and fit rows)."""
+    text = (resources.files("harness.validate") / "published" / CORPUS).read_text("utf-8")
+    data = json.loads(text)
+    known = {f for f in Row.__dataclass_fields__ if f != "extra"}
+    rows = [Row(**{k: v for k, v in r.items() if k in known},
+                extra={k: v for k, v in r.items() if k not in known}) for r in data["rows"]]
+    return rows, data
+
+
+def row_ops(row: Row) -> tuple[Op, ...]:
+    """One sample's operators of the row's model at the row's sequence length."""
+    if row.model == "bert_large":
+        return bert_large_ops(row.seq or 512)
+    return get_known(row.model).ops
+
+
+def updated_params(row: Row) -> float:
+    """Parameters the optimizer updates each step: all of them, or for sparse embeddings the
+    dense layers and at most one row per sample and table."""
+    model = get_known(row.model) if row.model != "bert_large" else get_known("bert_large")
+    if not row.sparse_embeddings:
+        return float(model.params)
+    tables = sum(DLRM_TABLE_ROWS) * DLRM_DIM
+    touched = sum(min(row.batch_per_gpu * row.accumulation, rows) for rows in DLRM_TABLE_ROWS)
+    return float(model.params - tables + touched * DLRM_DIM)
+
+
+def rate_of(row: Row, efficiency: float | None) -> DeviceRate:
+    device = load_preset(row.system).device
+    return device_rate(device, row.precision, efficiency,
+                       "fitted" if efficiency is not None else "",
+                       row.framework, row.fused_attention, row.channels_last)
+
+
+def predict_step(row: Row, efficiency: float | None = None) -> dict[str, float | str]:
+    """The row's optimizer step on one of its GPUs, in parts."""
+    rate = rate_of(row, efficiency)
+    ops = row_ops(row)
+    passes = pass_times(ops, row.batch_per_gpu, rate)
+    micro = max(passes.device_s, launch_floor(passes.kernels, rate))
+    params = updated_params(row)
+    slots = SLOTS[row.optimizer]
+    shard = row.gpus if row.sharded_optimizer else 1
+    update = max(optimizer_seconds(params / shard, find_precision(row.precision), slots, rate),
+                 launch_floor(optimizer_kernels(params / shard, slots), rate))
+    exposed = 0.0
+    if row.gpus > 1:
+        profile = WorkloadProfile(params=int(get_known(row.model).params),
+                                  batch_per_replica=row.batch_per_gpu, step_compute_s=micro,
+                                  name=row.id)
+        (result,) = simulate(f"preset:{row.system},hosts=1", row.gpus, "ddp", profile)
+        exposed = float(result["exposed_comm_s"])
+    step = (row.accumulation * micro + update + exposed + rate.device.step_overhead_s)
+    return {"step_s": step, "micro_s": micro, "optimizer_s": update, "exposed_comm_s": exposed,
+            "samples_per_gpu": row.batch_per_gpu * row.accumulation / step,
+            "bound": "launch" if launch_floor(passes.kernels, rate) >= passes.device_s
+            else "device"}
+
+
+def fitted_efficiencies(rows: list[Row], fits: dict[str, str]) -> dict[str, float]:
+    """Each group's efficiency, fitted on its named row alone."""
+    by_id = {r.id: r for r in rows}
+    out = {}
+    for group, rid in fits.items():
+        row = by_id[rid]
+        target = row.batch_per_gpu * row.accumulation / row.published_samples_per_gpu
+        out[group] = fit_efficiency(_step_at(row), target)
+    return out
+
+
+def _step_at(row: Row) -> Callable[[float], float]:
+    return lambda efficiency: float(predict_step(row, efficiency)["step_s"])
+
+
+def compare() -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """(the fitted efficiencies, one record per row)."""
+    rows, data = corpus()
+    fits = data["fits"]
+    fitted = fitted_efficiencies(rows, fits)
+    out = []
+    for row in rows:
+        published = row.published_samples_per_gpu
+        box = predict_step(row)
+        after = predict_step(row, fitted.get(row.group))
+        out.append({
+            "id": row.id, "model": row.model if not row.model.startswith("transformer:")
+            else "llama2_7b (by dims)", "system": row.system, "precision": row.precision,
+            "gpus": row.gpus, "batch": row.batch_per_gpu, "published": published,
+            "out_of_box": box["samples_per_gpu"],
+            "out_of_box_error": float(box["samples_per_gpu"]) / published - 1,
+            "fitted": after["samples_per_gpu"],
+            "fitted_error": float(after["samples_per_gpu"]) / published - 1,
+            "fit_row": fits.get(row.group) == row.id, "group": row.group,
+            "source": row.source.get("source_url", ""),
+        })
+    return fitted, out
+
+
+def format_comparison(fitted: dict[str, float], records: list[dict[str, Any]]) -> str:
+    lines = [f"{'row':<52}{'prec':>5}{'GPUs':>5}{'published':>11}{'out of box':>12}"
+             f"{'error':>8}{'fitted':>11}{'error':>8}"]
+    for r in records:
+        mark = "  (fit here)" if r["fit_row"] else ""
+        lines.append(f"{r['id']:<52}{r['precision']:>5}{r['gpus']:>5}{r['published']:>11.4g}"
+                     f"{r['out_of_box']:>12.4g}{r['out_of_box_error']:>+8.1%}"
+                     f"{r['fitted']:>11.4g}{r['fitted_error']:>+8.1%}{mark}")
+    box = [abs(r["out_of_box_error"]) for r in records]
+    after = [abs(r["fitted_error"]) for r in records if not r["fit_row"]]
+    lines.append("samples/s per GPU (images, sequences, records; tokens / sequence length)")
+    lines.append(f"out of the box (system files only): worst |error| {max(box):.1%}, "
+                 f"median {sorted(box)[len(box) // 2]:.1%} (bound {OUT_OF_BOX_BOUND:.0%})")
+    lines.append(f"after one fit per device and precision: worst |error| {max(after):.1%} "
+                 f"over the {len(after)} rows not fitted (bound {FITTED_BOUND:.0%}); fitted "
+                 + ", ".join(f"{g} {e:.1%}" for g, e in fitted.items()))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    fitted, records = compare()
+    print(format_comparison(fitted, records))
+    if not all(math.isfinite(r["out_of_box_error"]) for r in records):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""A model as the operators a device runs: the record the device model times and sizes.
+
+FLOPs alone cannot say how long a step takes on an accelerator: a 64-channel 1x1 conv reads
+and writes as many bytes as it multiplies, BatchNorm and ReLU move every activation through
+memory twice more, and a small model's step is many kernels of microseconds each. So a
+workload also lists its forward operators, per sample, with the shapes that decide their
+speed; ``harness/sim/device_model.py`` times them (forward and backward), and every strategy
+reads that one time.
+
+Operators (one record, ``kind`` tells which fields matter):
+
+* ``gemm``: a matrix product of ``rows`` x ``k`` by ``k`` x ``n``, ``rows`` per sample (the
+  tokens of a sequence, the pixels of a conv's output: a conv is its implicit GEMM, as cuDNN
+  runs it), ``repeat`` products of that shape per sample. Backward: two products of the
+  same FLOPs (input gradient, weight gradient).
+* ``elementwise``: ``values`` read plus written per sample forward (norms, activations,
+  residual adds, dropout, pooling, softmax, the loss) and ``backward_values`` backward.
+* ``gather``: embedding lookups moving ``values`` per sample each way.
+* ``attention``: scaled dot-product attention over ``seq`` tokens, ``heads`` heads of
+  ``head_dim`` (``causal``, ``dropout`` as trained): fused (one kernel, no T x T scores in
+  memory, FlashAttention, torch's SDPA) or unfused (two batched GEMMs, softmax and dropout
+  over the scores) as the framework runs it; the device model decides.
+
+Conventions are those of ``workloads.costs``: a multiply-accumulate is 2 FLOPs; values are
+counted in elements (the precision gives their bytes). ``conv``: the GEMM is a convolution
+(frameworks' fp32 defaults differ for convs and matmuls: torch runs convs in TF32 on Ampere
+and later, matmuls in full fp32).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from workloads.configs import CNNConfig, MLPConfig, ModelConfig, RecsysConfig, TransformerConfig
+
+GEMM, ELEMENTWISE, GATHER, ATTENTION = "gemm", "elementwise", "gather", "attention"
+KINDS = (GEMM, ELEMENTWISE, GATHER, ATTENTION)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One forward operator of one sample (see the module docstring for each kind)."""
+
+    name: str
+    kind: str
+    rows: float = 0.0  # gemm: M per sample
+    n: int = 0
+    k: int = 0
+    repeat: int = 1  # gemm: products of this shape per sample (e.g. one per head)
+    conv: bool = False
+    input_values: float = 0.0  # a conv's input tensor per sample (its layout transposes)
+    values: float = 0.0  # elementwise/gather: values read + written forward, per sample
+    backward_values: float = 0.0
+    kernels: int = 1  # forward kernel launches (per step, not per sample)
+    backward_kernels: int = 1
+    # attention
+    heads: int = 0
+    seq: int = 0
+    head_dim: int = 0
+    kv_heads: int = 0
+    causal: bool = True
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"operator {self.name}: unknown kind {self.kind!r} "
+                                f"(choose from {', '.join(KINDS)})")
+
+    @property
+    def forward_flops(self) -> float:
+        """Forward FLOPs per sample (matmul-like work only, as workloads.costs counts)."""
+        if self.kind == GEMM:
+            return 2.0 * self.rows * self.n * self.k * self.repeat
+        if self.kind == ATTENTION:  # q.k^T and the weighted sum of v, the full square
+            return 4.0 * self.seq * self.seq * self.heads * self.head_dim
+        return 0.0
+
+
+def total_forward_flops(ops: tuple[Op, ...]) -> float:
+    return sum(op.forward_flops for op in ops)
+
+
+def kernels(ops: tuple[Op, ...]) -> int:
+    """Kernel launches of one training step's forward and backward passes."""
+    return sum(op.kernels + op.backward_kernels for op in ops)
+
+
+# Builders -------------------------------------------------------------------------------
+
+
+def gemm(name: str, rows: float, n: int, k: int, *, repeat: int = 1, bias: bool = False
+         ) -> Op:
+    """A GEMM; with ``bias`` the bias add is fused into it forward (cuBLAS epilogue, addmm)
+    and its gradient is one more reduction kernel backward."""
+    return Op(name, GEMM, rows=float(rows), n=n, k=k, repeat=repeat, kernels=1,
+              backward_kernels=2 + int(bias))
+
+
+def conv(name: str, pixels: float, c_out: int, k: int, input_values: float, *,
+         bias: bool = False) -> Op:
+    """A convolution as its implicit GEMM: ``pixels`` output positions per sample, a
+    reduction of ``k`` = kernel area x input channels, over an input of ``input_values``."""
+    return Op(name, GEMM, rows=float(pixels), n=c_out, k=k, conv=True,
+              input_values=float(input_values), kernels=1, backward_kernels=2 + int(bias))
+
+
+def elementwise(name: str, values: float, backward_values: float | None = None,
+                kernels: int = 1, backward_kernels: int | None = None) -> Op:
+    """``values`` read + written forward; backward by default reads the incoming gradient
+    and the saved input and writes the input's gradient: 1.5 x a one-in-one-out forward."""
+    return Op(name, ELEMENTWISE, values=float(values),
+              backward_values=float(1.5 * values if backward_values is None
+                                    else backward_values),
+              kernels=kernels, backward_kernels=kernels if backward_kernels is None
+              else backward_kernels)
+
+
+def norm(name: str, size: float) -> Op:
+    """A Layer/Batch/RMS norm over ``size`` values: forward reads the input twice (the
+    statistics, then the normalisation) and writes the output; backward reads the input and
+    the output's gradient twice (the reductions, then the input's gradient) and writes it."""
+    return elementwise(name, 3 * size, 5 * size)
+
+
+def dense_stack(widths: tuple[int, ...], name: str = "dense", relu_last: bool = False
+                ) -> list[Op]:
+    """Linear layers (bias fused) with a ReLU between them."""
+    out: list[Op] = []
+    pairs = list(itertools.pairwise(widths))
+    for i, (a, b) in enumerate(pairs):
+        out.append(gemm(f"{name}{i}", 1, b, a, bias=True))
+        if i < len(pairs) - 1 or relu_last:
+            out.append(elementwise(f"{name}{i}.relu", 2 * b))
+    return out
+
+
+def cross_entropy(name: str, rows: float, classes: int) -> Op:
+    """Softmax cross-entropy over ``classes`` per row: log-softmax reads the logits twice
+    and writes them; backward reads the probabilities and writes the logits' gradient."""
+    return elementwise(name, 3 * rows * classes, 2 * rows * classes, kernels=2,
+                       backward_kernels=2)
+
+
+def transformer_block(seq: int, hidden: int, heads: int, kv_width: int, ffn: int, *,
+                      gated: bool, dropout: float, causal: bool = True,
+                      bias: bool = True) -> list[Op]:
+    """One pre-norm (or post-norm: the same operators) transformer block of ``seq`` tokens:
+    norm, fused QKV projection, attention, output projection, residual add, norm, MLP
+    (GELU: two matrices; SwiGLU: gate and up fused, then down), residual add; dropout after
+    the attention's and the MLP's projections when trained with dropout."""
+    t, d = seq, hidden
+    ops = [norm("ln1", t * d),
+           gemm("qkv", t, d + 2 * kv_width, d, bias=bias),
+           Op("attention", ATTENTION, heads=heads, seq=t, head_dim=d // heads,
+              kv_heads=heads * kv_width // d, causal=causal, dropout=dropout),
+           gemm("proj", t, d, d, bias=bias)]
+    if dropout:
+        ops.append(elementwise("proj.dropout", 2 * t * d + t * d / 4))
+    ops += [elementwise("residual1", 3 * t * d, 2 * t * d), norm("ln2", t * d)]
+    if gated:
+        ops += [gemm("gate_up", t, 2 * ffn, d, bias=bias),
+                elementwise("swiglu", 3 * t * ffn, 5 * t * ffn)]
+    else:
+        ops += [gemm("fc1", t, ffn, d, bias=bias), elementwise("gelu", 2 * t * ffn)]
+    ops.append(gemm("fc2", t, d, ffn, bias=bias))
+    if dropout:
+        ops.append(elementwise("fc2.dropout", 2 * t * d + t * d / 4))
+    ops.append(elementwise("residual2", 3 * t * d, 2 * t * d))
+    return ops
+
+
+def embedding(name: str, lookups: float, dim: int) -> Op:
+    """Gathering ``lookups`` rows of ``dim`` per sample (and scattering their gradients)."""
+    return Op(name, GATHER, values=float(2 * lookups * dim),
+              backward_values=float(2 * lookups * dim), kernels=1, backward_kernels=2)
+
+
+def config_operators(config: ModelConfig) -> tuple[Op, ...]:
+    """The forward operators of one sample of a built-in family's architecture (the layers
+    workloads.configs describes and both frameworks build)."""
+    if isinstance(config, MLPConfig):
+        return (*dense_stack(config.widths), cross_entropy("loss", 1, config.classes))
+    if isinstance(config, CNNConfig):
+        return _cnn(config)
+    if isinstance(config, TransformerConfig):
+        t, d = config.context, config.d_model
+        block = transformer_block(t, d, config.heads, d, config.mlp_ratio * d, gated=False,
+                                  dropout=0.0)
+        return (embedding("tokens", t, d), elementwise("positions", 3 * t * d, 2 * t * d),
+                *(block * config.layers), norm("ln_f", t * d),
+                gemm("head", t, config.vocab, d), cross_entropy("loss", t, config.vocab))
+    if isinstance(config, RecsysConfig):
+        lookups = len(config.table_rows) * config.hotness
+        return (embedding("tables", lookups, config.dim),
+                *dense_stack((config.dense_features, config.dim), "bottom", relu_last=True),
+                elementwise("concat", 2 * config.top_widths[0], 2 * config.top_widths[0]),
+                *dense_stack(config.top_widths, "top"),
+                elementwise("loss", 4, 3))
+    raise TypeError(f"not a model config: {config!r}")
+
+
+def _cnn(config: CNNConfig) -> tuple[Op, ...]:
+    """The built-in convnet: a 3x3 stem, pre-activation residual blocks (GroupNorm, ReLU,
+    3x3 convs, a 1x1 projection where the width changes), a 2x2 pool between stages, then
+    norm, ReLU, global average pool and the dense head."""
+    h, w = config.resolution(0)
+    c0 = config.widths[0]
+    image = config.image[0] * config.image[1] * config.image[2]
+    ops = [conv("stem", h * w, c0, 9 * config.image[2], image, bias=True)]
+    for s, b, c_in, c_out in config.block_channels():
+        if s > 0 and b == 0:
+            ops.append(elementwise("pool", h * w * c_in * 1.25, h * w * c_in * 2.25))
+        h, w = config.resolution(s)
+        ops += [norm("norm1", h * w * c_in), elementwise("relu1", 2 * h * w * c_in),
+                conv("conv1", h * w, c_out, 9 * c_in, h * w * c_in),
+                norm("norm2", h * w * c_out), elementwise("relu2", 2 * h * w * c_out),
+                conv("conv2", h * w, c_out, 9 * c_out, h * w * c_out)]
+        if c_in != c_out:
+            ops.append(conv("proj", h * w, c_out, c_in, h * w * c_in))
+        ops.append(elementwise("add", 3 * h * w * c_out, 2 * h * w * c_out))
+    c = config.widths[-1]
+    return (*ops, norm("norm", h * w * c), elementwise("relu", 2 * h * w * c),
+            elementwise("pool", h * w * c + c, h * w * c + c),
+            gemm("head", 1, config.classes, c, bias=True),
+            cross_entropy("loss", 1, config.classes))
