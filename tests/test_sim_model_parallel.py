@@ -143,7 +143,10 @@ def test_simulate_cli_takes_a_layout_and_refuses_a_bad_one_in_one_line():
     (row,) = json.loads(ok.stdout)
     assert (row["data_parallel"], row["pipeline_stages"], row["tensor_parallel"]) == (2, 4, 2)
     assert row["microbatches"] == 8 and row["global_batch"] == 16  # one sample each
-    assert row["status"] == "ok" and row["memory_per_device_bytes"] > 0
+    # 175e9 parameters' state over 8 model-parallel devices cannot fit 80 GB: said, with bytes
+    assert row["status"] == "does not fit" and row["memory_per_device_bytes"] > 80e9
+    assert row["reason"].startswith("does not fit: needs") and "of 80 GB" in row["reason"]
+    assert row["step_time_median_s"] > 0  # still timed: how long it would take
     for args in (["--stages", "5"], ["--stages", "2", "--microbatches", "3"],
                  ["--tensor-parallel", "16"], ["--stages", "3"]):
         bad = subprocess.run([sys.executable, "-m", "harness.cli", "simulate", "--topology",

@@ -128,8 +128,27 @@ class TransformerDims:
 
     @property
     def attention_activations(self) -> float:
-        """The heads x T x T probabilities: what selective recomputation does not keep."""
-        return float(self.heads * self.seq * self.seq)
+        """The heads x T x T probabilities, and with dropout the dropped-out copy the
+        weighted sum of v reads: what selective recomputation (and a fused attention kernel)
+        does not keep."""
+        return float(self.heads * self.seq * self.seq * (2 if self.dropout else 1))
+
+    # One-byte dropout masks kept for backward (Korthikanti et al. 2022, arXiv:2205.05198,
+    # section 4.1: the attention's mask over the scores, split by tensor parallelism; the
+    # masks of the two dropouts on the residual stream, whole on every tensor-parallel rank
+    # without sequence parallelism). In bytes, whatever the precision.
+
+    @property
+    def attention_mask_bytes(self) -> float:
+        return float(self.heads * self.seq * self.seq) if self.dropout else 0.0
+
+    @property
+    def replicated_mask_bytes(self) -> float:
+        return float(2 * self.seq * self.hidden) if self.dropout else 0.0
+
+    @property
+    def block_mask_bytes(self) -> float:
+        return self.attention_mask_bytes + self.replicated_mask_bytes
 
     @property
     def block_replicated_activations(self) -> float:

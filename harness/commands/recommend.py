@@ -39,13 +39,18 @@ from harness.core.paths import results_dir
 @click.option("--price", type=float, default=None, metavar="USD",
               help="Price per device-hour for measured and emulated targets (presets carry "
                    "their own).")
+@click.option("--precision", type=click.Choice(["fp32", "tf32", "bf16", "fp16", "fp8"]),
+              default=None,
+              help="What a described device computes in (as `simulate --precision`): the "
+                   "compute, the bytes exchanged and the memory. Default: the device's "
+                   "training precision for compute, fp32 bytes for the exchange.")
 @results_option
 @json_option
 def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple[str, ...],
             budget: float | None,
             deadline: float | None, min_efficiency: float, device: str | None,
-            samples: float | None, price: float | None, results: str | None,
-            as_json: bool) -> None:
+            samples: float | None, price: float | None, precision: str | None,
+            results: str | None, as_json: bool) -> None:
     """Which strategy, on how many devices, within your budget, and why."""
     from harness.recommend.recommender import (
         DEFAULT_SAMPLES,
@@ -61,7 +66,8 @@ def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple
                                  samples=DEFAULT_SAMPLES if samples is None else samples,
                                  price=price, budget=budget,
                                  deadline_s=None if deadline is None else deadline * 3600,
-                                 min_efficiency=min_efficiency, device=device)
+                                 min_efficiency=min_efficiency, device=device,
+                                 precision=precision)
     if as_json:
         print_json({"verdicts": frame.attrs.get("verdicts", []),
                     "ranking": to_records(frame),

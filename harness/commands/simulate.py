@@ -348,6 +348,22 @@ def _at_precision(calib: Any, topology: str, precision: str) -> Any:
     return replace(calib, device_flops=peak * device.assumed_efficiency, precision=precision)
 
 
+def _check_precision(topology: str, precision: str) -> None:
+    """InputError (one line) when the named system's device has no peak for ``precision``."""
+    from harness.core.errors import SpecError
+    from harness.sim.device_model import device_rate
+
+    kind, _, rest = topology.strip().partition(":")
+    if kind != "preset":
+        return
+    from harness.sim.preset import load_preset
+
+    try:
+        device_rate(load_preset(rest.partition(",")[0].strip()).device, precision)
+    except SpecError as exc:
+        raise InputError(f"--precision {precision}: {exc}") from None
+
+
 def format_layout_row(r: dict[str, Any]) -> str:
     from harness.core.units import format_bytes
 
@@ -477,6 +493,8 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
         click.echo(format_rows(rows))
         return
     calib = load_calibration(calibration, topology)
+    if precision is not None:
+        _check_precision(topology, precision)
     from harness.sim.spec import describe_topology
 
     read_as = f"read {topology} as: {describe_topology(topology)}"

@@ -54,6 +54,8 @@ class Context:
     price: float | None = None  # the user's price per device-hour
     device: str | None = None  # a preset whose device the target's devices are
     optimizer_slots: int = 2  # optimizer state per parameter (Adam: 2)
+    precision: str | None = None  # what a described device computes in (None: its training
+    # precision for compute, fp32 bytes for the exchange)
     runtimes: dict[tuple[str, str, str], float] = field(default_factory=dict)  # computed once
 
 
@@ -91,13 +93,15 @@ def runs_as(model: str, device: str, hosts: int = 1) -> str:
 
 
 def device_memory(target: Target, ctx: Context, replicas: int) -> float:
-    """Memory of one device: the named system's device (its file states it), or this
-    machine's RAM shared by the replicas that run on it."""
+    """Memory a model can use on one device: the named system's device (its file states
+    its capacity and the runtime's reserve), or this machine's RAM shared by the replicas
+    that run on it."""
     name = ctx.device or target.preset_name
     if name is not None:
         from harness.sim.preset import load_preset
 
-        return load_preset(name).device.memory_bytes
+        device = load_preset(name).device
+        return device.memory_bytes - device.reserved_bytes  # what a model can use
     if ctx.ram_bytes is None or not ctx.ram_bytes > 0:
         return NAN
     on_this_machine = replicas if target.kind in ("measured", "emulated") else 1
@@ -285,7 +289,12 @@ def topology_points(ctx: Context, facts: WorkloadFacts, target: Target
     else simulated now; compute from the named device's speed and the workload's FLOPs, else
     measured here (a device like this machine)."""
     from harness.sim import simulate
-    from harness.sim.calibration import Calibration, compute_seconds, from_preset
+    from harness.sim.calibration import (
+        Calibration,
+        compute_seconds,
+        from_preset,
+        with_device_update,
+    )
 
     calibration = None
     compute_note = ""
@@ -296,8 +305,10 @@ def topology_points(ctx: Context, facts: WorkloadFacts, target: Target
         calibration = Calibration(device_flops=preset_cal.device_flops,
                                   compute_source=f"preset {device}", name=device,
                                   price_per_device_hour=preset_cal.price_per_device_hour,
-                                  device=preset_cal.device)
-        compute_note = f"compute from FLOPs on the {device} device"
+                                  device=preset_cal.device, precision=ctx.precision)
+        compute_note = (f"compute by the device model on the {device} device "
+                        f"({ctx.precision or 'its training precision'})" if facts.ops
+                        else f"compute from FLOPs on the {device} device")
     elif facts.step_time_s is not None:
         compute_s, compute_note = facts.step_time_s, "compute stated by the profile"
     else:
@@ -308,8 +319,14 @@ def topology_points(ctx: Context, facts: WorkloadFacts, target: Target
         compute_s = scaled_compute(measured, facts.batch)
         compute_note = measured.note
     price, basis = _price(ctx, target, measured_here=device is None)
-    profile = facts.profile(step_compute_s=compute_s)
-    single_s = compute_seconds(profile, calibration)[0]
+    profile = with_device_update(facts.profile(step_compute_s=compute_s), calibration)
+    if ctx.precision is not None:
+        from dataclasses import replace
+
+        from workloads.precision import precision as find_precision
+
+        profile = replace(profile, bytes_per_element=find_precision(ctx.precision).value_bytes)
+    single_s = compute_seconds(profile, calibration)[0] + profile.optimizer_s
     out = [_point(facts, framework="sim", strategy="single_device", replicas=1,
                   step_time_s=single_s, batch=facts.batch,
                   throughput_samples_s=facts.batch / single_s, scaling_efficiency=1.0,
@@ -424,7 +441,7 @@ def _checkpointed_fsdp(ctx: Context, facts: WorkloadFacts, target: Target, n: in
                                       if profile.flops_per_sample else None),
                     step_compute_s=(profile.step_compute_s * 4 / 3
                                     if profile.step_compute_s is not None else None),
-                    bucket_bytes=max(1, int(unit)))
+                    bucket_bytes=max(1, int(unit)), recomputed=True)
     row = simulate(target.spec, n, ["fsdp"], again, calibration, workload=facts.name)[0]
     return row, {"layout": "every layer checkpointed", "memory_per_device_bytes": need}
 
@@ -444,13 +461,17 @@ def _model_parallel_rows(ctx: Context, facts: WorkloadFacts, target: Target,
                                  activations).total
     if not (math.isfinite(cap) and whole > cap):
         return []
+    from workloads.precision import precision as find_precision
+
+    at = find_precision(ctx.precision) if ctx.precision else None
     try:
-        model = layered(facts.name)
+        model = layered(facts.name, at) if at else layered(facts.name)
     except WorkloadError:
         return []
     optimizer = next((name for name, slots in OPTIMIZER_SLOTS.items()
                       if slots == ctx.optimizer_slots), "adam")
-    return best_layouts(model, target, facts.batch, calibration, compute_s, cap, optimizer)
+    return best_layouts(model, target, facts.batch, calibration, compute_s, cap, optimizer,
+                        at)
 
 
 def _stored(ctx: Context, facts: WorkloadFacts, target: Target, n: int

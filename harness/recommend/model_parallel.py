@@ -20,6 +20,7 @@ from harness.recommend.targets import Target, device_counts
 from harness.sim.calibration import Calibration
 from harness.sim.layered import RECOMPUTE, LayeredModel, Layout, check_layout
 from harness.sim.memory import model_parallel_memory
+from workloads.precision import FP32, Precision
 
 MODEL_PARALLEL = "model_parallel"  # the exchange kind of these candidates
 
@@ -63,20 +64,24 @@ def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
 
 def best_layouts(model: LayeredModel, target: Target, batch_per_device: int,
                  calibration: Calibration | None, step_compute_s: float | None,
-                 device_memory: float, optimizer: str) -> list[dict[str, Any]]:
+                 device_memory: float, optimizer: str,
+                 precision: Precision | None = None) -> list[dict[str, Any]]:
     """Per device count, the simulated row of the fastest layout that fits (else the one
     that needs the least memory), ``recompute`` saying what it recomputes: for each layout
     the least recomputation that fits (none, then selective, then full), as less is always
     faster. Memory is a formula, so only the layouts that fit are simulated."""
     from harness.sim import simulate_layout
+    from harness.sim.api import fuses_attention
 
+    fused = fuses_attention(calibration) if calibration is not None else True
     out = []
     for n in device_counts(target):
         batch = batch_per_device * n
         options = []
         for layout in candidate_layouts(model, n, max(1, target.per_host), batch):
             micro = batch // (layout.data * layout.microbatches)
-            needs = [(model_parallel_memory(model, layout, micro, optimizer, how).total, how)
+            needs = [(model_parallel_memory(model, layout, micro, optimizer, how,
+                                            precision or FP32, fused).total, how)
                      for how in RECOMPUTE]
             fits = [(need, how) for need, how in needs
                     if not math.isfinite(device_memory) or need <= device_memory]
@@ -87,7 +92,7 @@ def best_layouts(model: LayeredModel, target: Target, batch_per_device: int,
         fitting = [o for o in options if o[3]] or [min(options, key=lambda o: o[0])]
         rows = [simulate_layout(target.spec, model, layout, batch, calibration,
                                 step_compute_s=step_compute_s, optimizer=optimizer,
-                                recompute=how)
+                                recompute=how, precision=precision)
                 for _, how, layout, _ in fitting]
         out.append(min(rows, key=lambda r: r["step_time_median_s"]))
     return out

@@ -214,7 +214,8 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
               min_efficiency: float = decide.DEFAULT_MIN_EFFICIENCY,
               device: str | None = None, fits: pd.DataFrame | None = None,
               networks: Sequence[dict[str, Any]] = (),
-              sweeps: pd.DataFrame | None = None) -> pd.DataFrame:
+              sweeps: pd.DataFrame | None = None,
+              precision: str | None = None) -> pd.DataFrame:
     """The recommendation table: one row per (workload, target, strategy at its best
     device count); ``frame.attrs``: verdicts, sweep, missing (see the module docstring)."""
     if not samples > 0:
@@ -262,7 +263,7 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
                   ram_bytes=ram_bytes, fits=fits if fits is not None else pd.DataFrame(),
                   sweeps=sweeps if sweeps is not None else pd.DataFrame(),
                   networks=list(networks), price=price, device=device,
-                  optimizer_slots=optimizer_slots)
+                  optimizer_slots=optimizer_slots, precision=precision)
     goal = decide.Goal(samples, budget, deadline_s, min_efficiency)
     out: list[dict[str, Any]] = []
     sweep: list[dict[str, Any]] = []

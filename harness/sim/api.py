@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import Any
 
 from harness.core.errors import SpecError
@@ -91,9 +91,7 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
         raise SpecError(f"unknown simulation mode {mode!r} (choose from {', '.join(MODES)})")
     topo, calib = _setup(topology_spec, workers, calibration)
     pairs = expand_strategies(strategy)
-    on_device = cal.device_step(profile, calib)
-    if on_device is not None and not profile.optimizer_s:  # the update, on the same device
-        profile = replace(profile, optimizer_s=on_device.optimizer_s)
+    profile = cal.with_device_update(profile, calib)
     single = cal.compute_seconds(profile, calib)[0] + profile.optimizer_s
     rows = []
     for requested, sim in pairs:
@@ -148,7 +146,8 @@ def simulate_layout(topology_spec: str, model: LayeredModel, layout: Layout,
     micro = batch // (layout.data * layout.microbatches)
     single = _one_device_s(model, micro, calib, step_compute_s, precision)
     memory = model_parallel_memory(model, layout, micro, optimizer, recompute,
-                                   precision or FP32)
+                                   precision or FP32, fused_attention=fuses_attention(calib))
+    fit = memory_fit(memory.total, calib)
     base = {
         "source": "simulated", "framework": "sim", "strategy": result.strategy,
         "requested_strategy": result.strategy, "workload": model.name, "size": "",
@@ -164,12 +163,59 @@ def simulate_layout(topology_spec: str, model: LayeredModel, layout: Layout,
         "global_batch": batch, "bubble_fraction": result.bubble,
         "memory_per_device_bytes": memory.total,
         "memory_activations_bytes": memory.activations,
+        "memory_recompute_bytes": memory.recompute_working,
+        "memory_reserved_bytes": fit.reserved, "device_memory_bytes": fit.capacity,
+        "attention": "fused" if fuses_attention(calib) else "unfused",
         "recompute": recompute_mode(recompute),
         "precision": precision.name if precision else "fp32",
         "virtual_stages": layout.virtual, "sequence_parallel": layout.sequence_parallel,
         "zero": layout.zero,
     }
-    return base | _row(result, single, micro, calib)
+    row = base | _row(result, single, micro, calib)
+    if not fit.fits:
+        row |= {"status": "does not fit", "reason": fit.reason}
+    return row
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    """Whether ``needed`` bytes (plus the runtime's reserve) fit the device."""
+
+    needed: float
+    reserved: float
+    capacity: float  # NaN: the device states none
+
+    @property
+    def fits(self) -> bool:
+        return not (math.isfinite(self.capacity) and self.needed + self.reserved > self.capacity)
+
+    @property
+    def reason(self) -> str:
+        from harness.core.units import format_bytes
+
+        if self.fits:
+            return ""
+        return (f"does not fit: needs {format_bytes(self.needed + self.reserved)} of "
+                f"{format_bytes(self.capacity)} per device ({format_bytes(self.needed)} of "
+                f"model state and activations, {format_bytes(self.reserved)} the runtime "
+                f"reserves)")
+
+
+def memory_fit(needed: float, calib: cal.Calibration) -> MemoryFit:
+    device = calib.device
+    if device is None:
+        return MemoryFit(needed, 0.0, NAN)
+    return MemoryFit(needed, device.reserved_bytes, device.memory_bytes)
+
+
+def fuses_attention(calib: cal.Calibration) -> bool:
+    """Whether the calibration's framework runs attention fused (torch's SDPA by
+    default), unless the calibration says."""
+    from harness.sim.device_model import FUSES_ATTENTION
+
+    if calib.fused_attention is not None:
+        return calib.fused_attention
+    return FUSES_ATTENTION.get(calib.framework or "torch", True)
 
 
 def _one_device_s(model: LayeredModel, micro: int, calib: cal.Calibration,

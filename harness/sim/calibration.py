@@ -139,6 +139,17 @@ def device_step(profile: WorkloadProfile, calibration: Calibration | None,
     return step
 
 
+def with_device_update(profile: WorkloadProfile, calibration: Calibration | None
+                       ) -> WorkloadProfile:
+    """The profile with the optimizer's update timed on the calibration's device, where the
+    device model times its step and the profile states no update time: every strategy and
+    the one-device baseline then pay the same update."""
+    step = device_step(profile, calibration)
+    if step is None or profile.optimizer_s:
+        return profile
+    return replace(profile, optimizer_s=step.optimizer_s)
+
+
 def _efficiency_source(calibration: Calibration) -> str:
     if calibration.efficiency is not None:
         return f"fitted: {calibration.compute_source}"
@@ -161,7 +172,8 @@ def compute_seconds(profile: WorkloadProfile, calibration: Calibration | None
     step = device_step(profile, calibration)
     if step is not None:
         assert calibration is not None and calibration.device is not None
-        return (step.passes_s + step.overhead_s,
+        again = step.forward_s if profile.recomputed else 0.0
+        return (step.passes_s + again + step.overhead_s,
                 f"device model: {calibration.device.name}, {step.precision_note}, "
                 f"{step.bound}")
     if (profile.flops_per_sample is not None and calibration is not None

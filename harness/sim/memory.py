@@ -42,11 +42,15 @@ class Memory:
     params: float
     grads: float
     optimizer: float
-    activations: float
+    activations: float  # kept for backward (Korthikanti et al.'s count)
+    # under full recomputation, one layer's activations rebuilt while its backward runs:
+    # transient, but held at the peak
+    recompute_working: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.params + self.grads + self.optimizer + self.activations
+        return (self.params + self.grads + self.optimizer + self.activations
+                + self.recompute_working)
 
 
 def optimizer_slots(optimizer: str) -> int:
@@ -85,7 +89,8 @@ def checkpointed_activation_bytes(model: LayeredModel) -> float:
 
 def model_parallel_memory(model: LayeredModel, layout: Layout, microbatch: int,
                           optimizer: str = "adam", recompute: str | bool = False,
-                          precision: Precision = FP32) -> Memory:
+                          precision: Precision = FP32, fused_attention: bool = False
+                          ) -> Memory:
     """The fullest device of the layout: the device with the most bytes. Model state follows
     ``precision``'s rule (workloads/precision.py); the distributed optimizer shards the
     optimizer state (master copy included) over the data-parallel axis, FSDP everything.
@@ -93,7 +98,8 @@ def model_parallel_memory(model: LayeredModel, layout: Layout, microbatch: int,
     flight; a chunk of an interleaved device holds 1/V of its layers), each keeping what
     ``recompute`` leaves: everything (none), all but the attention scores (selective), or
     each layer's input plus one layer's whole activations while its backward runs (full).
-    Sequence parallelism splits the norms' activations too."""
+    Sequence parallelism splits the norms' activations too. A fused attention kernel
+    (FlashAttention, torch's SDPA) keeps no T x T scores, as selective recomputation."""
     how = recompute_mode(recompute)
     slots = optimizer_slots(optimizer)
     weight_b, grad_b, state_b = precision.model_state_bytes(slots)
@@ -113,18 +119,22 @@ def model_parallel_memory(model: LayeredModel, layout: Layout, microbatch: int,
         grads = per_rank * grad_b / shard
         state = per_rank * state_b / state_shard
         held = in_flight[device]
-        kept = 0.0
+        kept = working = 0.0
+        # a checkpointed layer's input: split along the sequence under sequence parallelism
+        inputs = T if layout.sequence_parallel else 1
         for c, layers in enumerate(mine):
             waiting = held[c] * microbatch
             if how == "full":
-                kept += waiting * sum(layer.input_bytes_per_sample for layer in layers)
+                kept += waiting * sum(layer.input_bytes_per_sample for layer in layers) / inputs
             else:
-                kept += waiting * sum(_split(layer, T, layout.sequence_parallel, how)
+                kept += waiting * sum(_split(layer, T, layout.sequence_parallel, how,
+                                             fused_attention)
                                       for layer in layers)
         if how == "full":
-            kept += microbatch * max(_split(layer, T, layout.sequence_parallel, "none")
-                                     for layers in mine for layer in layers)
-        memory = Memory(params, grads, state, kept)
+            working = microbatch * max(_split(layer, T, layout.sequence_parallel, "none",
+                                              fused_attention)
+                                       for layers in mine for layer in layers)
+        memory = Memory(params, grads, state, kept, working)
         if worst is None or memory.total > worst.total:
             worst = memory
     assert worst is not None
@@ -132,10 +142,10 @@ def model_parallel_memory(model: LayeredModel, layout: Layout, microbatch: int,
 
 
 def _split(layer: Layer, tensor: int, sequence_parallel: bool = False,
-           recompute: str = "none") -> float:
+           recompute: str = "none", fused_attention: bool = False) -> float:
     """One sample's kept activations of ``layer`` on one of ``tensor`` ranks."""
     total = layer.activation_bytes_per_sample
-    if recompute == "selective":
+    if recompute == "selective" or fused_attention:
         total -= layer.attention_activation_bytes_per_sample
     whole = layer.replicated_activation_bytes_per_sample
     return (whole / (tensor if sequence_parallel else 1)) + (total - whole) / tensor

@@ -52,6 +52,9 @@ class WorkloadProfile:
     # one sample's forward operators (workloads.operators): what the device model times on
     # a described device; empty: FLOPs over the device's speed
     ops: tuple[Op, ...] = ()
+    # every layer checkpointed: the device model runs the forward twice (FLOPs- and
+    # time-based profiles scale their own figures by 4/3)
+    recomputed: bool = False
 
     def __post_init__(self) -> None:
         if self.params < 1:

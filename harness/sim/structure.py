@@ -49,15 +49,18 @@ def transformer(config: TransformerConfig | TransformerDims, name: str, batch_si
                       ops=dims.pre_ops())
     block = Layer("block", params=dims.block_params,
                   flops_per_sample=costs.TRAIN_FLOPS_FACTOR * dims.block_forward_flops,
-                  activation_bytes_per_sample=dims.block_activations * E,
+                  activation_bytes_per_sample=dims.block_activations * E
+                  + dims.block_mask_bytes,
                   output_bytes_per_sample=stream, input_bytes_per_sample=stream,
                   tp_allreduces=2, tp_units=dims.groups,
-                  replicated_activation_bytes_per_sample=dims.block_replicated_activations * E,
+                  replicated_activation_bytes_per_sample=dims.block_replicated_activations * E
+                  + dims.replicated_mask_bytes,
                   elementwise_bytes_per_sample=dims.block_elementwise * E,
                   replicated_elementwise_bytes_per_sample=dims.block_replicated_elementwise * E,
                   attention_flops_per_sample=dims.attention_forward_flops,
                   attention_elementwise_bytes_per_sample=dims.attention_elementwise * E,
-                  attention_activation_bytes_per_sample=dims.attention_activations * E,
+                  attention_activation_bytes_per_sample=dims.attention_activations * E
+                  + dims.attention_mask_bytes,
                   ops=dims.block_ops())
     head = Layer("head", params=dims.head_params,
                  flops_per_sample=costs.TRAIN_FLOPS_FACTOR * dims.head_forward_flops,
