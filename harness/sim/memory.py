@@ -53,6 +53,29 @@ class Memory:
                 + self.recompute_working)
 
 
+def layout_state_bytes(precision: Precision, slots: int, zero: int) -> tuple[int, int, int]:
+    """Bytes per parameter of (weights, gradients, what the distributed optimizer shards) as
+    the stacks that run such layouts keep them.
+
+    * Megatron-LM (replicated or distributed optimizer): half-precision weights, and an fp32
+      main gradient and master copy beside the optimizer's fp32 moments. fp16 also keeps its
+      fp16 gradient: 20 bytes with Adam, 4 + 16/d with the distributed optimizer; bf16
+      accumulates into the fp32 gradient directly: 18 bytes, 6 + 12/d; fp32: 16, 8 + 8/d
+      (NVIDIA/Megatron-LM docs/distrib_optimizer.md, later docs/api-guide/dist_optimizer.md:
+      bytes per parameter).
+    * FSDP (torch's, torchtitan's mixed precision): fp32 weights and gradients sharded with
+      the optimizer state, the half-precision copies only while a unit computes: 4 + 4 + 4
+      per slot, all of it sharded.
+    """
+    if zero == 3:
+        return 4, 4, 4 * slots
+    if precision.name in ("fp16", "fp8"):
+        return 2, 2, 4 + 4 + 4 * slots
+    if precision.name == "bf16":
+        return 2, 4, 4 + 4 * slots
+    return 4, 4, 4 * slots
+
+
 def optimizer_slots(optimizer: str) -> int:
     if optimizer not in OPTIMIZER_SLOTS:
         raise SpecError(f"unknown optimizer {optimizer!r} (choose from "
@@ -91,9 +114,11 @@ def model_parallel_memory(model: LayeredModel, layout: Layout, microbatch: int,
                           optimizer: str = "adam", recompute: str | bool = False,
                           precision: Precision = FP32, fused_attention: bool = False
                           ) -> Memory:
-    """The fullest device of the layout: the device with the most bytes. Model state follows
-    ``precision``'s rule (workloads/precision.py); the distributed optimizer shards the
-    optimizer state (master copy included) over the data-parallel axis, FSDP everything.
+    """The fullest device of the layout: the device with the most bytes. Model state as the
+    stacks that run such layouts keep it (``layout_state_bytes``: Megatron-LM's 20 / 18
+    bytes, FSDP's fp32 shards); the distributed optimizer shards the optimizer state (master
+    copy and fp32 gradient included where Megatron shards them) over the data-parallel axis,
+    FSDP everything.
     Activations: the micro-batches waiting for their backward (the schedule's peak in
     flight; a chunk of an interleaved device holds 1/V of its layers), each keeping what
     ``recompute`` leaves: everything (none), all but the attention scores (selective), or
@@ -102,7 +127,7 @@ def model_parallel_memory(model: LayeredModel, layout: Layout, microbatch: int,
     (FlashAttention, torch's SDPA) keeps no T x T scores, as selective recomputation."""
     how = recompute_mode(recompute)
     slots = optimizer_slots(optimizer)
-    weight_b, grad_b, state_b = precision.model_state_bytes(slots)
+    weight_b, grad_b, state_b = layout_state_bytes(precision, slots, layout.zero)
     P, V, T, D = layout.stages, layout.virtual, layout.tensor, layout.data
     in_flight = in_flight_per_chunk(layout.schedule, P, layout.microbatches, V)
     chunks = stage_layers(model, P * V)
