@@ -30,7 +30,8 @@ and later, matmuls in full fp32).
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from workloads.configs import CNNConfig, MLPConfig, ModelConfig, RecsysConfig, TransformerConfig
 
@@ -75,6 +76,27 @@ class Op:
         if self.kind == ATTENTION:  # q.k^T and the weighted sum of v, the full square
             return 4.0 * self.seq * self.seq * self.heads * self.head_dim
         return 0.0
+
+
+def to_records(ops: tuple[Op, ...]) -> list[dict[str, Any]]:
+    """Operators as JSON-able records (the fields that differ from the defaults)."""
+    blank = Op("", GEMM)
+    return [{f.name: getattr(op, f.name) for f in fields(Op)
+             if f.name in ("name", "kind") or getattr(op, f.name) != getattr(blank, f.name)}
+            for op in ops]
+
+
+def from_records(records: Any) -> tuple[Op, ...]:
+    """``to_records``' output back; ValueError (one line) for anything else."""
+    if not isinstance(records, list):
+        raise ValueError(f"operators must be a list of records, not {type(records).__name__}")
+    known = {f.name for f in fields(Op)}
+    out = []
+    for record in records:
+        if not isinstance(record, dict) or not set(record) <= known:
+            raise ValueError(f"not an operator record: {record!r}")
+        out.append(Op(**record))
+    return tuple(out)
 
 
 def total_forward_flops(ops: tuple[Op, ...]) -> float:

@@ -18,7 +18,7 @@ import pandas as pd
 from harness.core.errors import InputError
 from harness.sim.compute import ComputeSplit
 from harness.sim.profile import DEFAULT_BUCKET, WorkloadProfile
-from workloads.operators import Op
+from workloads.operators import Op, from_records, total_forward_flops
 from workloads.spec import BYTES_PER_PARAM
 
 NAN = float("nan")
@@ -149,8 +149,31 @@ def _from_rows(name: str, rows: pd.DataFrame, flops: float | None, sparsity: flo
                          f"with this version of stratbench")
     last = sized.iloc[-1]
     per_replica = batch or int(last["global_batch"]) // max(1, int(last["replicas"]))
+    ops = traced_operators(rows)
+    if flops is None and ops:
+        flops = 3 * total_forward_flops(ops)
     return WorkloadFacts(name, float(last["grad_bytes"]) / BYTES_PER_PARAM, per_replica,
-                         sparsity, flops, sized_by=f"measured run {last['run_id']}")
+                         sparsity, flops, sized_by=f"measured run {last['run_id']}", ops=ops)
+
+
+def traced_operators(rows: pd.DataFrame) -> tuple[Op, ...]:
+    """The operators the newest one-device torch run traced (runners/torch_operators.py),
+    or () where none did."""
+    if "extra" not in rows:
+        return ()
+    for extra in reversed(rows.sort_values("run_id")["extra"].tolist()):
+        details = _json(extra)
+        if "operators" in details:
+            try:
+                return from_records(details["operators"])
+            except (TypeError, ValueError):
+                return ()
+    return ()
+
+
+def _json(value: Any) -> dict[str, Any]:
+    """A row's ``extra`` as the store loads it (a dict), else nothing."""
+    return value if isinstance(value, dict) else {}
 
 
 @dataclass(frozen=True)

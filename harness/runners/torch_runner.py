@@ -211,6 +211,12 @@ def train(case: Case, rank: int, world: int, batch_per_rank: int,
                                if probe else {})
     if times and case.strategy == "single_device" and distributed:  # not the reference's
         overlap.update(measure_split(case, model, spec, batches[-1], sparse))
+        # the model as operators: what a described device's compute is modelled from
+        from harness.runners.torch_operators import trace_operators
+
+        last = batches[-1]
+        overlap["operators"] = trace_operators(model, lambda: tw.loss(spec, model, last),
+                                               batch_per_rank)
     elif tw.sparse_updates(spec):
         overlap["updates"] = "sparse rows" if sparse else "dense"
     report: dict[str, Any] = {"step_times_s": times, "losses": losses, "rank": rank,
