@@ -243,3 +243,18 @@ def test_the_a100s_half_precision_efficiency_is_the_megatron_fit_it_cites():
     fitted, records = megatron.compare()
     assert A100.matmul_efficiency["bf16"] == pytest.approx(fitted, abs=0.005)
     assert max(abs(r["error"]) for r in records[1:]) < 0.10
+
+
+def test_a_project_target_may_name_its_precision(tmp_path):
+    from harness.core.errors import InputError
+    from harness.core.project import load_project
+
+    path = tmp_path / "stratbench.toml"
+    path.write_text('workloads = ["resnet50"]\n'
+                    'targets = [{ target = "preset:dgx_a100,hosts=1", precision = "tf32" }]\n')
+    (goal,) = load_project(path).targets
+    assert goal.precision == "tf32" and "tf32" in goal.describe()
+    path.write_text('workloads = ["resnet50"]\n'
+                    'targets = [{ target = "preset:dgx_a100,hosts=1", precision = "fp4" }]\n')
+    with pytest.raises(InputError, match="precision 'fp4'"):
+        load_project(path)

@@ -6,6 +6,7 @@ import click
 
 from harness.commands.common import json_option, print_json, results_option
 from harness.core.paths import results_dir
+from workloads.precision import PRECISIONS as PRECISION_NAMES
 
 
 @click.command("recommend")
@@ -39,7 +40,7 @@ from harness.core.paths import results_dir
 @click.option("--price", type=float, default=None, metavar="USD",
               help="Price per device-hour for measured and emulated targets (presets carry "
                    "their own).")
-@click.option("--precision", type=click.Choice(["fp32", "tf32", "bf16", "fp16", "fp8"]),
+@click.option("--precision", type=click.Choice(list(PRECISION_NAMES)),
               default=None,
               help="What a described device computes in (as `simulate --precision`): the "
                    "compute, the bytes exchanged and the memory. Default: the device's "

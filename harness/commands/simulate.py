@@ -12,6 +12,7 @@ from harness.commands.common import info, json_option, print_json, results_optio
 from harness.core.errors import InputError
 from harness.core.paths import results_dir
 from harness.core.strategies import ALLREDUCE_ALGORITHMS, MODEL_PARALLEL
+from workloads.precision import PRECISIONS as PRECISION_NAMES
 
 
 def _profile(workload: str | None, profile: str | None, results: Path, topology: str,
@@ -442,7 +443,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
               help="Split norms and dropout along the sequence in the tensor-parallel group.")
 @click.option("--distributed-optimizer", is_flag=True,
               help="Shard the optimizer state over the data-parallel replicas (ZeRO-1).")
-@click.option("--precision", type=click.Choice(["fp32", "tf32", "bf16", "fp16", "fp8"]),
+@click.option("--precision", type=click.Choice(list(PRECISION_NAMES)),
               default=None,
               help="fp32 (what the framework computes by default on the device: torch's "
                    "convolutions and all of TF's GEMMs in TF32 where the device has it), "

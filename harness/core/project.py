@@ -35,6 +35,7 @@ from typing import Any
 import tomllib
 
 from harness.core.errors import InputError
+from workloads.precision import PRECISIONS
 
 FILE = "stratbench.toml"
 PYPROJECT = "pyproject.toml"
@@ -49,6 +50,7 @@ class TargetGoal:
     deadline_hours: float | None = None
     device: str | None = None
     samples: float | None = None
+    precision: str | None = None  # what a described device computes in (simulate's)
 
     def describe(self) -> str:
         parts = [self.target]
@@ -56,6 +58,8 @@ class TargetGoal:
             parts.append(f"budget ${self.budget_usd:,.2f}")
         if self.deadline_hours is not None:
             parts.append(f"deadline {self.deadline_hours:g} h")
+        if self.precision is not None:
+            parts.append(self.precision)
         return ", ".join(parts)
 
 
@@ -76,6 +80,9 @@ class Project:
     def fingerprint(self) -> str:
         """What makes two nights' verdicts comparable: the question, not where it is kept."""
         body = asdict(self) | {"path": "", "results": None}
+        # a key added later counts only where it is set: older projects keep their identity
+        body["targets"] = [{k: v for k, v in t.items() if not (k == "precision" and v is None)}
+                           for t in body["targets"]]
         return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()
                               ).hexdigest()[:12]
 
@@ -90,7 +97,9 @@ _KEYS: dict[str, tuple[type, ...]] = {
     "samples": (int, float), "steps": (int,), "repeats": (int,), "results": (str,)}
 _TARGET_KEYS: dict[str, tuple[type, ...]] = {
     "target": (str,), "budget": (int, float), "deadline": (int, float), "device": (str,),
-    "samples": (int, float)}
+    "samples": (int, float), "precision": (str,)}
+#: what a target's ``precision`` may name: workloads.precision's
+TARGET_PRECISIONS = tuple(PRECISIONS)
 
 
 def find_project(config: str | None, cwd: Path | None = None) -> Project | None:
@@ -184,9 +193,12 @@ def parse_project(data: dict[str, Any], path: Path, table: str) -> Project:
         for key in ("budget", "deadline", "samples"):
             if key in item and not item[key] > 0:
                 raise InputError(f"{where}: targets[{i}].{key} must be > 0, not {item[key]}")
+        if "precision" in item and item["precision"] not in TARGET_PRECISIONS:
+            raise InputError(f"{where}: targets[{i}].precision {item['precision']!r} (choose "
+                             f"from {', '.join(TARGET_PRECISIONS)})")
         targets.append(TargetGoal(item["target"], _opt(item.get("budget")),
                                   _opt(item.get("deadline")), item.get("device"),
-                                  _opt(item.get("samples"))))
+                                  _opt(item.get("samples")), item.get("precision")))
     for key in ("samples", "steps", "repeats"):
         if key in data and not data[key] > 0:
             raise InputError(f"{where}: {key} must be > 0, not {data[key]}")

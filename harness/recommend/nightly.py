@@ -41,7 +41,7 @@ def project_verdicts(root: Path, project: Project) -> list[dict[str, Any]]:
             frame = recommend(
                 measured, workloads=[resolved_workload(workload, project)],
                 targets=[goal.target], samples=goal.samples or project.samples,
-                budget=goal.budget_usd, device=goal.device,
+                budget=goal.budget_usd, device=goal.device, precision=goal.precision,
                 deadline_s=None if goal.deadline_hours is None else goal.deadline_hours * 3600,
                 **tables)
             verdicts = frame.attrs.get("verdicts") or []

@@ -32,9 +32,10 @@ import tomllib
 
 from harness.core.errors import InputError, SpecError, choices_message
 from harness.core.units import parse_bandwidth, parse_duration
+from workloads.precision import PRECISIONS as PRECISION_RULES
 
 #: Precisions a device's peak may be given for, and what `--precision` accepts of them.
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+PRECISIONS = tuple(PRECISION_RULES)
 #: Where a file gives one peak number, the precisions it stands for (tensor-core training).
 TRAINING_PRECISIONS = ("bf16", "fp16")
 DEVICE_KINDS = ("gpu", "tpu", "cpu")
