@@ -127,7 +127,7 @@ def test_every_strategy_computes_alike_on_one_device():
     """Data-parallel, FSDP, parameter-server and model-parallel steps of one model on one
     device: one device model, one compute."""
     text = "transformer:layers=4,hidden=2048,heads=16,seq=1024,vocab=32000,batch=4"
-    profile = workload_facts(text).profile()
+    profile = workload_facts(text)
     calibration = Calibration(precision="bf16")
     rows = [simulate("preset:dgx_h100_ib,hosts=1", 1, [name], profile, calibration)[0]
             for name in ("ddp", "fsdp", "torch:parameter_server")]

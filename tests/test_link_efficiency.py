@@ -66,7 +66,7 @@ def test_a_share_slows_the_collectives_and_leaves_the_parameter_servers_rpc_alon
     from harness.predict.step import PsLayout
 
     facts = workload_facts("mlp:M")
-    profile = facts.profile(batch=64)
+    profile = facts.at(batch=64)
 
     def step(strategy: str, share: float, ps: PsLayout | None = None) -> float:
         row = predict_step("torch", strategy, profile, LINKS, 4, 0.02, fits=pd.DataFrame(),

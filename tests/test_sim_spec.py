@@ -12,9 +12,12 @@ from hypothesis import strategies as st
 from harness.core.errors import InputError, SpecError
 from harness.core.units import parse_bandwidth, parse_duration, parse_size
 from harness.sim.preset import load_preset, preset_names
-from harness.sim.profile import PROFILE_KEYS, parse_profile
+from harness.sim.profile import from_spec
 from harness.sim.spec import KINDS, parse_topology
 from harness.sim.topology import Hierarchy, Torus, link_classes, n_devices
+from workloads.profile import KEYS as PROFILE_KEYS
+from workloads.profile import parse_profile
+from workloads.spec import WorkloadError
 
 SETTINGS = settings(max_examples=int(os.environ.get("SIM_EXAMPLES", "200")), deadline=None)
 
@@ -127,19 +130,19 @@ def test_random_garbage_raises_spec_error_only(text):
                  st.lists(st.sampled_from([*PROFILE_KEYS, "=", ",", "25M", "1e9", "100ms",
                                            "0.5", "-1", "x", "MiB"]),
                           max_size=20).map("".join)))
-def test_random_profiles_raise_spec_error_only(text):
-    with contextlib.suppress(SpecError):
-        parse_profile(text)
+def test_random_profiles_raise_workload_error_only(text):
+    with contextlib.suppress(WorkloadError):
+        from_spec(parse_profile(text))
 
 
 def test_profile_parses():
-    p = parse_profile("params=25M,batch=64,step_compute=120ms,sparsity=0.01,bucket=50MiB,"
-                      "optimizer=2ms,bytes=2,name=recsys,size=S")
+    p = from_spec(parse_profile("params=25M,batch=64,step_compute=120ms,sparsity=0.01,"
+                                "bucket=50MiB,optimizer=2ms,bytes=2,name=recsys,size=S"))
     assert p.params == 25_000_000 and p.batch_per_replica == 64
     assert p.step_compute_s == pytest.approx(0.12) and p.gradient_sparsity == 0.01
     assert p.bucket_bytes == 50 * 2**20 and p.gradient_bytes == 5e7
     assert p.touched_bytes == pytest.approx(5e5)
-    with pytest.raises(SpecError, match="flops_per_sample= or step_compute="):
+    with pytest.raises(WorkloadError, match="flops_per_sample= or step_compute="):
         parse_profile("params=1M")
 
 

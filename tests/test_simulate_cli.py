@@ -237,10 +237,11 @@ def test_profile_and_workload_profile_take_the_same_keys_and_give_the_same_step(
 
 def test_the_library_parser_and_the_clis_converter_build_the_same_profile():
     from harness.calibrate.workload import workload_facts
-    from harness.sim.profile import parse_profile
+    from harness.sim.profile import from_spec
+    from workloads.profile import parse_profile
 
-    by_library = parse_profile(PROFILE)
-    by_cli = workload_facts(f"profile:{PROFILE}").profile()
+    by_library = from_spec(parse_profile(PROFILE))
+    by_cli = workload_facts(f"profile:{PROFILE}")
     for field in ("params", "batch_per_replica", "bytes_per_element", "flops_per_sample",
                   "step_compute_s", "gradient_sparsity", "optimizer_s", "bucket_bytes"):
         assert getattr(by_library, field) == getattr(by_cli, field), field

@@ -18,7 +18,6 @@ import workloads
 from workloads import (
     FAMILIES,
     SIZES,
-    ProfileWorkload,
     UserWorkload,
     WorkloadError,
     batch,
@@ -27,6 +26,7 @@ from workloads import (
     list_workloads,
     parse_profile,
     parse_workload,
+    profile_workload,
     resolve_workload,
     shard,
 )
@@ -233,10 +233,10 @@ def test_real_offline_data():
 
 def test_profile_workload_parses():
     p = parse_profile("profile:params=25e6,flops_per_sample=1.5e8,sparsity=0.03")
-    assert p == ProfileWorkload(params=25_000_000, flops_per_sample=1.5e8, sparsity=0.03)
+    assert p == profile_workload(params=25_000_000, flops_per_sample=1.5e8, sparsity=0.03)
     assert resolve_workload("profile:params=1.2G,step_time_s=0.08,batch=64,name=big") == \
-        ProfileWorkload(params=1_200_000_000, step_time_s=0.08, batch_size=64, name="big")
-    spec = p.spec()
+        profile_workload(params=1_200_000_000, step_time_s=0.08, batch_size=64, name="big")
+    spec = p
     assert (spec.name, spec.grad_bytes, spec.frameworks) == ("profile", 100_000_000, ())
     assert spec.as_profile()["gradient_sparsity"] == 0.03
 

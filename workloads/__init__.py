@@ -18,7 +18,7 @@ from workloads.configs import (
 from workloads.data import SOURCES, Batch, batch, batch_shard, shard
 from workloads.frameworks import framework_missing, framework_module
 from workloads.known import KnownModel, get_known, known_names
-from workloads.profile import ProfileWorkload, parse_profile
+from workloads.profile import parse_profile, profile_workload
 from workloads.resolve import Workload, resolve_workload
 from workloads.spec import (
     FAMILIES,
@@ -48,7 +48,6 @@ __all__ = [
     "KnownModel",
     "MLPConfig",
     "ModelConfig",
-    "ProfileWorkload",
     "RecsysConfig",
     "TransformerConfig",
     "UserWorkload",
@@ -71,6 +70,7 @@ __all__ = [
     "load_user_workload",
     "parse_profile",
     "parse_workload",
+    "profile_workload",
     "resolve_workload",
     "shard",
 ]

@@ -18,60 +18,46 @@ sizes Ki/Mi/Gi (binary) too.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from workloads.quantities import read_duration, read_number, read_size
-from workloads.spec import WorkloadError, WorkloadSpec, choices_message
+from workloads.spec import DEFAULT_BUCKET, WorkloadError, WorkloadSpec, choices_message
 
 PREFIX = "profile:"
 KEYS = ("params", "batch", "bytes", "flops_per_sample", "step_compute", "step_time_s",
         "sparsity", "optimizer", "bucket", "name", "size")
 ALIASES = {"step_time_s": "step_compute"}
-DEFAULT_BUCKET = 25 * 2**20  # DDP's default bucket_cap_mb
+FAMILY = "profile"  # the family and task of a profile's spec
 
 
-@dataclass(frozen=True)
-class ProfileWorkload:
-    """Numbers only: nothing to build or train, enough to simulate."""
-
-    params: int
-    flops_per_sample: float | None = None
-    step_time_s: float | None = None
-    sparsity: float = 1.0
-    batch_size: int = 32
-    name: str = "profile"
-    bytes_per_element: int = 4
-    optimizer_s: float = 0.0
-    bucket_bytes: int = DEFAULT_BUCKET
-    size: str = ""
-
-    def __post_init__(self) -> None:
-        if self.params < 1:
-            raise WorkloadError(f"profile params={self.params} must be >= 1")
-        if self.flops_per_sample is None and self.step_time_s is None:
-            raise WorkloadError("profile needs flops_per_sample= or step_time_s= to know its "
-                                "compute (flops_per_sample= or step_compute= with a unit, "
-                                "e.g. params=25e6,step_compute=120ms)")
-        for key, value in (("flops_per_sample", self.flops_per_sample),
-                           ("step_time_s", self.step_time_s)):
-            if value is not None and not (value > 0 and math.isfinite(value)):
-                raise WorkloadError(f"profile {key}={value} must be > 0")
-        if not 0 < self.sparsity <= 1:
-            raise WorkloadError(f"profile sparsity={self.sparsity} must be in (0, 1]")
-        if not 1 <= self.batch_size <= 10**7:
-            raise WorkloadError(f"profile batch={self.batch_size} must be from 1 to 10000000")
-        if not 1 <= self.bytes_per_element <= 16:
-            raise WorkloadError(f"profile bytes={self.bytes_per_element} must be from 1 to 16")
-        if self.bucket_bytes < 1:
-            raise WorkloadError(f"profile bucket={self.bucket_bytes} must be >= 1 byte")
-
-    def spec(self) -> WorkloadSpec:
-        """The neutral description; no framework can run it (frameworks is empty)."""
-        return WorkloadSpec(
-            family="profile", size="", task="profile", batch_size=self.batch_size,
-            params=self.params, flops_per_sample=self.flops_per_sample, sparsity=self.sparsity,
-            frameworks=(), label=self.name, step_time_s=self.step_time_s,
-        )
+def profile_workload(params: int, flops_per_sample: float | None = None,
+                     step_time_s: float | None = None, sparsity: float = 1.0,
+                     batch_size: int = 32, name: str = "profile", bytes_per_element: int = 4,
+                     optimizer_s: float = 0.0, bucket_bytes: int = DEFAULT_BUCKET,
+                     size: str = "") -> WorkloadSpec:
+    """Numbers only, checked: nothing to build or train (no framework runs it), enough to
+    simulate. WorkloadError, one line, for a bad number."""
+    if params < 1:
+        raise WorkloadError(f"profile params={params} must be >= 1")
+    if flops_per_sample is None and step_time_s is None:
+        raise WorkloadError("profile needs flops_per_sample= or step_time_s= to know its "
+                            "compute (flops_per_sample= or step_compute= with a unit, "
+                            "e.g. params=25e6,step_compute=120ms)")
+    for key, value in (("flops_per_sample", flops_per_sample), ("step_time_s", step_time_s)):
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise WorkloadError(f"profile {key}={value} must be > 0")
+    if not 0 < sparsity <= 1:
+        raise WorkloadError(f"profile sparsity={sparsity} must be in (0, 1]")
+    if not 1 <= batch_size <= 10**7:
+        raise WorkloadError(f"profile batch={batch_size} must be from 1 to 10000000")
+    if not 1 <= bytes_per_element <= 16:
+        raise WorkloadError(f"profile bytes={bytes_per_element} must be from 1 to 16")
+    if bucket_bytes < 1:
+        raise WorkloadError(f"profile bucket={bucket_bytes} must be >= 1 byte")
+    return WorkloadSpec(family=FAMILY, size=size, task=FAMILY, batch_size=batch_size,
+                        params=params, flops_per_sample=flops_per_sample, sparsity=sparsity,
+                        frameworks=(), label=name, step_time_s=step_time_s,
+                        bytes_per_element=bytes_per_element, optimizer_s=optimizer_s,
+                        bucket_bytes=bucket_bytes)
 
 
 def _finite(key: str, text: str, value: float) -> float:
@@ -111,9 +97,9 @@ def _size(key: str, text: str) -> int:
     return int(_finite(key, text, value))
 
 
-def parse_profile(text: str) -> ProfileWorkload:
+def parse_profile(text: str) -> WorkloadSpec:
     """'profile:params=25e6,flops_per_sample=1.5e8,sparsity=0.03' (the prefix optional) ->
-    ProfileWorkload; WorkloadError, one line, if bad."""
+    the workload record (family ``profile``); WorkloadError, one line, if bad."""
     body = text.strip()
     if body.startswith(PREFIX):
         body = body[len(PREFIX):]
@@ -131,7 +117,7 @@ def parse_profile(text: str) -> ProfileWorkload:
     if "params" not in fields:
         raise WorkloadError("profile needs params= (e.g. profile:params=25e6,"
                             "flops_per_sample=1.5e8)")
-    return ProfileWorkload(
+    return profile_workload(
         params=_integer("params", fields["params"]),
         flops_per_sample=(_number("flops_per_sample", fields["flops_per_sample"])
                           if "flops_per_sample" in fields else None),

@@ -1,7 +1,7 @@
 """One entry for the CLI's `--workload TEXT`: built-in, profile, user reference or entry point.
 
     mlp:S                           built-in family and size -> WorkloadSpec
-    profile:params=25e6,...         numbers only -> ProfileWorkload
+    profile:params=25e6,...         numbers only -> WorkloadSpec (family profile)
     pkg.module:make / dir/f.py:make user callable -> UserWorkload
     resnet50                        known model (workloads.known), numbers only -> WorkloadSpec
     transformer:layers=..,hidden=.. a transformer by its dimensions (workloads.dims) -> the same
@@ -15,7 +15,7 @@ from __future__ import annotations
 from workloads.catalog import parse_workload
 from workloads.dims import is_dims
 from workloads.known import get_known, known_key, known_names
-from workloads.profile import PREFIX, ProfileWorkload, parse_profile
+from workloads.profile import PREFIX, parse_profile
 from workloads.spec import FAMILIES, SIZES, WorkloadError, WorkloadSpec
 from workloads.user import (
     UserWorkload,
@@ -25,7 +25,7 @@ from workloads.user import (
     load_user_workload,
 )
 
-Workload = WorkloadSpec | UserWorkload | ProfileWorkload
+Workload = WorkloadSpec | UserWorkload
 
 
 def _looks_builtin(target: str, attr: str) -> bool:

@@ -22,6 +22,7 @@ FAMILIES = ("mlp", "cnn", "transformer", "recsys")
 SIZES = ("S", "M", "L")
 FRAMEWORKS = ("tf", "torch")
 BYTES_PER_PARAM = 4  # gradients are exchanged as dense fp32
+DEFAULT_BUCKET = 25 * 2**20  # DDP's default bucket_cap_mb
 
 # Task kinds: what the batch holds and which loss applies.
 CLASSIFICATION = "classification"  # x -> one of `classes`, softmax cross-entropy
@@ -64,6 +65,12 @@ class WorkloadSpec:
     # the forward operators of one sample (workloads.operators), where known: what the
     # device model times; a built-in's come from its config
     ops: tuple[Op, ...] = ()
+    # what a deployment may state beyond the model (the profile grammar's bytes, optimizer,
+    # bucket): bytes per exchanged gradient element, the optimizer's time per step, DDP's
+    # bucket or FSDP's unit
+    bytes_per_element: int = BYTES_PER_PARAM
+    optimizer_s: float = 0.0
+    bucket_bytes: int = DEFAULT_BUCKET
 
     @property
     def operators(self) -> tuple[Op, ...]:

@@ -17,54 +17,21 @@ import pandas as pd
 
 from harness.core.errors import InputError
 from harness.sim.compute import ComputeSplit
-from harness.sim.profile import DEFAULT_BUCKET, WorkloadProfile
+from harness.sim.profile import WorkloadProfile, from_spec
 from workloads.operators import Op, from_records, total_forward_flops
 from workloads.spec import BYTES_PER_PARAM
 
 NAN = float("nan")
 
 
-@dataclass(frozen=True)
-class WorkloadFacts:
-    """A workload as numbers; ``name`` is what result rows call it (mlp:M, a user's label)."""
-
-    name: str
-    params: float
-    batch: int  # per replica
-    sparsity: float = 1.0
-    flops_per_sample: float | None = None
-    activation_bytes_per_sample: float | None = None
-    step_time_s: float | None = None  # a profile's stated compute time per step
-    sized_by: str = "definition"  # definition | measured run <run_id>
-    dense_fraction: float = 1.0  # of the gradient; the rest is embedding tables
-    embedding_row_bytes: float = 0.0
-    embedding_tables: int = 1
-    embedding_lookups: float = 0.0  # per sample, all tables
-    # what a profile may state beyond the size (workloads/profile.py's grammar)
-    bytes_per_element: int = BYTES_PER_PARAM
-    optimizer_s: float = 0.0
-    bucket_bytes: int = DEFAULT_BUCKET
-    ops: tuple[Op, ...] = ()  # one sample's forward operators, where known
-
-    @property
-    def grad_bytes(self) -> float:
-        return self.params * BYTES_PER_PARAM
-
-    def profile(self, step_compute_s: float | None = None, batch: int | None = None
-                ) -> WorkloadProfile:
-        """The simulator's WorkloadProfile (compute time given, or from FLOPs): the one
-        converter from a workload's numbers, whatever named them."""
-        return WorkloadProfile(
-            params=max(1, int(self.params)), batch_per_replica=batch or self.batch,
-            flops_per_sample=self.flops_per_sample,
-            step_compute_s=step_compute_s if step_compute_s is not None else self.step_time_s,
-            gradient_sparsity=self.sparsity, name=self.name.partition(":")[0],
-            size=self.name.partition(":")[2], dense_fraction=self.dense_fraction,
-            embedding_row_bytes=self.embedding_row_bytes,
-            embedding_tables=self.embedding_tables,
-            embedding_lookups=self.embedding_lookups,
-            bytes_per_element=self.bytes_per_element, optimizer_s=self.optimizer_s,
-            bucket_bytes=self.bucket_bytes, ops=self.ops)
+def _facts(name: str, params: float, batch: int, sparsity: float = 1.0,
+           flops_per_sample: float | None = None, **known: Any) -> WorkloadProfile:
+    """The record for ``name`` (``mlp:M``, a known model's or a user's name; its family and
+    size are split where rows split them)."""
+    family, _, size = name.partition(":")
+    return WorkloadProfile(params=max(1, int(params)), batch_per_replica=batch,
+                           flops_per_sample=flops_per_sample, gradient_sparsity=sparsity,
+                           name=family, size=size, **known)
 
 
 def row_names(frame: pd.DataFrame) -> pd.Series:
@@ -76,11 +43,10 @@ def row_names(frame: pd.DataFrame) -> pd.Series:
     return names.where(sizes == "", names + ":" + sizes)
 
 
-def workload_facts(text: str, measured: pd.DataFrame | None = None) -> WorkloadFacts:
+def workload_facts(text: str, measured: pd.DataFrame | None = None) -> WorkloadProfile:
     """The facts of the workload ``text`` names; InputError (one line) if it names none or
     if a user's model has neither a declared size nor a measured run."""
     from workloads import WorkloadError
-    from workloads.profile import ProfileWorkload
     from workloads.resolve import resolve_workload
     from workloads.user import UserWorkload
 
@@ -103,35 +69,10 @@ def workload_facts(text: str, measured: pd.DataFrame | None = None) -> WorkloadF
                 f"(`stratbench run --workload {text} --strategy "
                 f"{'single_device' if workload.framework == 'torch' else 'one_device'}`) or "
                 f"declare params= (and flops_per_sample=) in its UserWorkload")
-        return WorkloadFacts(workload.name, float(workload.params), workload.batch_size,
-                             workload.sparsity, workload.flops_per_sample,
-                             sized_by="declared by the workload")
-    stated: dict[str, Any] = {}
-    if isinstance(workload, ProfileWorkload):
-        stated = {"bytes_per_element": workload.bytes_per_element,
-                  "optimizer_s": workload.optimizer_s, "bucket_bytes": workload.bucket_bytes}
-    spec = workload.spec() if hasattr(workload, "spec") else workload
-    dense, row, tables, lookups = _embedding_split(spec)
-    return WorkloadFacts(spec.name, float(spec.params), spec.batch_size,
-                         spec.expected_sparsity(), spec.flops_per_sample,
-                         getattr(spec, "activation_bytes_per_sample", None),
-                         step_time_s=spec.step_time_s, dense_fraction=dense,
-                         embedding_row_bytes=row, embedding_tables=tables,
-                         embedding_lookups=lookups, ops=getattr(spec, "operators", ()),
-                         **stated)
-
-
-def _embedding_split(spec: Any) -> tuple[float, float, int, float]:
-    """(fraction of the gradient in dense tensors, bytes of one embedding row, tables, rows
-    looked up per sample) of a built-in recommender; (1, 0, 1, 0) for everything else."""
-    from workloads.configs import RecsysConfig
-
-    config = getattr(spec, "config", None)
-    if not isinstance(config, RecsysConfig):
-        return 1.0, 0.0, 1, 0.0
-    embedding = sum(config.table_rows) * config.dim
-    return (max(0.0, 1 - embedding / spec.params), float(config.dim * BYTES_PER_PARAM),
-            len(config.table_rows), float(config.hotness * len(config.table_rows)))
+        return _facts(workload.name, float(workload.params), workload.batch_size,
+                      workload.sparsity, workload.flops_per_sample,
+                      sized_by="declared by the workload")
+    return from_spec(workload)
 
 
 def _rows_named(measured: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -142,7 +83,7 @@ def _rows_named(measured: pd.DataFrame, name: str) -> pd.DataFrame:
 
 
 def _from_rows(name: str, rows: pd.DataFrame, flops: float | None, sparsity: float,
-               batch: int | None = None) -> WorkloadFacts:
+               batch: int | None = None) -> WorkloadProfile:
     sized = rows.dropna(subset=["grad_bytes"]).sort_values("run_id")
     if sized.empty:
         raise InputError(f"no run of {name!r} recorded its size (grad_bytes): run it again "
@@ -152,8 +93,8 @@ def _from_rows(name: str, rows: pd.DataFrame, flops: float | None, sparsity: flo
     ops = traced_operators(rows)
     if flops is None and ops:
         flops = 3 * total_forward_flops(ops)
-    return WorkloadFacts(name, float(last["grad_bytes"]) / BYTES_PER_PARAM, per_replica,
-                         sparsity, flops, sized_by=f"measured run {last['run_id']}", ops=ops)
+    return _facts(name, float(last["grad_bytes"]) / BYTES_PER_PARAM, per_replica,
+                  sparsity, flops, sized_by=f"measured run {last['run_id']}", ops=ops)
 
 
 def traced_operators(rows: pd.DataFrame) -> tuple[Op, ...]:
@@ -284,7 +225,7 @@ def worker_compute(base: Any, framework: str, strategy: str) -> ComputeSplit:
     return ComputeSplit(forward, backward, optimizer_s=update)
 
 
-def estimated_compute(measured: pd.DataFrame, facts: WorkloadFacts,
+def estimated_compute(measured: pd.DataFrame, facts: WorkloadProfile,
                       framework: str | None = None) -> MeasuredCompute | None:
     """A workload never run here, with known FLOPs: its FLOPs at the rate this machine
     reached on the measured workload of the same family with the most FLOPs per step (else
@@ -305,13 +246,13 @@ def estimated_compute(measured: pd.DataFrame, facts: WorkloadFacts,
             continue
         if spec.flops_per_sample:
             flops = spec.flops_per_sample * int(r["global_batch"])
-            rated.append((spec.family == facts.name.partition(":")[0], flops,
+            rated.append((spec.family == facts.label.partition(":")[0], flops,
                           flops / float(r["step_time_median_s"]), r))
     if not rated:
         return None
     _, _, rate, r = max(rated, key=lambda x: (x[0], x[1]))
-    seconds = facts.flops_per_sample * facts.batch / rate
-    return MeasuredCompute(seconds, facts.batch, str(r["framework"]), str(r["run_id"]),
+    seconds = facts.flops_per_sample * facts.batch_per_replica / rate
+    return MeasuredCompute(seconds, facts.batch_per_replica, str(r["framework"]), str(r["run_id"]),
                            estimated_from=f"{r['workload']}:{r['size']} at "
                                           f"{rate / 1e9:.3g} GFLOP/s")
 
@@ -331,8 +272,8 @@ def scaled_compute(compute: MeasuredCompute, batch: int) -> float:
     return compute.seconds * batch / compute.batch if compute.batch else math.nan
 
 
-def emulated_compute(measured: pd.DataFrame, facts: WorkloadFacts, framework: str) -> Any:
+def emulated_compute(measured: pd.DataFrame, facts: WorkloadProfile, framework: str) -> Any:
     """The framework's one-replica compute measured here (else estimated from FLOPs); None
     without either."""
-    return (measured_compute(measured, facts.name, framework)
+    return (measured_compute(measured, facts.label, framework)
             or estimated_compute(measured, facts, framework))

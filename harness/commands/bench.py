@@ -95,7 +95,7 @@ def simulate_stage(store: ResultsStore, run_id: str, workloads: list[str]) -> in
         preset = target.split(":", 1)[1].split(",", 1)[0]
         topology_workers = 8 * 16 if "dgx" in preset else 8 * 4
         for name in workloads:
-            profile = workload_facts(name).profile()
+            profile = workload_facts(name)
             rows += simulate(target, topology_workers, "all", profile, from_preset(preset),
                              workload=name)
     store.write_table(run_id, "simulated", "presets", pd.DataFrame(rows))

@@ -40,7 +40,7 @@ def _profile(workload: str | None, profile: str | None, results: Path, topology:
 
     measured = _measured(results)
     facts = workload_facts(workload, measured)
-    prof = facts.profile()
+    prof = facts
     kind, _, rest = topology.strip().partition(":")
     base = from_preset(rest.partition(",")[0].strip()) if kind == "preset" else None
     known = merge(base, calibration) if base and calibration else (calibration or base)
@@ -51,12 +51,12 @@ def _profile(workload: str | None, profile: str | None, results: Path, topology:
         pass
     # --framework: that framework's own one-device run (TF's and torch's kernels differ:
     # transformer:M computes in 77 ms under TF here, 129 ms under torch), else any
-    here = ((framework and measured_compute(measured, facts.name, framework))
-            or measured_compute(measured, facts.name))
+    here = ((framework and measured_compute(measured, facts.label, framework))
+            or measured_compute(measured, facts.label))
     if here is None:
-        raise InputError(no_compute_message(facts.name))
+        raise InputError(no_compute_message(facts.label))
     info(f"compute: {here.note}")
-    return facts.profile(step_compute_s=scaled_compute(here, facts.batch))
+    return facts.at(step_compute_s=scaled_compute(here, facts.batch_per_replica))
 
 
 def _measured(results: Path) -> Any:
@@ -164,7 +164,7 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
     for fw, strategy in wanted:
         compute = emulated_compute(measured, facts, fw)
         if compute is None:
-            raise InputError(no_compute_message(facts.name))
+            raise InputError(no_compute_message(facts.label))
         row = predict_emulated(calibration, facts, links, fw, strategy, workers, compute,
                                topology)
         if row is None:
@@ -173,7 +173,7 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
                                    f"run: {', '.join(s.label for s in EMULATED)})",
                          "step_time_median_s": math.nan})
             continue
-        row.update(source="simulated", strategy=f"{fw}:{strategy}", workload=facts.name,
+        row.update(source="simulated", strategy=f"{fw}:{strategy}", workload=facts.label,
                    cluster=topology, replicas=workers,
                    calibration_sources=f"links: {links.source}; {fw}'s share of them: "
                                        f"{row['link_share']:.2f} ({row['link_share_source']}); "

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-from harness.calibrate.workload import WorkloadFacts
+from harness.sim.profile import WorkloadProfile
 
 
 class Calibrated(Protocol):
@@ -31,7 +31,7 @@ class Calibration:
     runtimes: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
 
-def emulated_strategies(facts: WorkloadFacts, framework: str | None = None) -> list[Any]:
+def emulated_strategies(facts: WorkloadProfile, framework: str | None = None) -> list[Any]:
     """The strategy records an emulated cluster runs for ``facts``'s workload (of
     ``framework``, if given): every emulated one, embedding sharding only where there are
     embedding tables to shard."""
@@ -41,7 +41,7 @@ def emulated_strategies(facts: WorkloadFacts, framework: str | None = None) -> l
             and (s.exchange != "embedding" or facts.embedding_row_bytes > 0)]
 
 
-def predict_emulated(ctx: Calibrated, facts: WorkloadFacts, links: Any, framework: str,
+def predict_emulated(ctx: Calibrated, facts: WorkloadProfile, links: Any, framework: str,
                      strategy: str, hosts: int, compute: Any, cluster: str
                      ) -> dict[str, Any] | None:
     """The simulator's row for ``framework/strategy`` on ``hosts`` emulated hosts of this
@@ -64,12 +64,12 @@ def predict_emulated(ctx: Calibrated, facts: WorkloadFacts, links: Any, framewor
     model = simulated_as(framework, strategy) or ""
     ps = (runner_ps_layout(hosts, hosts, PS_SHARDS)
           if model.startswith("parameter_server") else None)
-    key = (framework, strategy, facts.name)
+    key = (framework, strategy, facts.label)
     if key not in ctx.runtimes:
         ctx.runtimes[key] = runtime_overhead(ctx.measured, ctx.fits, framework, strategy,
                                              facts, machine_cores())
     links = placed(links, hosts)
-    profile = facts.profile(batch=compute.batch)
+    profile = facts.at(batch=compute.batch)
     share, exchange = step_shares(ctx.sweeps, ctx.fits, framework, strategy, links, cluster,
                                   hosts, profile.sparse_rows_bytes)
     row = predict_step(framework, strategy, profile, links, hosts,

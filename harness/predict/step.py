@@ -294,7 +294,7 @@ def runtime_overhead(measured: pd.DataFrame, fits: pd.DataFrame, framework: str,
     if record is None or not record.waits_every_step:
         return 0.0
     samples = []
-    for r, base in local_runs(measured, facts.name, framework, strategy):
+    for r, base in local_runs(measured, facts.label, framework, strategy):
         workers = int(r["replicas"])
         ps = None
         if strategy == "parameter_server":
@@ -303,7 +303,7 @@ def runtime_overhead(measured: pd.DataFrame, fits: pd.DataFrame, framework: str,
                 continue
             ps = PsLayout(shards, False)
         hosts = workers + (len(ps.shard_bytes) if ps else 0)
-        profile = facts.profile(batch=int(r["global_batch"]) // workers)
+        profile = facts.at(batch=int(r["global_batch"]) // workers)
         predicted = predict_step(framework, strategy, profile,
                                  loopback_links(fits, framework, hosts), workers,
                                  worker_compute(base, framework, strategy), fits=fits,

@@ -19,7 +19,6 @@ import pandas as pd
 
 from harness.calibrate.links import links_of_cluster
 from harness.calibrate.workload import (
-    WorkloadFacts,
     emulated_compute,
     estimated_compute,
     measured_compute,
@@ -30,6 +29,7 @@ from harness.calibrate.workload import (
 from harness.core.errors import InputError
 from harness.predict.emulated import emulated_strategies, predict_emulated
 from harness.recommend.targets import Target, device_counts, device_kind
+from harness.sim.profile import WorkloadProfile
 
 NAN = float("nan")
 # The price of a device like this machine when the user names none: one replica here is a
@@ -108,9 +108,9 @@ def device_memory(target: Target, ctx: Context, replicas: int) -> float:
     return float(ctx.ram_bytes) / max(1, on_this_machine)
 
 
-def _point(facts: WorkloadFacts, **fields: Any) -> dict[str, Any]:
+def _point(facts: WorkloadProfile, **fields: Any) -> dict[str, Any]:
     base: dict[str, Any] = {"status": "ok", "status_reason": "", "comm_fraction": NAN,
-            "bytes_per_worker": NAN, "params": facts.params, "sparsity": facts.sparsity,
+            "bytes_per_worker": NAN, "params": facts.params, "sparsity": facts.gradient_sparsity,
             "dense_fraction": facts.dense_fraction,
             "activation_bytes_per_sample": facts.activation_bytes_per_sample,
             "validation_error": NAN, "price_per_device_hour": NAN, "price_basis": "",
@@ -125,12 +125,12 @@ def _latest(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values("run_id").groupby(keys, dropna=False, sort=False).tail(1)
 
 
-def measured_points(ctx: Context, facts: WorkloadFacts, target: Target) -> list[dict[str, Any]]:
-    """The latest measured rows of ``facts.name`` on the target's own cluster."""
+def measured_points(ctx: Context, facts: WorkloadProfile, target: Target) -> list[dict[str, Any]]:
+    """The latest measured rows of ``facts.label`` on the target's own cluster."""
     m = ctx.measured
     if m.empty:
         return []
-    rows = m[(row_names(m) == facts.name) & (m["cluster"] == target.spec)]
+    rows = m[(row_names(m) == facts.label) & (m["cluster"] == target.spec)]
     if rows.empty:
         return []
     rows = _latest(rows)
@@ -142,7 +142,7 @@ def measured_points(ctx: Context, facts: WorkloadFacts, target: Target) -> list[
     for r in rows.to_dict("records"):
         base = rows[(rows["framework"] == r["framework"]) & (rows["replicas"] == 1)
                     & (rows["status"] == "ok")]
-        local = measured_compute(ctx.measured, facts.name, str(r["framework"]))
+        local = measured_compute(ctx.measured, facts.label, str(r["framework"]))
         t1 = (float(base["step_time_median_s"].iloc[0]) if not base.empty
               else local.seconds if local is not None else NAN)
         tn = float(r["step_time_median_s"])
@@ -166,11 +166,11 @@ def measured_points(ctx: Context, facts: WorkloadFacts, target: Target) -> list[
     return out
 
 
-def _local_baseline(ctx: Context, facts: WorkloadFacts, target: Target, framework: str,
+def _local_baseline(ctx: Context, facts: WorkloadProfile, target: Target, framework: str,
                     price: float, basis: str) -> list[dict[str, Any]]:
     """A cluster measured without its one-replica case: one device there is one host like
     this machine, so its baseline is this machine's own one-replica run."""
-    local = measured_compute(ctx.measured, facts.name, framework)
+    local = measured_compute(ctx.measured, facts.label, framework)
     if local is None:
         return []
     from harness.core.strategies import baseline
@@ -205,7 +205,7 @@ def probed_links(ctx: Context, target: Target) -> Any:
     return links_of_cluster(ctx.networks, target.spec)
 
 
-def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
+def predicted_points(ctx: Context, facts: WorkloadProfile, target: Target
                      ) -> list[dict[str, Any]]:
     """An emulated cluster that was never run: each real strategy at 2, 4, ... hosts,
     predicted from this machine's calibration; the one-device baseline measured here."""
@@ -239,11 +239,11 @@ def predicted_points(ctx: Context, facts: WorkloadFacts, target: Target
                                       basis=basis, source="predicted",
                                       compute_note=compute.note + ", cores shared as run"))
     if not out:
-        raise InputError(no_compute_message(facts.name))
+        raise InputError(no_compute_message(facts.label))
     return out
 
 
-def _sim_point(ctx: Context, facts: WorkloadFacts, target: Target, row: dict[str, Any], *,
+def _sim_point(ctx: Context, facts: WorkloadProfile, target: Target, row: dict[str, Any], *,
                framework: str, strategy: str, model: str, batch: int, single_s: float,
                price: float, basis: str, source: str, compute_note: str) -> dict[str, Any]:
     n = int(row["replicas"])
@@ -283,7 +283,7 @@ def _price(ctx: Context, target: Target, measured_here: bool) -> tuple[float, st
     return NAN, ""
 
 
-def topology_points(ctx: Context, facts: WorkloadFacts, target: Target
+def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
                     ) -> list[dict[str, Any]]:
     """A topology at each device count of the sweep: stored simulations where they match,
     else simulated now; compute from the named device's speed and the workload's FLOPs, else
@@ -309,17 +309,17 @@ def topology_points(ctx: Context, facts: WorkloadFacts, target: Target
         compute_note = (f"compute by the device model on the {device} device "
                         f"({ctx.precision or 'its training precision'})" if facts.ops
                         else f"compute from FLOPs on the {device} device")
-    elif facts.step_time_s is not None:
-        compute_s, compute_note = facts.step_time_s, "compute stated by the profile"
+    elif facts.step_compute_s is not None:
+        compute_s, compute_note = facts.step_compute_s, "compute stated by the profile"
     else:
-        measured = (measured_compute(ctx.measured, facts.name)
+        measured = (measured_compute(ctx.measured, facts.label)
                     or estimated_compute(ctx.measured, facts))
         if measured is None:
-            raise InputError(no_compute_message(facts.name))
-        compute_s = scaled_compute(measured, facts.batch)
+            raise InputError(no_compute_message(facts.label))
+        compute_s = scaled_compute(measured, facts.batch_per_replica)
         compute_note = measured.note
     price, basis = _price(ctx, target, measured_here=device is None)
-    profile = with_device_update(facts.profile(step_compute_s=compute_s), calibration)
+    profile = with_device_update(facts.at(step_compute_s=compute_s), calibration)
     if ctx.precision is not None:
         from dataclasses import replace
 
@@ -328,34 +328,34 @@ def topology_points(ctx: Context, facts: WorkloadFacts, target: Target
         profile = replace(profile, bytes_per_element=find_precision(ctx.precision).value_bytes)
     single_s = compute_seconds(profile, calibration)[0] + profile.optimizer_s
     out = [_point(facts, framework="sim", strategy="single_device", replicas=1,
-                  step_time_s=single_s, batch=facts.batch,
-                  throughput_samples_s=facts.batch / single_s, scaling_efficiency=1.0,
+                  step_time_s=single_s, batch=facts.batch_per_replica,
+                  throughput_samples_s=facts.batch_per_replica / single_s, scaling_efficiency=1.0,
                   source="simulated", device_memory_bytes=device_memory(target, ctx, 1),
                   price_per_device_hour=price, price_basis=basis, compute_note=compute_note)]
     checkpointed = _checkpointed_activations(facts)
     for n in [c for c in device_counts(target) if c > 1]:
         fitting, too_big = _fitting_strategies(ctx, facts, target, n)
         rows = _stored(ctx, facts, target, n) or (simulate(
-            target.spec, n, fitting, profile, calibration, workload=facts.name)
+            target.spec, n, fitting, profile, calibration, workload=facts.label)
             if fitting else [])
         rows += too_big
         for row in rows:
             out.append(_sim_point(ctx, facts, target, row, framework="sim",
                                   strategy=row["strategy"], model=row["strategy"],
-                                  batch=facts.batch, single_s=single_s, price=price,
+                                  batch=facts.batch_per_replica, single_s=single_s, price=price,
                                   basis=basis, source="simulated", compute_note=compute_note))
         if "fsdp" not in fitting and checkpointed is not None:
             wrapped = _checkpointed_fsdp(ctx, facts, target, n, profile, calibration,
                                          checkpointed)
             if wrapped is not None:
                 out.append(_sim_point(ctx, facts, target, wrapped[0], framework="sim",
-                                      strategy="fsdp", model="fsdp", batch=facts.batch,
+                                      strategy="fsdp", model="fsdp", batch=facts.batch_per_replica,
                                       single_s=single_s, price=price, basis=basis,
                                       source="simulated", compute_note=compute_note)
                            | wrapped[1])
     for row in _model_parallel_rows(ctx, facts, target, calibration, compute_s):
         point = _sim_point(ctx, facts, target, row, framework="sim", strategy=row["strategy"],
-                           model=row["strategy"], batch=facts.batch, single_s=single_s,
+                           model=row["strategy"], batch=facts.batch_per_replica, single_s=single_s,
                            price=price, basis=basis, source="simulated",
                            compute_note=compute_note)
         point.update(layout=row["layout"] + _recomputed(row["recompute"]),
@@ -375,7 +375,7 @@ def _recomputed(how: Any) -> str:
             ", selective recomputation"}.get(how, "")
 
 
-def _fitting_strategies(ctx: Context, facts: WorkloadFacts, target: Target, n: int
+def _fitting_strategies(ctx: Context, facts: WorkloadProfile, target: Target, n: int
                         ) -> tuple[list[str], list[dict[str, Any]]]:
     """The simulated data-parallel strategies whose replica fits a device at ``n`` devices,
     and an unavailable row, saying by how much, for each that does not: memory is a
@@ -385,7 +385,7 @@ def _fitting_strategies(ctx: Context, facts: WorkloadFacts, target: Target, n: i
     from harness.sim.strategies import EMBEDDING_SHARDING, expand_strategies
 
     cap = device_memory(target, ctx, n)
-    activations = (facts.activation_bytes_per_sample or 0.0) * facts.batch
+    activations = (facts.activation_bytes_per_sample or 0.0) * facts.batch_per_replica
     fitting, too_big = [], []
     sparse = [EMBEDDING_SHARDING] if facts.embedding_row_bytes else []  # tables to shard
     for name in [*(name for _, name in expand_strategies("all")), *sparse]:
@@ -403,7 +403,7 @@ def _fitting_strategies(ctx: Context, facts: WorkloadFacts, target: Target, n: i
     return fitting, too_big
 
 
-def _checkpointed_activations(facts: WorkloadFacts) -> tuple[float, float] | None:
+def _checkpointed_activations(facts: WorkloadProfile) -> tuple[float, float] | None:
     """(bytes one sample keeps under activation checkpointing of every layer: its layers'
     inputs, plus one layer's whole activations during its backward; the bytes of one
     block, FSDP's wrapping unit); None for a workload without layers here."""
@@ -412,14 +412,14 @@ def _checkpointed_activations(facts: WorkloadFacts) -> tuple[float, float] | Non
     from workloads import WorkloadError
 
     try:
-        model = layered(facts.name)
+        model = layered(facts.label)
     except WorkloadError:
         return None
     unit = max(layer.params for layer in model.layers) * model.bytes_per_element
     return checkpointed_activation_bytes(model), float(unit)
 
 
-def _checkpointed_fsdp(ctx: Context, facts: WorkloadFacts, target: Target, n: int,
+def _checkpointed_fsdp(ctx: Context, facts: WorkloadProfile, target: Target, n: int,
                        profile: Any, calibration: Any, checkpointed: tuple[float, float]
                        ) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """FSDP with every layer checkpointed and wrapped (torchtitan's default for large
@@ -433,7 +433,7 @@ def _checkpointed_fsdp(ctx: Context, facts: WorkloadFacts, target: Target, n: in
     per_sample, unit = checkpointed
     cap = device_memory(target, ctx, n)
     need = data_parallel_memory(facts.params, "sharded", n, ctx.optimizer_slots,
-                                per_sample * facts.batch).total
+                                per_sample * facts.batch_per_replica).total
     if math.isfinite(cap) and need > cap:
         return None
     again = replace(profile,
@@ -442,11 +442,11 @@ def _checkpointed_fsdp(ctx: Context, facts: WorkloadFacts, target: Target, n: in
                     step_compute_s=(profile.step_compute_s * 4 / 3
                                     if profile.step_compute_s is not None else None),
                     bucket_bytes=max(1, int(unit)), recomputed=True)
-    row = simulate(target.spec, n, ["fsdp"], again, calibration, workload=facts.name)[0]
+    row = simulate(target.spec, n, ["fsdp"], again, calibration, workload=facts.label)[0]
     return row, {"layout": "every layer checkpointed", "memory_per_device_bytes": need}
 
 
-def _model_parallel_rows(ctx: Context, facts: WorkloadFacts, target: Target,
+def _model_parallel_rows(ctx: Context, facts: WorkloadProfile, target: Target,
                          calibration: Any, compute_s: float | None) -> list[dict[str, Any]]:
     """Pipeline / tensor / hybrid layouts, when one replica does not fit a device and the
     workload has layers to cut (harness/recommend/model_parallel.py); [] otherwise."""
@@ -456,7 +456,7 @@ def _model_parallel_rows(ctx: Context, facts: WorkloadFacts, target: Target,
     from workloads import WorkloadError
 
     cap = device_memory(target, ctx, 1)
-    activations = (facts.activation_bytes_per_sample or 0.0) * facts.batch
+    activations = (facts.activation_bytes_per_sample or 0.0) * facts.batch_per_replica
     whole = data_parallel_memory(facts.params, "none", 1, ctx.optimizer_slots,
                                  activations).total
     if not (math.isfinite(cap) and whole > cap):
@@ -465,16 +465,16 @@ def _model_parallel_rows(ctx: Context, facts: WorkloadFacts, target: Target,
 
     at = find_precision(ctx.precision) if ctx.precision else None
     try:
-        model = layered(facts.name, at) if at else layered(facts.name)
+        model = layered(facts.label, at) if at else layered(facts.label)
     except WorkloadError:
         return []
     optimizer = next((name for name, slots in OPTIMIZER_SLOTS.items()
                       if slots == ctx.optimizer_slots), "adam")
-    return best_layouts(model, target, facts.batch, calibration, compute_s, cap, optimizer,
-                        at)
+    return best_layouts(model, target, facts.batch_per_replica, calibration, compute_s, cap,
+                        optimizer, at)
 
 
-def _stored(ctx: Context, facts: WorkloadFacts, target: Target, n: int
+def _stored(ctx: Context, facts: WorkloadProfile, target: Target, n: int
             ) -> list[dict[str, Any]]:
     """Stored `simulate` rows of this exact target, count and workload (the nightly job's),
     so the report and the terminal agree; [] when there are none."""
@@ -482,7 +482,7 @@ def _stored(ctx: Context, facts: WorkloadFacts, target: Target, n: int
     if s is None or s.empty or not {"cluster", "replicas", "workload"} <= set(s):
         return []
     match = s[(s["cluster"] == target.spec) & (s["replicas"] == n)
-              & (s["workload"] == facts.name)]
+              & (s["workload"] == facts.label)]
     if match.empty or ctx.device is not None:
         return []
     if "run_id" in match:

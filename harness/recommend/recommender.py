@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from harness.calibrate.links import probed_networks
-from harness.calibrate.workload import WorkloadFacts, row_names, workload_facts
+from harness.calibrate.workload import row_names, workload_facts
 from harness.core.errors import InputError
 from harness.core.strategies import WEIGHT_TOLERANCE
 from harness.core.units import format_bytes, format_duration, format_rate, format_usd
@@ -42,6 +42,7 @@ from harness.recommend.candidates import (
 )
 from harness.recommend.targets import Target, parse_targets
 from harness.sim.memory import GRADIENT_COPIES, data_parallel_memory
+from harness.sim.profile import WorkloadProfile
 from harness.validate.score import latest_validation
 
 NAN = float("nan")
@@ -196,7 +197,7 @@ def rank(candidates: list[dict[str, Any]], *, samples: float, price: float | Non
     return ordered
 
 
-def _points(ctx: Context, facts: WorkloadFacts, target: Target) -> list[dict[str, Any]]:
+def _points(ctx: Context, facts: WorkloadProfile, target: Target) -> list[dict[str, Any]]:
     if target.kind == "topology":
         return topology_points(ctx, facts, target)
     points = measured_points(ctx, facts, target)
@@ -245,7 +246,7 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
     if not names:
         raise InputError("no workloads to recommend for: give --workload FAMILY:SIZE or a "
                          "results directory with measured runs")
-    facts: dict[str, WorkloadFacts] = {}
+    facts: dict[str, WorkloadProfile] = {}
     missing: list[str] = []
     for name in names:
         try:

@@ -147,7 +147,8 @@ class WorkloadChoice:
 
 def resolve_workloads(names: list[str]) -> list[WorkloadChoice]:
     """`--workload` values -> choices; bad names are InputErrors naming what is allowed."""
-    from workloads import ProfileWorkload, UserWorkload, WorkloadError, resolve_workload
+    from workloads import UserWorkload, WorkloadError, resolve_workload
+    from workloads.profile import FAMILY as PROFILE
     from workloads.user import is_file_reference
 
     resolved = []
@@ -156,7 +157,7 @@ def resolve_workloads(names: list[str]) -> list[WorkloadChoice]:
             workload = resolve_workload(name)
         except WorkloadError as exc:
             raise InputError(str(exc)) from exc
-        if isinstance(workload, ProfileWorkload):
+        if not isinstance(workload, UserWorkload) and workload.family == PROFILE:
             raise InputError(f"workload {name!r} is a profile (numbers only): it can be "
                              "simulated (stratbench simulate --profile) but not run")
         if not isinstance(workload, UserWorkload) and not workload.frameworks:

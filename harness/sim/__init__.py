@@ -16,7 +16,7 @@ from harness.sim.calibration import Calibration, LinkCalibration, from_preset, f
 from harness.sim.engine import CollectiveResult, run_collective
 from harness.sim.layered import Layer, LayeredModel, Layout
 from harness.sim.preset import load_preset, preset_names
-from harness.sim.profile import WorkloadProfile, parse_profile
+from harness.sim.profile import WorkloadProfile, from_spec
 from harness.sim.schedule import Schedule, Step, Transfer, execute
 from harness.sim.spec import parse_topology
 from harness.sim.step_model import simulate_step
@@ -49,9 +49,9 @@ __all__ = [
     "WorkloadProfile",
     "execute",
     "from_preset",
+    "from_spec",
     "from_topology",
     "load_preset",
-    "parse_profile",
     "parse_topology",
     "preset_names",
     "resolve_strategy",

@@ -1,7 +1,9 @@
-"""What the simulator needs to know about a workload: sizes, not code.
+"""A workload as the simulator and the recommender see it: sizes and operators, not code.
 
-Built from a workload's numbers (harness.calibrate.workload.WorkloadFacts.profile()), or from
-the profile grammar by hand (``--profile K=V,...``, the grammar of workloads/profile.py):
+The one record every path from a workload's numbers to a prediction reads: built by
+``harness.calibrate.workload.workload_facts`` from whatever names the workload (a built-in, a
+known model, a ``transformer:`` shape, a ``profile:`` string, a user's model after one run),
+or from the profile grammar by hand (``--profile K=V,...``, the grammar of workloads/profile.py):
 
     params=25M,batch=32,flops_per_sample=4.5e9        (compute from FLOPs and device speed)
     params=25M,batch=32,step_compute=120ms            (compute time given)
@@ -11,14 +13,13 @@ the profile grammar by hand (``--profile K=V,...``, the grammar of workloads/pro
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.core.errors import SpecError
+from workloads.configs import RecsysConfig
 from workloads.operators import Op
-from workloads.profile import DEFAULT_BUCKET
 from workloads.profile import KEYS as PROFILE_GRAMMAR_KEYS
-from workloads.profile import parse_profile as parse_numbers
-from workloads.spec import WorkloadError
+from workloads.spec import BYTES_PER_PARAM, DEFAULT_BUCKET, WorkloadSpec
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,9 @@ class WorkloadProfile:
     # every layer checkpointed: the device model runs the forward twice (FLOPs- and
     # time-based profiles scale their own figures by 4/3)
     recomputed: bool = False
+    # bytes one sample keeps for backward (no recomputation), where known
+    activation_bytes_per_sample: float | None = None
+    sized_by: str = "definition"  # definition | declared by the workload | measured run ID
 
     def __post_init__(self) -> None:
         if self.params < 1:
@@ -71,6 +75,19 @@ class WorkloadProfile:
             raise SpecError(f"owner shares {list(self.owner_shares)} must be >= 0, not all 0")
         if self.bucket_bytes < 1:
             raise SpecError(f"profile bucket={self.bucket_bytes} must be >= 1 byte")
+
+    @property
+    def label(self) -> str:
+        """What result rows call the workload: ``mlp:M``, a known model's or a user's name."""
+        return f"{self.name}:{self.size}" if self.size else self.name
+
+    def at(self, step_compute_s: float | None = None, batch: int | None = None
+           ) -> WorkloadProfile:
+        """This workload with a compute time per step (where one is measured or stated) or
+        another batch per replica."""
+        return replace(self, batch_per_replica=batch or self.batch_per_replica,
+                       step_compute_s=(step_compute_s if step_compute_s is not None
+                                       else self.step_compute_s))
 
     @property
     def gradient_bytes(self) -> float:
@@ -146,17 +163,29 @@ PS_PULLS = ("changed", "whole")
 PROFILE_KEYS = PROFILE_GRAMMAR_KEYS
 
 
-def parse_profile(text: str) -> WorkloadProfile:
-    """'params=25M,batch=32,step_compute=100ms' (workloads.profile's grammar, the keys of
-    `--workload profile:`) -> WorkloadProfile; SpecError if bad. The CLI reads the same text
-    through harness.calibrate.workload (WorkloadFacts.profile()); a test holds the two equal."""
-    try:
-        numbers = parse_numbers(text)
-    except WorkloadError as exc:
-        raise SpecError(str(exc)) from None
+def from_spec(spec: WorkloadSpec, *, sized_by: str = "definition") -> WorkloadProfile:
+    """The one converter from a workload's record (a built-in, a known model, a profile, a
+    transformer by its dimensions) to the simulator's: its numbers, its operators, and for a
+    built-in recommender how its gradient splits into dense layers and embedding rows."""
+    dense, row, tables, lookups = _embedding_split(spec)
+    family, _, size = spec.name.partition(":")
     return WorkloadProfile(
-        params=numbers.params, batch_per_replica=numbers.batch_size,
-        bytes_per_element=numbers.bytes_per_element,
-        flops_per_sample=numbers.flops_per_sample, step_compute_s=numbers.step_time_s,
-        gradient_sparsity=numbers.sparsity, optimizer_s=numbers.optimizer_s,
-        bucket_bytes=numbers.bucket_bytes, name=numbers.name, size=numbers.size)
+        params=max(1, int(spec.params)), batch_per_replica=spec.batch_size,
+        flops_per_sample=spec.flops_per_sample, step_compute_s=spec.step_time_s,
+        gradient_sparsity=spec.expected_sparsity(), name=family, size=size,
+        dense_fraction=dense, embedding_row_bytes=row, embedding_tables=tables,
+        embedding_lookups=lookups, ops=spec.operators,
+        bytes_per_element=spec.bytes_per_element, optimizer_s=spec.optimizer_s,
+        bucket_bytes=spec.bucket_bytes,
+        activation_bytes_per_sample=spec.activation_bytes_per_sample, sized_by=sized_by)
+
+
+def _embedding_split(spec: WorkloadSpec) -> tuple[float, float, int, float]:
+    """(fraction of the gradient in dense tensors, bytes of one embedding row, tables, rows
+    looked up per sample) of a built-in recommender; (1, 0, 1, 0) for everything else."""
+    config = spec.config
+    if not isinstance(config, RecsysConfig):
+        return 1.0, 0.0, 1, 0.0
+    embedding = sum(config.table_rows) * config.dim
+    return (max(0.0, 1 - embedding / spec.params), float(config.dim * BYTES_PER_PARAM),
+            len(config.table_rows), float(config.hotness * len(config.table_rows)))

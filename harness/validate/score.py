@@ -280,11 +280,11 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
             if ps is None:
                 continue
         cores = run_cores(store, r["run_id"])
-        key = (r["framework"], r["strategy"], facts.name, cores)
+        key = (r["framework"], r["strategy"], facts.label, cores)
         if key not in runtimes:
             runtimes[key] = runtime_overhead(frame, fits, r["framework"], r["strategy"], facts,
                                              cores)
-        profile = facts.profile(batch=r["global_batch"] // r["replicas"])
+        profile = facts.at(batch=r["global_batch"] // r["replicas"])
         share, exchange = step_shares(points, fits, r["framework"], r["strategy"], links,
                                       r["cluster"], int(r["replicas"]),
                                       profile.sparse_rows_bytes)
@@ -298,11 +298,11 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
             continue
         wire = r.get("wire_bytes_per_step")
         if isinstance(wire, float) and math.isfinite(wire) and wire > 0:
-            rows.append(_wire_row(r, sim, facts.grad_bytes, links.hosts, wire))
+            rows.append(_wire_row(r, sim, facts.gradient_bytes, links.hosts, wire))
         measured = float(r["step_time_median_s"])
         rows.append({"kind": "step", "run_id": r["run_id"], "cluster": r["cluster"],
                      "what": f"{r['framework']}/{r['strategy']}/{r['workload']}:{r['size']}",
-                     "bytes": facts.grad_bytes, "replicas": r["replicas"],
+                     "bytes": facts.gradient_bytes, "replicas": r["replicas"],
                      "topology": sim["topology"], "model": sim["model"],
                      "link_share": sim["link_share"],
                      "exchange_share": sim.get("exchange_share"), "measured_s": measured,
