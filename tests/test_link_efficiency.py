@@ -120,7 +120,7 @@ def test_embedding_sharding_times_its_all_to_alls_at_their_share_and_its_runtime
     all-reduce and the rest of the step do not move. Its runtime's own time (tensor work
     every rank does at once) is stretched by oversold cores as compute is: 4 ranks on 2
     cores pay twice what 4 on 8 do."""
-    profile = workload_facts("recsys:M").profile(batch=256)
+    profile = workload_facts("recsys:M").at(batch=256)
     links = dataclasses.replace(LINKS, hosts=4)
 
     def step(exchange: float | None, cores: int = 8, runtime_s: float = 0.0) -> dict:

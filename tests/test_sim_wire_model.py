@@ -63,7 +63,7 @@ def test_tf_hands_over_a_row_per_lookup_not_per_distinct_row():
     from workloads import parse_workload
 
     config = parse_workload("recsys:S").config
-    p = workload_facts("recsys:S").profile(batch=64)
+    p = workload_facts("recsys:S").at(batch=64)
     per_lookup = 64 * config.hotness * len(config.table_rows) * (config.dim * 4 + 8)
     assert p.lookup_rows_bytes == pytest.approx(per_lookup)
     assert p.lookup_rows_bytes > p.sparse_rows_bytes  # popular ids repeat within a batch

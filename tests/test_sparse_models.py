@@ -152,7 +152,7 @@ def test_a_synchronous_servers_round_applies_every_workers_gradient():
     from harness.sim.spec import parse_topology
     from harness.sim.step_model import simulate_step
 
-    profile = dataclasses.replace(workload_facts("recsys:M").profile(batch=128),
+    profile = dataclasses.replace(workload_facts("recsys:M").at(batch=128),
                                   step_compute_s=0.01, optimizer_s=0.004)
 
     def optimizer(workers: int, shards: int) -> float:
