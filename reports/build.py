@@ -361,7 +361,7 @@ def build_report(root: str | os.PathLike[str], project: Any = None) -> str:
     context = {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "root": str(root), **rec, "samples": DEFAULT_SAMPLES,
-        "brief": vd.brief, "source_text": vd.source_text,
+        "brief": vd.brief, "source_text": vd.source_text, "run_name": vd.run_name,
         "manifest_run": run_id, "manifest": manifest,
         "measured": measured_records,
         "mismatches": [r for r in measured_records if r["weights_mismatch"]],

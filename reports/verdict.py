@@ -22,8 +22,8 @@ from reports.plots import Series, chart
 
 PICK_KEYS = ("framework", "strategy", "replicas", "train_time_s", "cost_usd", "step_time_s",
              "throughput_samples_s", "scaling_efficiency", "source", "validation_error",
-             "reason")
-TEXT_KEYS = ("framework", "strategy", "source", "reason")
+             "reason", "runs_as")
+TEXT_KEYS = ("framework", "strategy", "source", "reason", "runs_as")
 # Below this margin two measured strategies are a close call: the history's regression rule
 # treats smaller changes as noise (reports.history.MIN_REL).
 CLOSE_MEASURED = 0.05
@@ -76,6 +76,16 @@ def usd(v: float) -> str:
 
 def devices(n: int) -> str:
     return f"{n} device{'' if n == 1 else 's'}"
+
+
+def run_name(p: dict[str, Any]) -> str:
+    """What a user runs for a candidate: a simulated strategy by the one framework strategy
+    it stands for on those devices (``torch ddp``), else its own name."""
+    runs_as = p.get("runs_as")
+    if p.get("framework") == "sim" and isinstance(runs_as, str) and runs_as \
+            and " or " not in runs_as:
+        return runs_as
+    return f"{p['framework']}/{p['strategy']}"
 
 
 def brief(p: dict[str, Any] | None) -> str:

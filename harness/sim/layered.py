@@ -22,6 +22,7 @@ RECOMPUTE = ("none", "selective", "full")
 #: How the data-parallel axis holds model state: replicated, the optimizer's state sharded
 #: (Megatron-LM's distributed optimizer, ZeRO-1), or everything sharded (FSDP, ZeRO-3).
 SHARDING = {0: "replicated", 1: "distributed optimizer", 3: "fsdp"}
+GRAD_REDUCE = ("overlapped", "after_backward")
 
 
 def recompute_mode(value: str | bool | None) -> str:
@@ -113,6 +114,10 @@ class Layout:
     virtual: int = 1  # chunks of layers per device (the interleaved schedule)
     sequence_parallel: bool = False  # norms and dropout split along the sequence (Megatron)
     zero: int = 0  # SHARDING of the data-parallel axis
+    # when the data-parallel gradient reduction runs: bucket by bucket during the last
+    # backward (torch DDP, Megatron's overlap_grad_reduce) or after the whole backward
+    # (Megatron-LM 2021's --DDP-impl local)
+    grad_reduce: str = "overlapped"
 
     @property
     def devices(self) -> int:
@@ -128,6 +133,8 @@ class Layout:
             parts.append("sp")
         if self.zero:
             parts.append("zero1" if self.zero == 1 else "fsdp")
+        if self.grad_reduce != "overlapped" and self.data > 1:
+            parts.append("reduce after backward")
         return ",".join(parts)
 
     def device(self, data: int, stage: int, tensor: int) -> int:
@@ -145,6 +152,9 @@ def check_layout(model: LayeredModel, layout: Layout, global_batch: int) -> None
     if layout.schedule not in SCHEDULES:
         raise SpecError(f"unknown pipeline schedule {layout.schedule!r} (choose from "
                         f"{', '.join(SCHEDULES)})")
+    if layout.grad_reduce not in GRAD_REDUCE:
+        raise SpecError(f"unknown gradient reduction {layout.grad_reduce!r} (choose from "
+                        f"{', '.join(GRAD_REDUCE)})")
     if layout.zero not in SHARDING:
         raise SpecError(f"zero={layout.zero} (choose from 0 replicated, 1 distributed "
                         f"optimizer, 3 fsdp)")

@@ -197,6 +197,8 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
                 reduce_s *= M + 0.5
                 busy = timing.busy_s[s]
                 end += max(0.0, reduce_s - busy) + reduce_s / (2 * M * blocks)
+            elif layout.grad_reduce == "after_backward":  # Megatron-LM 2021's local DDP
+                end += reduce_s
             else:  # buckets reduce as the last backward frees them (Megatron, DDP)
                 end = overlapped_end(last[0], end, reduce_s, blocks)
         if P > 1 and model.tied_head_params and s in (0, P - 1):
