@@ -258,3 +258,20 @@ def test_a_project_target_may_name_its_precision(tmp_path):
                     'targets = [{ target = "preset:dgx_a100,hosts=1", precision = "fp4" }]\n')
     with pytest.raises(InputError, match="precision 'fp4'"):
         load_project(path)
+
+
+def test_a_gradient_reduction_after_the_backward_is_exposed_and_named():
+    """Megatron-LM 2021's local DDP reduces after the whole backward: the step is longer by
+    the exposed reduction, and the layout says which it ran."""
+    args = ("simulate", "--topology", "preset:dgx_a100,hosts=8", "--workers", "64",
+            "--workload", "transformer:layers=30,hidden=3072,heads=32,seq=2048,vocab=51200",
+            "--tensor-parallel", "2", "--global-batch", "512", "--precision", "fp16",
+            "--recompute", "full", "--json")
+    overlapped, after = (json.loads(stratbench(*args, *extra).stdout)[0]
+                         for extra in ((), ("--grad-reduce", "after-backward")))
+    assert after["step_time_median_s"] > overlapped["step_time_median_s"]
+    assert "reduce after backward" in after["layout"]
+    assert "reduce after backward" not in overlapped["layout"]
+    bad = stratbench("simulate", "--topology", "preset:dgx_a100,hosts=1", "--workers", "8",
+                     "--workload", "resnet50", "--grad-reduce", "after-backward")
+    assert bad.returncode == 2 and "model-parallel layout" in bad.stderr

@@ -227,7 +227,8 @@ def _deployed(profile: Any, names: list[str] | str, ps_shards: int | None,
 
 def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tensor: int | None,
             microbatches: int | None, schedule: str, virtual: int | None = None,
-            sequence_parallel: bool = False, distributed_optimizer: bool = False) -> Any:
+            sequence_parallel: bool = False, distributed_optimizer: bool = False,
+            grad_reduce: str = "overlapped") -> Any:
     """The data x pipeline x tensor split of ``workers``; InputError if it does not divide.
     ``--strategy fsdp`` with a tensor-parallel degree: FSDP over the data axis (torchtitan's
     2D)."""
@@ -255,7 +256,8 @@ def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tenso
                   schedule=schedule,
                   virtual=(virtual or 2) if schedule == "interleaved" else 1,
                   sequence_parallel=sequence_parallel,
-                  zero=3 if fsdp else 1 if distributed_optimizer else 0)
+                  zero=3 if fsdp else 1 if distributed_optimizer else 0,
+                  grad_reduce=grad_reduce.replace("-", "_"))
 
 
 def _simulate_layout(topology: str, workload: str | None, profile: str | None, results: Path,
@@ -375,7 +377,9 @@ def format_layout_row(r: dict[str, Any]) -> str:
         f"{r['bubble_fraction']:>8.1%}{r['throughput_samples_s']:>12.4g}"
         f"{r['scaling_efficiency']:>12.2f}{format_bytes(r['memory_per_device_bytes']):>15}",
         f"  {r['sim_notes']}; global batch {r['global_batch']}; "
-        f"{r.get('calibration_sources', '')}"])
+        f"{r.get('calibration_sources', '')}",
+        *([f"  {r['reason']}"] if r.get("status") != "ok" else []),
+        f"  compute: {r.get('compute_source', '')}"])
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
@@ -441,6 +445,11 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
               help="Chunks of layers per device under --schedule interleaved (default 2).")
 @click.option("--sequence-parallel", is_flag=True,
               help="Split norms and dropout along the sequence in the tensor-parallel group.")
+@click.option("--grad-reduce", type=click.Choice(["overlapped", "after-backward"]),
+              default="overlapped", show_default=True,
+              help="When the data-parallel gradient reduction runs: bucket by bucket during "
+                   "the last backward (torch DDP, Megatron's overlap_grad_reduce) or after the "
+                   "whole backward (Megatron-LM 2021's --DDP-impl local).")
 @click.option("--distributed-optimizer", is_flag=True,
               help="Shard the optimizer state over the data-parallel replicas (ZeRO-1).")
 @click.option("--precision", type=click.Choice(list(PRECISION_NAMES)),
@@ -471,6 +480,7 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
             results: str | None, stragglers: int, straggler_factor: float, stages: int | None,
             microbatches: int | None, tensor: int | None, schedule: str,
             virtual_stages: int | None, sequence_parallel: bool, distributed_optimizer: bool,
+            grad_reduce: str,
             precision: str | None, fit_step: float | None, global_batch: int | None,
             recompute: str, optimizer: str,
             framework: str | None,
@@ -502,13 +512,13 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
     names = _strategy_names(strategies, framework)
     model_parallel = bool(stages or tensor or set(strategies) & set(MODEL_PARALLEL))
     if not model_parallel and (virtual_stages or sequence_parallel or distributed_optimizer
-                               or recompute != "none"):
-        raise InputError("--virtual-stages, --sequence-parallel, --distributed-optimizer and "
-                         "--recompute apply to a model-parallel layout: give --stages or "
-                         "--tensor-parallel")
+                               or recompute != "none" or grad_reduce != "overlapped"):
+        raise InputError("--virtual-stages, --sequence-parallel, --distributed-optimizer, "
+                         "--grad-reduce and --recompute apply to a model-parallel layout: give "
+                         "--stages or --tensor-parallel")
     if model_parallel:
         layout = _layout(workers, strategies, stages, tensor, microbatches, schedule,
-                         virtual_stages, sequence_parallel, distributed_optimizer)
+                         virtual_stages, sequence_parallel, distributed_optimizer, grad_reduce)
         row = _simulate_layout(topology, workload, profile, results_dir(results), calib,
                                layout, global_batch, recompute, optimizer, microbatches,
                                precision, fit_step)
