@@ -208,6 +208,20 @@ def train_sync(case: Case, strategy: Any, rank: int, global_batch: int,
     return report
 
 
+def _operators(case: Case) -> list[dict[str, Any]]:
+    """The model as operators (runners/tf_operators.py): what a described device's compute
+    is modelled from. A fresh build on the run's first batch: the trained model is not
+    needed, only its shapes."""
+    from harness.runners import tf_workload as tw
+    from harness.runners.tf_operators import trace_operators
+
+    workload = tw.spec(case)
+    model = tw.build(workload, case.seed)
+    batch = tw.to_tensors(tw.batch(workload, 0, case.global_batch, case.seed))
+    return trace_operators(lambda: tw.scaled_loss(workload, model, batch, case.global_batch),
+                           case.global_batch)
+
+
 def _run_tpu(case: Case, workdir: Path) -> dict[str, Any]:
     """Every core of the TPU is a replica; the per-replica batch stays the case's."""
     _configure(1)
@@ -246,8 +260,10 @@ def run(case: Case, role: str, index: int, workdir: Path) -> dict[str, Any]:
 
             return _with_details(train_fit(case, strategy, 0, case.global_batch, workdir),
                                  details)
-        return _with_details(train_sync(case, strategy, 0, case.global_batch, workdir,
-                                        save_weights=True), details)
+        report = train_sync(case, strategy, 0, case.global_batch, workdir, save_weights=True)
+        if case.strategy == "one_device" and report["step_times_s"]:
+            details["operators"] = _operators(case)
+        return _with_details(report, details)
     if case.strategy == "comm":
         from harness.runners import tf_comm
 
