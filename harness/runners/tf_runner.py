@@ -262,7 +262,10 @@ def run(case: Case, role: str, index: int, workdir: Path) -> dict[str, Any]:
                                  details)
         report = train_sync(case, strategy, 0, case.global_batch, workdir, save_weights=True)
         if case.strategy == "one_device" and report["step_times_s"]:
-            details["operators"] = _operators(case)
+            try:
+                details["operators"] = _operators(case)
+            except Exception as exc:  # the record is optional; the measured run stands
+                details["operators_error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
         return _with_details(report, details)
     if case.strategy == "comm":
         from harness.runners import tf_comm

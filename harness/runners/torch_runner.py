@@ -215,8 +215,11 @@ def train(case: Case, rank: int, world: int, batch_per_rank: int,
         from harness.runners.torch_operators import trace_operators
 
         last = batches[-1]
-        overlap["operators"] = trace_operators(model, lambda: tw.loss(spec, model, last),
-                                               batch_per_rank)
+        try:
+            overlap["operators"] = trace_operators(model, lambda: tw.loss(spec, model, last),
+                                                   batch_per_rank)
+        except Exception as exc:  # the record is optional; the measured run stands
+            overlap["operators_error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
     elif tw.sparse_updates(spec):
         overlap["updates"] = "sparse rows" if sparse else "dense"
     report: dict[str, Any] = {"step_times_s": times, "losses": losses, "rank": rank,
