@@ -461,6 +461,10 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
                    "states an fp8 peak): bytes of activations, messages, gradients and "
                    "memory, and the device's peak. Default: the device's training precision "
                    "(bf16) for compute, fp32 bytes for the exchange.")
+@click.option("--channels-last/--channels-first", "channels_last", default=None,
+              help="Images in NHWC (channels-last) or NCHW memory: tensor-core convolutions "
+                   "on NCHW pay a transpose in and out. Default: the framework's (torch NCHW, "
+                   "TF NHWC).")
 @click.option("--fit-step", type=click.FloatRange(min=0, min_open=True), default=None,
               metavar="SECONDS",
               help="A measured or published step time of this very layout: fit the device's "
@@ -481,7 +485,8 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
             microbatches: int | None, tensor: int | None, schedule: str,
             virtual_stages: int | None, sequence_parallel: bool, distributed_optimizer: bool,
             grad_reduce: str,
-            precision: str | None, fit_step: float | None, global_batch: int | None,
+            precision: str | None, channels_last: bool | None, fit_step: float | None,
+            global_batch: int | None,
             recompute: str, optimizer: str,
             framework: str | None,
             ps_shards: int | None, ps_placement: str | None, bucket: str | None,
@@ -534,11 +539,12 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
         from workloads.precision import precision as find_precision
 
         bytes_per_element = find_precision(precision).value_bytes
-    if precision is not None or framework is not None:
+    if precision is not None or framework is not None or channels_last is not None:
         from harness.sim.calibration import Calibration, merge
 
         calib = merge(calib or Calibration(), Calibration(precision=precision,
-                                                          framework=framework))
+                                                          framework=framework,
+                                                          channels_last=channels_last))
     prof = _deployed(_profile(workload, profile, results_dir(results), topology, calib,
                               framework),
                      names, ps_shards, ps_placement, bucket, bytes_per_element)

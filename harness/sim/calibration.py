@@ -60,6 +60,7 @@ class Calibration:
     precision: str | None = None
     framework: str | None = None
     fused_attention: bool | None = None  # None: as the framework runs it by default
+    channels_last: bool | None = None  # images in NHWC; None: the framework's default
 
     def sources(self) -> dict[str, str]:
         """Where each number came from, for the report: {'inter': 'measured', ...}."""
@@ -105,7 +106,9 @@ def merge(base: Calibration, override: Calibration) -> Calibration:
         precision=override.precision or base.precision,
         framework=override.framework or base.framework,
         fused_attention=(override.fused_attention if override.fused_attention is not None
-                         else base.fused_attention))
+                         else base.fused_attention),
+        channels_last=(override.channels_last if override.channels_last is not None
+                       else base.channels_last))
 
 
 def apply(topology: Topology, calibration: Calibration | None) -> Topology:
@@ -127,7 +130,7 @@ def device_step(profile: WorkloadProfile, calibration: Calibration | None,
     name = calibration.precision or training_precision(calibration.device)
     rate = device_rate(calibration.device, name, calibration.efficiency,
                        _efficiency_source(calibration), calibration.framework,
-                       calibration.fused_attention)
+                       calibration.fused_attention, calibration.channels_last)
     # embedding tables are updated where a step touched them (sparse optimizers)
     updated = profile.params * (profile.gradient_sparsity if profile.embedding_row_bytes
                                 or profile.gradient_sparsity < 1 else 1.0)
