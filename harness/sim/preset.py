@@ -39,6 +39,11 @@ PRECISIONS = tuple(PRECISION_RULES)
 #: Where a file gives one peak number, the precisions it stands for (tensor-core training).
 TRAINING_PRECISIONS = ("bf16", "fp16")
 DEVICE_KINDS = ("gpu", "tpu", "cpu")
+#: A kernel launch's host time where a device file states none: a GPU's, the lower end of
+#: "the launch time on the CPU side is between 5-20 microseconds" (Meta's Holistic Trace
+#: Analysis, docs/source/features/cuda_kernel_launch_stats.rst); a TPU runs a compiled step
+#: (XLA) with no launch per operator.
+DEFAULT_LAUNCH_OVERHEAD_S = {"gpu": 5e-6}
 
 
 @dataclass(frozen=True)
@@ -266,7 +271,8 @@ def _device(data: Any, where: str) -> Device:
         memory_bandwidth=(_positive(d["memory_bandwidth"], f"{where}: device.memory_bandwidth")
                           if "memory_bandwidth" in d else math.nan),
         assumed_efficiency=efficiency, matmul_efficiency=matmul, sms=int(d.get("sms", 0)),
-        launch_overhead_s=overheads.get("launch_overhead", 0.0),
+        launch_overhead_s=overheads.get("launch_overhead",
+                                        DEFAULT_LAUNCH_OVERHEAD_S.get(kind, 0.0)),
         step_overhead_s=overheads.get("step_overhead", 0.0),
         reserved_bytes=float(d.get("reserved_bytes", 0.0)))
 
