@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -155,10 +156,11 @@ GPT_22B = "transformer:layers=48,hidden=6144,heads=64,seq=2048,vocab=51200,dropo
 ])
 def test_activations_of_a_22b_gpt_are_korthikantis(recompute, sequence_parallel, per_layer):
     """48 layers, h 6144, 64 heads, s 2048, micro-batch 4, TP 8, fp16, dropout 0.1, unfused
-    attention: the stored activations within 5% of the paper's formula for each case (the
-    embedding and the head are the rest)."""
+    attention: the transformer layers' stored activations within 5% of the paper's formula
+    for each case (the embedding and the head, never checkpointed, are apart)."""
     s, b, h, a, layers, t = 2048, 4, 6144, 64, 48, 8
-    model = layered(GPT_22B, PRECISIONS["fp16"])
+    # the formula counts the transformer layers: the embedding and the head are left out
+    model = replace(layered(GPT_22B, PRECISIONS["fp16"]), pre=(), post=())
     memory = model_parallel_memory(model, Layout(tensor=t, sequence_parallel=sequence_parallel),
                                    b, "adam", recompute, PRECISIONS["fp16"])
     formula = layers * per_layer(s * b * h, a, s, h, t)

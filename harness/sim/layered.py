@@ -12,6 +12,7 @@ models; the simulator reads only the numbers.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.core.errors import SpecError
@@ -189,6 +190,19 @@ def check_layout(model: LayeredModel, layout: Layout, global_batch: int) -> None
     if per_pipeline % layout.microbatches:
         raise SpecError(f"{layout.microbatches} micro-batches do not divide the batch of "
                         f"{per_pipeline} per pipeline")
+
+
+def recomputed(model: LayeredModel, how: str) -> Callable[[Layer], str]:
+    """What each layer recomputes under ``how``: full recomputation checkpoints the repeated
+    blocks only (Megatron-LM's --checkpoint-activations / --recompute-granularity full,
+    torchtitan's per-block activation checkpointing); the embedding and the head keep their
+    activations and run once. Selective applies wherever attention is."""
+    blocks = {id(layer) for layer in model.blocks}
+
+    def of(layer: Layer) -> str:
+        return "none" if how == "full" and id(layer) not in blocks else how
+
+    return of
 
 
 def stage_layers(model: LayeredModel, stages: int) -> list[tuple[Layer, ...]]:

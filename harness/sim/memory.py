@@ -24,7 +24,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.core.errors import SpecError
-from harness.sim.layered import Layer, LayeredModel, Layout, recompute_mode, stage_layers
+from harness.sim.layered import (
+    Layer,
+    LayeredModel,
+    Layout,
+    recompute_mode,
+    recomputed,
+    stage_layers,
+)
 from harness.sim.pipeline import in_flight_per_chunk
 from workloads.precision import FP32, Precision
 
@@ -126,6 +133,7 @@ def model_parallel_memory(model: LayeredModel, layout: Layout, microbatch: int,
     Sequence parallelism splits the norms' activations too. A fused attention kernel
     (FlashAttention, torch's SDPA) keeps no T x T scores, as selective recomputation."""
     how = recompute_mode(recompute)
+    again = recomputed(model, how)
     slots = optimizer_slots(optimizer)
     weight_b, grad_b, state_b = layout_state_bytes(precision, slots, layout.zero)
     P, V, T, D = layout.stages, layout.virtual, layout.tensor, layout.data
@@ -149,12 +157,12 @@ def model_parallel_memory(model: LayeredModel, layout: Layout, microbatch: int,
         inputs = T if layout.sequence_parallel else 1
         for c, layers in enumerate(mine):
             waiting = held[c] * microbatch
-            if how == "full":
-                kept += waiting * sum(layer.input_bytes_per_sample for layer in layers) / inputs
-            else:
-                kept += waiting * sum(_split(layer, T, layout.sequence_parallel, how,
+            for layer in layers:
+                if again(layer) == "full":  # a checkpointed block keeps its input
+                    kept += waiting * layer.input_bytes_per_sample / inputs
+                else:
+                    kept += waiting * _split(layer, T, layout.sequence_parallel, again(layer),
                                              fused_attention)
-                                      for layer in layers)
         if how == "full":
             working = microbatch * max(_split(layer, T, layout.sequence_parallel, "none",
                                               fused_attention)

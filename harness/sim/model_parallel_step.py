@@ -30,6 +30,7 @@ from harness.sim.layered import (
     Layout,
     check_layout,
     recompute_mode,
+    recomputed,
     stage_layers,
 )
 from harness.sim.pipeline import BACKWARD, run_pipeline, stage_order
@@ -144,8 +145,10 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
     micro = global_batch // (D * M)
     rate = _device_rate(calibration, step_compute_s, precision)
     stages = stage_layers(model, P * V)
+    again = recomputed(model, how)
     if rate is not None:
-        splits = [sum((layer_split(layer, rate, micro, T, layout.sequence_parallel, how)
+        splits = [sum((layer_split(layer, rate, micro, T, layout.sequence_parallel,
+                                   again(layer))
                        for layer in layers), ZERO) for layers in stages]
         source = (f"{rate.device.name} at {rate.gemm_peak(False)[1]:.1%} of its "
                   f"{rate.precision or 'training'} peak ({rate.source})")
@@ -162,11 +165,12 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
             devices = [layout.device(d, q % P, t) for d in range(D) for t in range(T)]
             for layer in layers:
                 if layer.tp_allreduces:
-                    runs = layer.tp_allreduces * M * (3 if how == "full" else 2)
+                    full = again(layer) == "full"
+                    runs = layer.tp_allreduces * M * (3 if full else 2)
                     ar = colls.allreduce(D, T, layer.output_bytes_per_sample * micro,
                                          devices, runs)
                     fwd_comm += layer.tp_allreduces * ar
-                    bwd_comm += layer.tp_allreduces * ar * (2 if how == "full" else 1)
+                    bwd_comm += layer.tp_allreduces * ar * (2 if full else 1)
         forward_comm.append(fwd_comm)
         backward_comm.append(bwd_comm)
     sends = []
@@ -264,11 +268,13 @@ def _shared_splits(model: LayeredModel, stages: list[tuple[Layer, ...]], micro: 
                               step_compute_s=(step_compute_s * scale
                                               if step_compute_s is not None else None))
     whole, source = compute_seconds(profile, calibration)  # one micro-batch, one device
+    of = recomputed(model, how)
     out = []
     for layers in stages:
         flops = sum(layer.flops_per_sample for layer in layers)
         f = whole * flops / model.flops_per_sample / tensor
-        again = f / 3 if how == "full" else 0.0
+        repeated = sum(layer.flops_per_sample for layer in layers if of(layer) == "full")
+        again = whole * repeated / model.flops_per_sample / tensor / 3
         if how == "selective":
             attention = sum(layer.attention_flops_per_sample for layer in layers)
             again = whole * attention / model.flops_per_sample / tensor
