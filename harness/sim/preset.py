@@ -8,9 +8,13 @@ key. The file is the documentation, as Calculon keeps its systems: where each nu
 from (``source``) and what was assumed (``assumptions``).
 
 A device is a peak FLOP/s per precision (``fp32``, ``tf32``, ``bf16``, ``fp16``, ``fp8``), a
-memory capacity and bandwidth, and an ``assumed_efficiency`` (the fraction of the matmul peak
-a training step reaches) until a measured or published step calibrates it
-(``harness/sim/compute.py``). The network is either a ``spec`` in the topology grammar or, as a
+memory capacity and bandwidth, and what the device model reads (``harness/sim/
+device_model.py``): ``matmul_efficiency`` per precision (the fraction of the peak a large GEMM
+reaches, the device's one free number, cited in ``matmul_efficiency_note`` or fitted with
+``--fit-step``), ``sms`` (for tile and wave quantization), ``launch_overhead`` (a GPU's
+default: 5 us) and ``step_overhead``, and ``reserved_bytes`` (what the runtime holds before a
+model does). ``assumed_efficiency`` is the whole step's fraction of the peak for a workload
+known only by its FLOPs, and the GEMM efficiency of a precision the file gives none for. The network is either a ``spec`` in the topology grammar or, as a
 user describes hardware, ``scale_up`` (NVLink/NVSwitch, xGMI, ...: devices per domain, the
 bandwidth of one device each way) and ``scale_out`` (NICs per host, each NIC's rate), from
 which the spec is built.
