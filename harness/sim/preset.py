@@ -14,7 +14,8 @@ reaches, the device's one free number, cited in ``matmul_efficiency_note`` or fi
 ``--fit-step``), ``sms`` (for tile and wave quantization), ``launch_overhead`` (a GPU's
 default: 5 us) and ``step_overhead``, and ``reserved_bytes`` (what the runtime holds before a
 model does). ``assumed_efficiency`` is the whole step's fraction of the peak for a workload
-known only by its FLOPs, and the GEMM efficiency of a precision the file gives none for. The network is either a ``spec`` in the topology grammar or, as a
+known only by its FLOPs, and the GEMM efficiency of a precision the file gives none for.
+The network is either a ``spec`` in the topology grammar or, as a
 user describes hardware, ``scale_up`` (NVLink/NVSwitch, xGMI, ...: devices per domain, the
 bandwidth of one device each way) and ``scale_out`` (NICs per host, each NIC's rate), from
 which the spec is built.
