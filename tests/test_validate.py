@@ -723,3 +723,27 @@ def test_the_sparse_runs_rank_recsys_l_as_measured_against_the_sparse_baseline()
                     & frame["cluster"].str.startswith("netns")]
     assert {2, 4, 6} <= set(sharded["replicas"])
     assert (sharded["max_weight_diff"] < 1e-5).all()
+
+
+def test_a_cluster_without_a_small_all_to_all_sweep_is_named_for_embedding_sharding(tmp_path):
+    """The sparse dataset holds torch's 256 KiB-4 MiB all-to-all sweeps on every cluster:
+    no gap. Without them at 300 Mbit/s (2, 4 and 6 hosts; the 16 MiB sweeps there are
+    another regime, and any host count's sweep stands for the same links), validate names
+    those clusters, the exchange's size and the sweep to run, and not the 100 Mbit/s ones."""
+    import shutil
+
+    from harness.validate.score import calibration_gaps
+
+    assert calibration_gaps(ResultsStore(SPARSE_DATA)) == []
+    data = tmp_path / "sparse"
+    shutil.copytree(SPARSE_DATA, data)
+    small_at_300mbit = sorted(p.name for p in (data / "runs").iterdir()
+                              if "20261126T112124Z" <= p.name <= "20261126T112652Z-z")
+    assert len(small_at_300mbit) == 9  # 3 sweeps each on 2, 4 and 6 hosts
+    for sweep in small_at_300mbit:
+        shutil.rmtree(data / "runs" / sweep)
+    gaps = calibration_gaps(ResultsStore(data))
+    assert gaps and all("all-to-all was never swept near embedding sharding's" in g
+                        and "rate=300mbit" in g and "--sizes 256KiB:4MiB" in g for g in gaps)
+    assert {h for h in (2, 4, 6) if any(f"hosts={h},rate=300mbit" in g for g in gaps)} \
+        == {2, 4, 6}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pandas as pd
 
@@ -105,9 +106,10 @@ def link_share(points: pd.DataFrame, fits: pd.DataFrame, framework: str,
     if near is None:
         nbytes = float(max(sizes))
     else:
-        nbytes = float(min(sizes, key=lambda b: abs(math.log(b / near))))
-        if abs(math.log(nbytes / near)) > math.log(NEAR):
+        nearest = size_near(sizes, near)
+        if nearest is None:
             return None  # another regime: 16 MiB says nothing of a 1 MiB exchange
+        nbytes = nearest
     swept = latest_sweeps(swept[swept["bytes"] == nbytes])
     measured = float(swept["time_s"].median())
     alpha, beta = software_costs(fits, framework, ranks)
@@ -125,6 +127,23 @@ def link_share(points: pd.DataFrame, fits: pd.DataFrame, framework: str,
         return None
     return LinkShare(wire / (measured - rest), str(swept["cluster"].iloc[-1]), ranks, nbytes,
                      int(swept["run_id"].nunique()), op)
+
+
+def size_near(sizes: Any, near: float) -> float | None:
+    """The swept size nearest ``near``, where it is within NEAR x of it; else None."""
+    sizes = [float(b) for b in sizes if b > 0]
+    if not sizes or not near > 0:
+        return None
+    nbytes = min(sizes, key=lambda b: abs(math.log(b / near)))
+    return nbytes if abs(math.log(nbytes / near)) <= math.log(NEAR) else None
+
+
+def swept_near(points: pd.DataFrame, framework: str, cluster: str, op: str,
+               near: float) -> bool:
+    """Whether ``framework``'s ``op`` was swept on ``cluster``'s links near ``near`` bytes:
+    what ``link_share(..., near=)`` needs to read a share there."""
+    swept = shaped_points(points, framework, cluster, op, MIN_BYTES / 4)
+    return not swept.empty and size_near(swept["bytes"].unique(), near) is not None
 
 
 def step_shares(points: pd.DataFrame, fits: pd.DataFrame, framework: str, strategy: str,

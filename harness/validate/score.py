@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 
 from harness.calibrate.fits import comm_table
-from harness.calibrate.link_share import shaped_points, step_shares
+from harness.calibrate.link_share import shaped_points, step_shares, swept_near
 from harness.calibrate.links import MeasuredLinks, emulated_topology, measured_links
 from harness.calibrate.sweep_selection import latest_sweeps, loopback_fits, realtime_rows
-from harness.calibrate.workload import worker_compute
+from harness.calibrate.workload import worker_compute, workload_facts
 from harness.core.clusters import parse_cluster
 from harness.core.errors import InputError
 from harness.core.strategies import baseline as find_baseline
@@ -385,6 +385,7 @@ def calibration_gaps(store: ResultsStore) -> list[str]:
                         f"{', '.join(unswept)}: its collectives there are taken at the probed "
                         f"rate (stratbench comm --framework {framework} --cluster CLUSTER "
                         f"--world N --sizes 16MiB:16MiB)")
+        gaps += _exchange_gaps(frame, points, str(framework), group)
         unrun: dict[str, list[str]] = {}
         for (strategy, workload, size), _ in group.groupby(["strategy", "workload", "size"]):
             name = f"{workload}:{size}"
@@ -397,6 +398,34 @@ def calibration_gaps(store: ResultsStore) -> list[str]:
             gaps.append(f"no local run of {framework}'s {cases}: the runtime's own time per "
                         "step is taken as 0 there (stratbench run, no --cluster)")
     return gaps
+
+
+def _exchange_gaps(frame: pd.DataFrame, points: pd.DataFrame, framework: str,
+                   group: pd.DataFrame) -> list[str]:
+    """Embedding sharding's clusters where its all-to-all was not swept near the exchange's
+    size: its exchange there takes the all-reduce's share of the links instead."""
+    from harness.core.units import format_bytes
+
+    out = []
+    sharded = group[[(record := find_strategy(framework, str(s))) is not None
+                     and record.exchange == "embedding" for s in group["strategy"]]]
+    for key, _ in sharded.groupby(["cluster", "workload", "size", "replicas",
+                                   "global_batch"]):
+        cluster, workload, size = (str(k) for k in key[:3])
+        replicas, batch = (int(float(str(k))) for k in key[3:])
+        try:
+            facts = workload_facts(f"{workload}:{size}", frame)
+        except InputError:
+            continue
+        exchange = facts.at(batch=batch // replicas).sparse_rows_bytes
+        if exchange > 0 and not swept_near(points, framework, str(cluster), "all_to_all",
+                                           exchange):
+            out.append(f"{framework}'s all-to-all was never swept near embedding sharding's "
+                       f"{format_bytes(exchange)} exchange ({workload}:{size}) on {cluster}: "
+                       f"it takes the all-reduce's share of the links there (stratbench comm "
+                       f"--framework {framework} --cluster {cluster} --world {replicas} "
+                       f"--sizes 256KiB:4MiB)")
+    return out
 
 
 def _predict_layout_row(store: ResultsStore, r: dict[str, Any], base: Any,
