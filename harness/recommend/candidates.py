@@ -100,8 +100,7 @@ def device_memory(target: Target, ctx: Context, replicas: int) -> float:
     if name is not None:
         from harness.sim.preset import load_preset
 
-        device = load_preset(name).device
-        return device.memory_bytes - device.reserved_bytes  # what a model can use
+        return load_preset(name).device.usable_memory_bytes
     if ctx.ram_bytes is None or not ctx.ram_bytes > 0:
         return NAN
     on_this_machine = replicas if target.kind in ("measured", "emulated") else 1

@@ -211,11 +211,9 @@ def memory_fit(needed: float, calib: cal.Calibration) -> MemoryFit:
 def fuses_attention(calib: cal.Calibration) -> bool:
     """Whether the calibration's framework runs attention fused (torch's SDPA by
     default), unless the calibration says."""
-    from harness.sim.device_model import FUSES_ATTENTION
+    from harness.sim.device_model import fuses_attention as fused
 
-    if calib.fused_attention is not None:
-        return calib.fused_attention
-    return FUSES_ATTENTION.get(calib.framework or "torch", True)
+    return fused(calib.framework, calib.fused_attention)
 
 
 def _one_device_s(model: LayeredModel, micro: int, calib: cal.Calibration,

@@ -129,7 +129,7 @@ def device_step(profile: WorkloadProfile, calibration: Calibration | None,
         return None
     name = calibration.precision or training_precision(calibration.device)
     rate = device_rate(calibration.device, name, calibration.efficiency,
-                       _efficiency_source(calibration), calibration.framework,
+                       efficiency_source(calibration), calibration.framework,
                        calibration.fused_attention, calibration.channels_last)
     # embedding tables are updated where a step touched them (sparse optimizers)
     updated = profile.params * (profile.gradient_sparsity if profile.embedding_row_bytes
@@ -153,7 +153,8 @@ def with_device_update(profile: WorkloadProfile, calibration: Calibration | None
     return replace(profile, optimizer_s=step.optimizer_s)
 
 
-def _efficiency_source(calibration: Calibration) -> str:
+def efficiency_source(calibration: Calibration) -> str:
+    """Where the device's efficiency came from, as answers name it."""
     if calibration.efficiency is not None:
         return f"fitted: {calibration.compute_source}"
     return "the system file's"

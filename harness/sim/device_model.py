@@ -38,6 +38,7 @@ from harness.core.errors import SpecError
 from harness.sim.preset import Device
 from workloads.operators import ATTENTION, ELEMENTWISE, GATHER, GEMM, Op
 from workloads.precision import Precision
+from workloads.precision import precision as find_precision
 
 #: Fraction of the datasheet memory bandwidth that streaming kernels reach: STREAM-like
 #: benchmarks (BabelStream, https://github.com/UoB-HPC/BabelStream) reach roughly 80-90% of
@@ -68,6 +69,11 @@ FUSES_ATTENTION = {"torch": True, "tf": False}
 #: https://docs.mosaicml.com/projects/composer/en/stable/method_cards/channels_last.html).
 CHANNELS_LAST = {"torch": False, "tf": True}
 FRAMEWORKS = ("torch", "tf")
+
+
+def fuses_attention(framework: str | None, stated: bool | None = None) -> bool:
+    """Whether attention runs fused: as stated, else as ``framework`` runs it by default."""
+    return stated if stated is not None else FUSES_ATTENTION.get(framework or "torch", True)
 
 
 def gemm_precision(precision: str, framework: str, conv: bool, device: Device) -> str:
@@ -135,8 +141,8 @@ class DeviceRate:
 
     @property
     def value_bytes(self) -> int:
-        """Bytes of an activation value: 4 in fp32 and TF32, 2 in mixed precision and fp8."""
-        return 4 if self.precision in ("fp32", "tf32") else 2
+        """Bytes of an activation value, by workloads.precision's rule (None: bf16)."""
+        return find_precision(self.precision or "bf16").value_bytes
 
     @property
     def bytes_per_s(self) -> float:
@@ -148,9 +154,7 @@ class DeviceRate:
 
     @property
     def fuses_attention(self) -> bool:
-        if self.fused_attention is not None:
-            return self.fused_attention
-        return FUSES_ATTENTION.get(self.framework, True)
+        return fuses_attention(self.framework, self.fused_attention)
 
     @property
     def transposes_convs(self) -> bool:

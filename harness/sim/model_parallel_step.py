@@ -13,7 +13,7 @@ import functools
 import time
 from collections.abc import Sequence
 
-from harness.sim.calibration import Calibration, compute_seconds
+from harness.sim.calibration import Calibration, compute_seconds, efficiency_source
 from harness.sim.collectives import grouped_ring_allreduce, point_to_point
 from harness.sim.compute import (
     ZERO,
@@ -253,9 +253,8 @@ def _device_rate(calibration: Calibration | None, step_compute_s: float | None,
             or calibration.compute_s_per_step is not None):
         return None
     return device_rate(calibration.device, precision, calibration.efficiency,
-                       f"fitted: {calibration.compute_source}" if calibration.efficiency
-                       is not None else "assumed by the system file",
-                       calibration.framework, calibration.fused_attention)
+                       efficiency_source(calibration), calibration.framework,
+                       calibration.fused_attention)
 
 
 def _shared_splits(model: LayeredModel, stages: list[tuple[Layer, ...]], micro: int,

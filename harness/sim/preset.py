@@ -104,6 +104,11 @@ class Device:
         raise SpecError(f"{self.name} states no {precision or 'training'} peak (it has "
                         f"{', '.join(self.peak_flops)})")
 
+    @property
+    def usable_memory_bytes(self) -> float:
+        """What a model can use: the capacity less the runtime's reserve (NaN: unknown)."""
+        return self.memory_bytes - self.reserved_bytes
+
     def efficiency(self, precision: str | None) -> float:
         """The fraction of ``precision``'s peak a large GEMM reaches: the file's
         ``matmul_efficiency`` for it, else ``assumed_efficiency``."""
