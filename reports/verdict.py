@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 from markupsafe import Markup
 
+from harness.core.units import compare, format_count, format_usd
 from reports.plots import Series, chart
 
 PICK_KEYS = ("framework", "strategy", "replicas", "train_time_s", "cost_usd", "step_time_s",
@@ -69,9 +70,7 @@ def duration(seconds: float) -> str:
 
 def usd(v: float) -> str:
     """Dollars and cents; a cost under a cent says so rather than '$0.00'."""
-    if not _ok(v):
-        return ""
-    return "under $0.01" if 0 < v < 0.005 else f"${v:,.2f}"
+    return format_usd(v) if _ok(v) else ""
 
 
 def devices(n: int) -> str:
@@ -79,13 +78,10 @@ def devices(n: int) -> str:
 
 
 def run_name(p: dict[str, Any]) -> str:
-    """What a user runs for a candidate: a simulated strategy by the one framework strategy
-    it stands for on those devices (``torch ddp``), else its own name."""
-    runs_as = p.get("runs_as")
-    if p.get("framework") == "sim" and isinstance(runs_as, str) and runs_as \
-            and " or " not in runs_as:
-        return runs_as
-    return f"{p['framework']}/{p['strategy']}"
+    """What a user runs for a candidate (``harness.recommend.decide.run_name``)."""
+    from harness.recommend.decide import run_name as named
+
+    return named(p)
 
 
 def brief(p: dict[str, Any] | None) -> str:
@@ -138,7 +134,7 @@ def sure_line(pick: dict[str, Any], runner_up: dict[str, Any] | None, margin: fl
         head = f"{pick['source']} on this target"
     if runner_up is None or not _ok(margin):
         return head + "; nothing to compare with"
-    line = f"{head}; the runner-up is {margin:.0%} slower"
+    line = f"{head}; the runner-up is {compare(1 + margin, 'slower', 'faster')}"
     known = [e for e in errs if _ok(e)]
     bound = sum(known) if known else math.nan  # both may be off, in opposite directions
     if _ok(bound) and margin <= bound:
@@ -165,7 +161,7 @@ def derive(workload: str, target: str, rows: list[dict[str, Any]], samples: floa
               else math.nan)
     cost = usd(pick["cost_usd"])
     headline = (f"use {pick['framework']}/{pick['strategy']} on {devices(pick['replicas'])}: "
-                f"{samples:.3g} samples in {duration(pick['train_time_s'])}"
+                f"{format_count(samples)} samples in {duration(pick['train_time_s'])}"
                 f"{' for ' + cost if cost else ''}")
     return base | {"status": "ok", "headline": headline, "why": pick["reason"],
                    "sure": sure_line(pick, runner_up, margin), "margin": margin}

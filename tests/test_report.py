@@ -238,7 +238,7 @@ def verdict_frame(workloads=("mlp:S", "recsys:S"), targets=("preset:dgx_h100_ib 
             verdicts.append({
                 "workload": w, "target": t, "status": "ok",
                 "headline": f"use {pick['framework']}/{pick['strategy']} on "
-                            f"{pick['replicas']} devices: 1e+07 samples in "
+                            f"{pick['replicas']} devices: 10 million samples in "
                             f"{pick['train_time_s'] / 3600:.2g} h for ${pick['cost_usd']:.2f}"
                             f"{text}",
                 "why": f"fastest; more devices only add exchange time{text}",
@@ -291,7 +291,7 @@ def test_verdict_derived_from_ranks_without_attrs():
     assert v["status"] == "ok" and v["pick"]["strategy"] == "ddp"
     assert v["runner_up"]["strategy"] == "fsdp"
     assert v["margin"] == pytest.approx(0.05)
-    assert v["headline"] == "use torch/ddp on 8 devices: 1e+07 samples in 2 h for $40.00"
+    assert v["headline"] == "use torch/ddp on 8 devices: 10 million samples in 2 h for $40.00"
     assert v["why"] == "reason ddp"
     # both errors named, and a 5% margin under a 12% error is a close call
     assert "8% (pick), 12% (runner-up)" in v["sure"] and "close call" in v["sure"]
@@ -301,7 +301,7 @@ def test_verdict_derived_from_ranks_without_attrs():
 def test_derived_verdict_measured_and_clear():
     frame = ranked_frame([("ddp", 100.0, math.nan), ("fsdp", 150.0, math.nan)], "measured")
     (v,) = vd.verdicts(frame, SAMPLES)
-    assert v["sure"] == "measured on this target; the runner-up is 50% slower"
+    assert v["sure"] == "measured on this target; the runner-up is 1.5x slower"
 
 
 def test_derived_verdict_when_nothing_fits():

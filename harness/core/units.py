@@ -17,19 +17,73 @@ from harness.core.errors import SpecError
 from workloads.quantities import NUMBER, read_duration, read_number, read_size, scale
 
 
+def three_figures(value: float) -> str:
+    """Three significant figures, and no e-notation from 1 up: '4.56', '123', '1,230'."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
 def format_duration(seconds: float) -> str:
     if not math.isfinite(seconds):
         return "-"
     for factor, unit in ((86400, "d"), (3600, "h"), (60, "min")):
         if seconds >= factor:
-            return f"{seconds / factor:.3g} {unit}"
+            return f"{three_figures(seconds / factor)} {unit}"
     return f"{seconds:.3g} s"
 
 
 def format_bytes(n: float) -> str:
     if n >= 1e12:
-        return f"{n / 1e12:.3g} TB"
+        return f"{three_figures(n / 1e12)} TB"
     return f"{n / 1e9:.3g} GB" if n >= 1e8 else f"{n / 1e6:.3g} MB"
+
+
+def format_count(n: float) -> str:
+    """'25,000', '10 million', '1.5 billion': a count of samples as a sentence gives it."""
+    for factor, word in ((1e12, "trillion"), (1e9, "billion"), (1e6, "million")):
+        if n >= factor:
+            return f"{three_figures(n / factor)} {word}"
+    return f"{n:,.0f}"
+
+
+def format_ratio(ratio: float) -> str:
+    """A ratio of at least 1 as people write it: '1.8x', '25x', '120x', '1,200x' (two
+    significant figures; never '1x', never e-notation)."""
+    rounded = float(f"{ratio:.2g}")
+    return f"{rounded:.1f}x" if rounded < 10 else f"{rounded:,.0f}x"
+
+
+# Below this ratio a difference reads as a percentage ('40% slower'); from it on, as a
+# multiple ('1.8x slower'): '523% slower' for a 6.2x difference is what nobody writes.
+PERCENT_BELOW = 1.5
+
+
+def compare(ratio: float, more: str, less: str) -> str:
+    """``ratio`` = this / that, in words: '4% slower', '6.2x slower', '1.8x faster' (with
+    ``more`` = 'slower', ``less`` = 'faster'). Percentages are of ``that`` for ``more`` and
+    of ``this`` for ``less``, so that '40% faster' and '40% slower' are the same ratio's two
+    readings."""
+    if not math.isfinite(ratio) or ratio <= 0:
+        return f"{more} (by an unknown factor)"
+    word, r = (more, ratio) if ratio >= 1 else (less, 1 / ratio)
+    if r >= PERCENT_BELOW:
+        return f"{format_ratio(r)} {word}"
+    pct = round((r - 1) * 100)
+    return f"under 1% {word}" if pct < 1 else f"{pct}% {word}"
+
+
+def times_the(ratio: float, what: str) -> str:
+    """'120x the cost', '30% more cost', '40% less cost' (``ratio`` = this / that)."""
+    if not math.isfinite(ratio) or ratio <= 0:
+        return f"an unknown multiple of the {what}"
+    if ratio >= PERCENT_BELOW:
+        return f"{format_ratio(ratio)} the {what}"
+    if ratio >= 1:
+        pct = round((ratio - 1) * 100)
+        return f"the same {what}" if pct < 1 else f"{pct}% more {what}"
+    if 1 / ratio >= PERCENT_BELOW:
+        return f"{format_ratio(1 / ratio)} less {what}"
+    pct = round((1 - ratio) * 100)
+    return f"the same {what}" if pct < 1 else f"{pct}% less {what}"
 
 
 def format_rate(bits: float) -> str:
@@ -45,6 +99,8 @@ def format_usd(value: float) -> str:
     """Cents where they matter; whole dollars from $10,000 on (a table column stays narrow)."""
     if not math.isfinite(value):
         return "-"
+    if 0 < value < 0.005:
+        return "under $0.01"  # never '$0.00' for something that costs money
     return f"${value:,.0f}" if value >= 1e4 else f"${value:,.2f}"
 
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.core.units import format_duration, format_usd
+from harness.core.units import compare, format_count, format_duration, format_usd, times_the
 
 NAN = float("nan")
 DEFAULT_MIN_EFFICIENCY = 0.5
@@ -78,9 +78,28 @@ def objective(p: Point, goal: Goal) -> tuple[float, float]:
     return (p["train_time_s"], cost)
 
 
+def runnable(p: Point) -> bool:
+    """Something a user can run on the target's devices: a framework's strategy, or a
+    simulated one that a framework strategy runs there (``runs_as``); one device always."""
+    if p["framework"] != "sim" or p.get("strategy") in ("single_device", "one_device"):
+        return True
+    return isinstance(p.get("runs_as"), str) and bool(p["runs_as"])
+
+
+def run_name(p: Point) -> str:
+    """What a user runs for a candidate: a simulated strategy by the one framework strategy
+    it stands for on those devices (``torch ddp``), else its own name."""
+    runs_as = p.get("runs_as")
+    if p.get("framework") == "sim" and isinstance(runs_as, str) and runs_as \
+            and " or " not in runs_as:
+        return runs_as
+    return f"{p['framework']}/{p['strategy']}"
+
+
 def acceptable(p: Point, goal: Goal) -> bool:
-    """Usable, within the goal's limits, and (without limits) efficient enough."""
-    if not usable(p) or not meets(p, goal):
+    """Runnable, usable, within the goal's limits, and (without limits) efficient enough: a
+    simulator-only row stays in the table, below the line, never the pick."""
+    if not runnable(p) or not usable(p) or not meets(p, goal):
         return False
     return goal.constrained or efficient(p, goal)
 
@@ -94,7 +113,7 @@ def choose(points: Sequence[Point], goal: Goal) -> Point | None:
 def nearest_miss(points: Sequence[Point], goal: Goal) -> Point | None:
     """Where nothing is acceptable: the cheapest usable point under a budget, else the
     fastest; None if nothing is usable at all."""
-    ok = [p for p in points if usable(p)]
+    ok = [p for p in points if usable(p) and runnable(p)]
     if not ok:
         return None
     if goal.budget_usd is not None:
@@ -188,44 +207,226 @@ def sureness(pick: Point, runner_up: Point | None) -> tuple[str, float]:
         verdict = (f"beyond the error ({noise:.0%})" if known else "both measured")
     else:
         verdict = f"within the error ({noise:.0%}): close, either will do"
-    return (f"{_error_text(pick)}; the runner-up is {margin:.0%} slower: {verdict}"), margin
+    return (f"{_error_text(pick)}; the runner-up is {compare(1 + margin, 'slower', 'faster')}: "
+            f"{verdict}"), margin
+
+
+def _cost(p: Point) -> float:
+    return float(p["cost_usd"]) if _finite(p.get("cost_usd")) else NAN
+
+
+def _brief(p: Point) -> dict[str, Any]:
+    """A point as a decision names it: what it is and the numbers that can decide."""
+    return {"label": _label(p), "framework": p["framework"], "strategy": p["strategy"],
+            "replicas": int(p["replicas"]), "train_time_s": float(p["train_time_s"]),
+            "cost_usd": _cost(p), "scaling_efficiency": float(p.get("scaling_efficiency", NAN))}
+
+
+def decided_by(pick: Point | None, points: Sequence[Point], goal: Goal) -> dict[str, Any]:
+    """The rule that decided, with its numbers and its baseline: what the verdict's prose is
+    written from (``explain``), so that the two can never disagree.
+
+    rules: ``no_option`` (nothing usable: ``does_not_fit`` when memory is why;
+    ``only_simulated`` when only layouts no framework runs there would train it),
+    ``over_limits`` (nothing meets the budget or deadline: the nearest miss against them),
+    ``nothing_efficient`` (no limits, no usable one device, and every option below the
+    efficiency threshold),
+    ``only_one_device`` (no distributed option runs), ``slower_than_one_device`` (the fastest
+    distributed option takes longer than the pick, a one-device run: the baseline, whichever
+    framework's it is), ``below_efficiency`` (faster, but each added device adds less than the
+    threshold against its own framework's one device), ``over_limits_faster`` (faster options
+    miss the budget or deadline), ``fastest_efficient``, ``fastest_within_limits`` and
+    ``cheapest_within_deadline`` (a distributed pick: the best that meets the rule)."""
+    limits = {"budget_usd": goal.budget_usd, "deadline_s": goal.deadline_s,
+              "min_efficiency": goal.min_efficiency}
+    if pick is None:
+        miss = nearest_miss(points, goal)
+        simulated_only = [p for p in points if usable(p) and not runnable(p)]
+        if miss is None and simulated_only:
+            best = min(simulated_only, key=lambda p: p["train_time_s"])
+            return {"rule": "only_simulated", "numbers": limits, "baseline": None,
+                    "option": _brief(best)}
+        if miss is None:
+            reasons = [str(p.get("reason") or "") for p in points]
+            memory = next((r for r in reasons if r.startswith("does not fit")), "")
+            return {"rule": "does_not_fit" if memory else "no_option", "numbers": limits,
+                    "baseline": None, "option": None,
+                    "detail": memory or next((r for r in reasons if r), "no results")}
+        if not goal.constrained:
+            return {"rule": "nothing_efficient", "numbers": limits, "baseline": None,
+                    "option": _brief(miss)}
+        numbers = limits | {"cost_over": _cost(miss) / goal.budget_usd
+                            if goal.budget_usd and _finite(_cost(miss)) else NAN,
+                            "time_over": miss["train_time_s"] / goal.deadline_s
+                            if goal.deadline_s else NAN}
+        return {"rule": "over_limits", "numbers": numbers, "baseline": None,
+                "option": _brief(miss)}
+    spread = [p for p in points if usable(p) and runnable(p) and int(p["replicas"]) > 1]
+    faster = [p for p in spread if p["train_time_s"] < pick["train_time_s"]]
+    if int(pick["replicas"]) > 1:
+        rule = ("fastest_efficient" if not goal.constrained
+                else "cheapest_within_deadline" if goal.budget_usd is None
+                else "fastest_within_limits")
+        skipped = min(faster, key=lambda p: p["train_time_s"]) if faster else None
+        return {"rule": rule, "numbers": limits, "baseline": None, "option": _brief(pick),
+                "skipped": None if skipped is None else _brief(skipped),
+                "skipped_why": None if skipped is None else (
+                    "efficiency" if not goal.constrained
+                    else "cost" if meets(skipped, goal) else "limits")}
+    if not spread:
+        return {"rule": "only_one_device", "numbers": limits, "baseline": _brief(pick),
+                "option": None}
+    if faster:
+        best = min(faster, key=lambda p: p["train_time_s"])
+        rule = ("below_efficiency" if not goal.constrained
+                else "costlier_within_limits" if meets(best, goal) else "over_limits_faster")
+    else:
+        best = min(spread, key=lambda p: p["train_time_s"])
+        rule = "slower_than_one_device"
+    numbers = limits | {"time_ratio": best["train_time_s"] / pick["train_time_s"],
+                        "cost_ratio": _ratio(_cost(best), _cost(pick))}
+    return {"rule": rule, "numbers": numbers, "baseline": _brief(pick), "option": _brief(best),
+            "same_framework": best["framework"] == pick["framework"]}
+
+
+def explain(decision: dict[str, Any]) -> str:
+    """The sentence a verdict gives for ``decided_by``: its rule and its numbers, each against
+    the baseline it was compared with."""
+    rule, n = decision["rule"], decision["numbers"]
+    option, base = decision.get("option"), decision.get("baseline")
+    if rule in ("does_not_fit", "no_option"):
+        return str(decision["detail"])
+    if rule == "only_simulated":
+        assert option is not None
+        return (f"only the simulator's layouts train it here, and no framework strategy runs "
+                f"them on these devices: the fastest, {option['label']}, would take "
+                f"{format_duration(option['train_time_s'])}")
+    if rule == "over_limits":
+        assert option is not None
+        parts = []
+        if _finite(n.get("cost_over", NAN)) and n["cost_over"] > 1:
+            parts.append(f"{option['label']} costs {format_usd(option['cost_usd'])}, "
+                         f"{compare(n['cost_over'], 'over', 'under')} the budget of "
+                         f"{format_usd(n['budget_usd'])}")
+        if _finite(n.get("time_over", NAN)) and n["time_over"] > 1:
+            parts.append(f"it takes {format_duration(option['train_time_s'])}, "
+                         f"{compare(n['time_over'], 'past', 'before')} the deadline of "
+                         f"{format_duration(n['deadline_s'])}")
+        return "; ".join(parts) or f"{option['label']} is the nearest"
+    if rule == "nothing_efficient":
+        assert option is not None
+        return (f"no one-device run to fall back on, and the fastest option, "
+                f"{option['label']}, scales at {option['scaling_efficiency']:.0%} against its "
+                f"framework's one device, below {n['min_efficiency']:.0%}")
+    if rule == "only_one_device":
+        return "one device: no distributed configuration runs here"
+    if rule in ("fastest_efficient", "fastest_within_limits", "cheapest_within_deadline"):
+        assert option is not None
+        skipped, why = decision.get("skipped"), decision.get("skipped_why")
+        eff = option["scaling_efficiency"]
+        if rule == "fastest_efficient":
+            text = (f"the fastest option at a scaling efficiency of at least "
+                    f"{n['min_efficiency']:.0%}"
+                    + (f" ({eff:.0%} against its framework's one device)" if _finite(eff)
+                       else ""))
+        else:
+            text = (f"the {'fastest' if rule == 'fastest_within_limits' else 'cheapest'} "
+                    f"option that meets the {_limits_text(n)}")
+        if skipped is not None:
+            ratio = option["train_time_s"] / skipped["train_time_s"]
+            dearer = _ratio(skipped["cost_usd"], option["cost_usd"])
+            against = (f"its scaling efficiency is {skipped['scaling_efficiency']:.0%}, below "
+                       f"{n['min_efficiency']:.0%}" if why == "efficiency"
+                       else f"costs {times_the(dearer, 'cost')}" if why == "cost"
+                       else _missed(skipped, n))
+            text += (f"; {skipped['label']} is {compare(ratio, 'faster', 'slower')} but "
+                     f"{against}")
+        return text
+    assert option is not None and base is not None
+    pace = compare(n["time_ratio"], "slower", "faster")
+    versus = ("one device" if decision.get("same_framework")
+              else f"{base['label']}, the pick,")
+    text = f"the fastest distributed option, {option['label']}, is {pace} than {versus}"
+    if _finite(n.get("cost_ratio", NAN)):
+        text += f" for {times_the(n['cost_ratio'], 'cost')}"
+    if rule == "below_efficiency":
+        text += (f", at a scaling efficiency of {option['scaling_efficiency']:.0%} against "
+                 f"{option['framework']}'s own one device, below {n['min_efficiency']:.0%}")
+    elif rule == "over_limits_faster":
+        text += f", but {_missed(option, n)}"
+    elif rule == "costlier_within_limits":
+        text += f"; one device is the cheapest that meets the {_limits_text(n)}"
+    elif _finite(option["scaling_efficiency"]) and not decision.get("same_framework"):
+        text += (f"; against {option['framework']}'s own one device its scaling efficiency "
+                 f"is {option['scaling_efficiency']:.0%}")
+    return text.rstrip(",")
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if _finite(a) and _finite(b) and b > 0 else NAN
+
+
+def _limits_text(n: dict[str, Any]) -> str:
+    parts = ([f"budget of {format_usd(n['budget_usd'])}"] if n.get("budget_usd") else []) + (
+        [f"deadline of {format_duration(n['deadline_s'])}"] if n.get("deadline_s") else [])
+    return " and ".join(parts)
+
+
+def _missed(option: dict[str, Any], n: dict[str, Any]) -> str:
+    """How an option misses the limits: its cost against the budget, its time against the
+    deadline."""
+    parts = []
+    budget, deadline = n.get("budget_usd"), n.get("deadline_s")
+    if budget and _finite(option["cost_usd"]) and option["cost_usd"] > budget:
+        parts.append(f"costs {format_usd(option['cost_usd'])}, over the budget of "
+                     f"{format_usd(budget)}")
+    elif budget and not _finite(option["cost_usd"]):
+        parts.append(f"has no price, so it cannot be held to the budget of "
+                     f"{format_usd(budget)}")
+    if deadline and option["train_time_s"] > deadline:
+        parts.append(f"takes {format_duration(option['train_time_s'])}, past the deadline "
+                     f"of {format_duration(deadline)}")
+    return " and ".join(parts) or "does not meet the limits"
 
 
 def verdict(workload: str, target: str, ranked: Sequence[Point], points: Sequence[Point],
             goal: Goal) -> dict[str, Any]:
-    """The answer for one workload on one target, as the report and the terminal show it."""
+    """The answer for one workload on one target, as the report and the terminal show it;
+    its ``why`` is written from its ``decided_by``."""
     base = {"workload": workload, "target": target, "constraint": goal.describe(),
             "margin": NAN, "pick": None, "runner_up": None}
-    pick = ranked[0] if ranked and acceptable(ranked[0], goal) else None
+    pick = next((p for p in ranked if acceptable(p, goal)), None)
+    decision = decided_by(pick, points, goal)
     if pick is None:
         miss = nearest_miss(points, goal)
         if miss is None:
-            why = ranked[0]["reason"] if ranked else "no results"
             return base | {"status": "none", "headline": "no strategy can train it here",
-                           "why": why, "sure": ""}
-        over = (f"{miss['cost_usd'] / goal.budget_usd - 1:.0%} over the budget"
-                if goal.budget_usd and _finite(miss.get("cost_usd")) else "")
-        late = (f"{miss['train_time_s'] / goal.deadline_s - 1:.0%} past the deadline"
-                if goal.deadline_s and miss["train_time_s"] > goal.deadline_s else "")
+                           "why": explain(decision), "sure": "", "decided_by": decision}
         return base | {
-            "status": "over_budget", "pick": _summary(miss),
+            "status": "over_budget", "pick": _summary(miss), "decided_by": decision,
             "headline": (f"nothing meets the {goal.describe()}: the nearest is {_label(miss)}, "
                          f"{format_duration(miss['train_time_s'])} for "
                          f"{format_usd(miss.get('cost_usd', NAN))}"),
-            "why": "; ".join(x for x in (over, late) if x) or miss["reason"], "sure": ""}
-    others = [p for p in ranked[1:] if acceptable(p, goal)
-              and (p["framework"], p["strategy"]) != (pick["framework"], pick["strategy"])]
+            "why": explain(decision), "sure": ""}
+    # the runner-up is something else to run: not the pick's strategy under another of the
+    # simulator's names (NCCL's ring or tree is torch ddp either way)
+    others = [p for p in ranked if p is not pick and acceptable(p, goal)
+              and (p["framework"], p["strategy"]) != (pick["framework"], pick["strategy"])
+              and run_name(p) != run_name(pick)]
     runner_up = others[0] if others else None
     sure, margin = sureness(pick, runner_up)
     cost = pick.get("cost_usd", NAN)
     headline = (f"{'do not distribute: ' if int(pick['replicas']) == 1 else 'use '}"
-                f"{_label(pick)}: {goal.samples:.3g} samples in "
+                f"{_label(pick)}: {format_count(goal.samples)} samples in "
                 f"{format_duration(pick['train_time_s'])}"
                 + (f" for {format_usd(cost)}" if _finite(cost) else ""))
-    why = pick["reason"]
-    if int(pick["replicas"]) == 1:
-        why = _why_not_distribute(pick, points, goal) or why
-    else:
+    why = explain(decision)
+    if int(pick["replicas"]) > 1:
+        reason = str(pick.get("reason") or "")
+        eff = pick.get("scaling_efficiency", NAN)
+        if _finite(eff):  # the decision's sentence gave it already
+            reason = reason.replace(f"; scaling efficiency {eff:.0%}", "")
+        why += f"; {reason}" if reason else ""
         single = [p for p in points if int(p["replicas"]) == 1 and usable(p)]
         if single and _finite(cost) and _finite(single[0].get("cost_usd")) \
                 and single[0]["cost_usd"] < cost:
@@ -233,24 +434,7 @@ def verdict(workload: str, target: str, ranked: Sequence[Point], points: Sequenc
                     f"{format_duration(single[0]['train_time_s'])} for "
                     f"{format_usd(single[0]['cost_usd'])}")
     if runner_up is not None:
-        why += f"; next: {_label(runner_up)}, {margin:.0%} slower"
+        why += f"; next: {_label(runner_up)}, {compare(1 + margin, 'slower', 'faster')}"
     return base | {"status": "ok", "headline": headline, "why": why, "sure": sure,
-                   "margin": margin, "pick": _summary(pick), "runner_up": _summary(runner_up)}
-
-
-def _why_not_distribute(single: Point, points: Sequence[Point], goal: Goal) -> str:
-    spread = [p for p in points if usable(p) and int(p["replicas"]) > 1]
-    if not spread:
-        return "one device: no distributed configuration could run"
-    best = min(spread, key=lambda p: p["train_time_s"])
-    speedup = single["train_time_s"] / best["train_time_s"]
-    eff = best.get("scaling_efficiency", NAN)
-    pace = (f"is only {speedup:.2g}x faster" if speedup >= 1
-            else f"is {1 / speedup:.2g}x slower than one device")
-    text = (f"the fastest distributed option, {_label(best)}, {pace}"
-            + (f" (scaling efficiency {eff:.0%}, below {goal.min_efficiency:.0%})"
-               if _finite(eff) else ""))
-    if _finite(best.get("cost_usd")) and _finite(single.get("cost_usd")) \
-            and single["cost_usd"] > 0:
-        text += f" for {best['cost_usd'] / single['cost_usd']:.2g}x the cost"
-    return text
+                   "margin": margin, "pick": _summary(pick), "runner_up": _summary(runner_up),
+                   "decided_by": decision}

@@ -67,6 +67,7 @@ def _flat(verdict: dict[str, Any]) -> dict[str, Any]:
                      f"{other.get('replicas')}"
                      + (f", {margin:+.0%} time" if _finite(margin) else ""))
     return {"runner_up_text": runner_up, "status": verdict.get("status", "none"),
+            "decided_by": json.dumps(verdict.get("decided_by"), default=str),
             "headline": verdict.get("headline", ""),
             "why": verdict.get("why", ""), "sure": verdict.get("sure", ""),
             "framework": str(pick.get("framework", "")), "strategy": str(pick.get("strategy", "")),

@@ -1,0 +1,156 @@
+"""A verdict's prose is written from its decision: over generated candidate tables, every
+``decided_by`` agrees with the table it came from, its sentence with its numbers, and every
+ratio reads as people write it."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.core.units import compare, format_ratio, times_the
+from harness.recommend.decide import Goal, acceptable, best_per_strategy, meets, runnable, verdict
+
+FORBIDDEN = re.compile(r"(?<![\d.])1(\.0)?x\b|\d[eE][+-]?\d")
+PHRASE = re.compile(r"(under 1%|\d+%|[\d,]+(?:\.\d)?x) (slower|faster)")
+
+
+@pytest.mark.parametrize("ratio, words", [
+    (1.04, "4% slower"), (1.004, "under 1% slower"), (1.4, "40% slower"), (1.8, "1.8x slower"),
+    (6.23, "6.2x slower"), (25.0, "25x slower"), (123.0, "120x slower"),
+    (1234.0, "1,200x slower"), (1 / 1.8, "1.8x faster"), (1 / 1.25, "25% faster")])
+def test_ratios_read_as_people_write_them(ratio, words):
+    assert compare(ratio, "slower", "faster") == words
+
+
+def test_a_ratio_is_never_1x_nor_in_e_notation():
+    assert times_the(123.4, "cost") == "120x the cost"
+    assert times_the(1.3, "cost") == "30% more cost"
+    assert times_the(0.5, "cost") == "2.0x less cost"
+    for r in (1.5, 9.96, 99.6, 1e5, 1e9):
+        assert not FORBIDDEN.search(format_ratio(r)), format_ratio(r)
+
+
+STRATEGIES = ("single_device", "ddp", "fsdp", "parameter_server", "central_storage",
+              "pipeline")
+
+
+@st.composite
+def points(draw: Any) -> list[dict[str, Any]]:
+    out = []
+    for _ in range(draw(st.integers(1, 8))):
+        framework = draw(st.sampled_from(("torch", "tf", "sim")))
+        strategy = draw(st.sampled_from(STRATEGIES))
+        replicas = 1 if strategy == "single_device" else draw(st.sampled_from((2, 4, 8, 16)))
+        out.append({
+            "framework": framework, "strategy": strategy, "replicas": replicas,
+            "status": draw(st.sampled_from(("ok", "ok", "ok", "failed"))),
+            "fits": draw(st.booleans() | st.just(True)),
+            "train_time_s": draw(st.floats(1.0, 1e6)),
+            "cost_usd": draw(st.floats(0.01, 1e5) | st.just(math.nan)),
+            "scaling_efficiency": draw(st.floats(0.0, 1.2) | st.just(math.nan)),
+            "runs_as": draw(st.sampled_from(("", "torch ddp"))) if framework == "sim" else None,
+            "source": draw(st.sampled_from(("measured", "simulated"))),
+            "validation_error": draw(st.floats(0.0, 0.3) | st.just(math.nan)),
+            "reason": "its own reason"})
+    keys = [(p["framework"], p["strategy"], p["replicas"], p["train_time_s"]) for p in out]
+    return [p for i, p in enumerate(out) if keys.index(keys[i]) == i]  # each one findable
+
+
+@st.composite
+def goals(draw: Any) -> Goal:
+    return Goal(1e6, budget_usd=draw(st.none() | st.floats(0.1, 1e5)),
+                deadline_s=draw(st.none() | st.floats(1.0, 1e6)),
+                min_efficiency=draw(st.sampled_from((0.3, 0.5, 0.7))))
+
+
+def _phrase_agrees(sentence: str, ratio: float) -> None:
+    """The first ratio phrase of ``sentence`` says ``ratio`` (this / that), within rounding."""
+    found = PHRASE.search(sentence)
+    assert found, sentence
+    amount, word = found.groups()
+    assert word == ("slower" if ratio >= 1 else "faster"), (sentence, ratio)
+    r = ratio if ratio >= 1 else 1 / ratio
+    if amount == "under 1%":
+        assert r < 1.01
+    elif amount.endswith("%"):
+        assert abs(1 + int(amount[:-1]) / 100 - r) <= 0.0051, (sentence, ratio)
+    else:
+        said = float(amount[:-1].replace(",", ""))
+        assert abs(said - r) <= 0.05 * r + 1e-9, (sentence, ratio)
+
+
+def _find(table: list[dict[str, Any]], named: dict[str, Any]) -> dict[str, Any]:
+    same = [p for p in table if (p["framework"], p["strategy"], p["replicas"],
+                                 p["train_time_s"]) == (named["framework"], named["strategy"],
+                                                        named["replicas"],
+                                                        named["train_time_s"])]
+    assert same, named
+    return same[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(points(), goals())
+def test_every_decision_and_its_sentence_agree_with_the_table(table, goal):
+    ranked = best_per_strategy(table, goal)
+    v = verdict("w", "t", ranked, table, goal)
+    text = " ".join(str(v.get(k, "")) for k in ("headline", "why", "sure"))
+    assert not FORBIDDEN.search(text), text
+    decision = v["decided_by"]
+    rule, numbers = decision["rule"], decision["numbers"]
+    option = decision.get("option")
+    if v["status"] == "ok":
+        pick = _find(table, v["pick"])
+        assert acceptable(pick, goal) and runnable(pick)
+        if v["runner_up"] is not None:
+            assert runnable(_find(table, v["runner_up"]))
+        if goal.budget_usd is not None:
+            assert pick["cost_usd"] <= goal.budget_usd
+        if goal.deadline_s is not None:
+            assert pick["train_time_s"] <= goal.deadline_s
+    if rule == "slower_than_one_device":
+        chosen = _find(table, option)
+        assert int(pick["replicas"]) == 1 and int(chosen["replicas"]) > 1
+        assert chosen["train_time_s"] >= pick["train_time_s"]
+        assert numbers["time_ratio"] == chosen["train_time_s"] / pick["train_time_s"]
+        _phrase_agrees(v["why"], numbers["time_ratio"])
+    elif rule in ("below_efficiency", "over_limits_faster", "costlier_within_limits"):
+        chosen = _find(table, option)
+        assert chosen["train_time_s"] < pick["train_time_s"]
+        _phrase_agrees(v["why"], numbers["time_ratio"])
+        if rule == "below_efficiency":
+            assert chosen["scaling_efficiency"] < goal.min_efficiency
+            assert f"{chosen['scaling_efficiency']:.0%} against" in v["why"]
+            assert f"below {goal.min_efficiency:.0%}" in v["why"]
+        elif rule == "over_limits_faster":
+            assert not meets(chosen, goal)
+            assert any(f"{what} the {limit}" in v["why"] for what, limit in (
+                ("over", "budget"), ("held to", "budget"), ("past", "deadline")))
+        else:
+            assert meets(chosen, goal) and goal.budget_usd is None
+    elif rule in ("fastest_efficient", "fastest_within_limits", "cheapest_within_deadline"):
+        assert option["label"] in v["headline"] and int(pick["replicas"]) > 1
+        if rule == "fastest_efficient" and math.isfinite(pick["scaling_efficiency"]):
+            assert pick["scaling_efficiency"] >= goal.min_efficiency
+    elif rule == "over_limits":
+        assert v["status"] == "over_budget"
+        missed = _find(table, option)
+        assert not meets(missed, goal)
+        over_budget = (goal.budget_usd is not None and math.isfinite(missed["cost_usd"])
+                       and missed["cost_usd"] > goal.budget_usd)
+        assert ("over the budget" in v["why"]) == over_budget, v["why"]
+    elif rule == "nothing_efficient":
+        missed = _find(table, option)
+        assert missed["scaling_efficiency"] < goal.min_efficiency and not goal.constrained
+        assert f"{missed['scaling_efficiency']:.0%} against" in v["why"]
+    elif rule in ("no_option", "does_not_fit", "only_simulated"):
+        assert v["status"] == "none"
+        assert not any(acceptable(p, goal) for p in table)
+    else:
+        assert rule == "only_one_device", rule
+        assert not any(runnable(p) and p["status"] == "ok" and p["fits"]
+                       and int(p["replicas"]) > 1 for p in table)
