@@ -230,3 +230,18 @@ def test_the_crontab_line_is_five_fields_and_the_readme_bench():
     for field, (low, high) in zip(fields, ranges, strict=True):
         assert field == "*" or low <= int(field) <= high
     assert "tox -e bench -- --config stratbench.toml --results" in command
+
+
+def test_a_numbers_only_model_on_a_measured_target_says_so_and_what_to_do(tmp_path):
+    """resnet50 is described by its numbers: on `local` the card says nothing runs it there
+    and what to do instead, and its why does not repeat the headline."""
+    from harness.recommend.nightly import project_verdicts
+
+    config = tmp_path / "stratbench.toml"
+    config.write_text(PROJECT.replace('"mlp:S"', '"resnet50"'))
+    (card,) = project_verdicts(tmp_path / "results", load_project(config))
+    assert card["status"] == "none"
+    assert card["headline"] == ("resnet50 is described by its numbers only, so no framework "
+                                "runs it on local")
+    assert "simulate it on a described system" in card["why"]
+    assert "runnable workload" in card["why"] and card["headline"] not in card["why"]

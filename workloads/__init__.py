@@ -19,7 +19,7 @@ from workloads.data import SOURCES, Batch, batch, batch_shard, shard
 from workloads.frameworks import framework_missing, framework_module
 from workloads.known import KnownModel, get_known, known_names
 from workloads.profile import parse_profile, profile_workload
-from workloads.resolve import Workload, resolve_workload
+from workloads.resolve import Workload, numbers_only, resolve_workload
 from workloads.spec import (
     FAMILIES,
     FRAMEWORKS,
@@ -68,6 +68,7 @@ __all__ = [
     "list_workloads",
     "load_entry_point",
     "load_user_workload",
+    "numbers_only",
     "parse_profile",
     "parse_workload",
     "profile_workload",

@@ -56,3 +56,9 @@ def resolve_workload(text: str) -> Workload:
                         f"model: {', '.join(known_names())}, "
                         f"profile:params=...,flops_per_sample=..., module:callable, "
                         f"file.py:callable, or an entry point: {installed})")
+
+
+def numbers_only(workload: Workload) -> bool:
+    """A workload no framework here can train (a known model, a transformer by its
+    dimensions, a profile): recommended on described systems, never run."""
+    return not isinstance(workload, UserWorkload) and not workload.frameworks

@@ -217,13 +217,12 @@ def _runnable(names: list[str], project: Project | None) -> list[str]:
     """The workloads a framework here can train (built-ins, users' models); known models and
     transformers by their dimensions are numbers only: recommended, never run."""
     from harness.core.project import resolved_workload
-    from workloads import UserWorkload, resolve_workload
+    from workloads import numbers_only, resolve_workload
 
     out = []
     for name in names:
         ref = resolved_workload(name, project) if project else name
-        workload = resolve_workload(ref)
-        if isinstance(workload, UserWorkload) or bool(getattr(workload, "frameworks", None)):
+        if not numbers_only(resolve_workload(ref)):
             out.append(ref)
         else:
             info(f"stage run: {name} is numbers only: recommended, not run")

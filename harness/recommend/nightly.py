@@ -28,7 +28,7 @@ MIN_CHANGE = 0.05  # as reports.history.MIN_REL: smaller moves are run-to-run no
 def project_verdicts(root: Path, project: Project) -> list[dict[str, Any]]:
     """One verdict per (workload, target) of the project, in the file's order; a workload or
     target with no answer gets a card that says why (never a missing card)."""
-    from harness.recommend.recommender import recommend, stored_inputs
+    from harness.recommend.recommender import Unanswered, recommend, stored_inputs
     from results.store import load
 
     tables = stored_inputs(root)
@@ -47,11 +47,10 @@ def project_verdicts(root: Path, project: Project) -> list[dict[str, Any]]:
             verdicts = frame.attrs.get("verdicts") or []
             verdict = dict(verdicts[0]) if verdicts else {
                 "status": "none", "headline": "no answer", "why": "no candidates"}
-        except InputError as exc:  # nothing meets the goal, or nothing can train it
-            said = str(exc).partition(f"{workload} on {goal.target}: ")[2] or str(exc)
-            verdict = {"status": "over_budget" if said.startswith("nothing meets") else "none",
-                       "headline": said.split(" (")[0] if len(said) > 160 else said,
-                       "why": str(exc)}
+        except Unanswered as exc:  # nothing meets the goal, or nothing can train it
+            verdict = dict(exc.card)
+        except InputError as exc:  # the workload itself cannot be read
+            verdict = {"status": "none", "headline": "no answer", "why": str(exc)}
         out.append(_flat(verdict) | base)
     return out
 

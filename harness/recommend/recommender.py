@@ -31,7 +31,7 @@ from harness.calibrate.links import probed_networks
 from harness.calibrate.workload import row_names, workload_facts
 from harness.core.errors import InputError
 from harness.core.strategies import WEIGHT_TOLERANCE
-from harness.core.units import format_bytes, format_duration, format_rate, format_usd
+from harness.core.units import compare, format_bytes, format_duration, format_rate, format_usd
 from harness.recommend import decide
 from harness.recommend.candidates import (
     Context,
@@ -105,8 +105,8 @@ def _reason(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits: fl
         ratio = (min(ar) / row["bytes_per_worker"]
                  if ar and math.isfinite(row["bytes_per_worker"]) and row["bytes_per_worker"] > 0
                  else 1 / sparsity)
-        fewer = (f"{ratio:.2g}x fewer bytes" if ratio >= 1
-                 else f"{1 / ratio:.2g}x more bytes" if ratio > 0 else "fewer bytes")
+        fewer = (compare(ratio, "fewer bytes", "more bytes") if ratio > 0
+                 else "fewer bytes")
         who = ("the parameter server" if ex == "parameter_server"
                else "sharding the tables (all-to-all of the looked-up rows)")
         return (f"embedding gradients touch {sparsity:.0%} of rows: {who} moves {fewer} than "
@@ -279,7 +279,7 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
                 missing.append(f"{name} on {target.label}: {exc}")
                 continue
             if not points:
-                missing.append(f"{name} on {target.label}")
+                missing.append(no_points(name, target))
                 continue
             ranked = rank(points, samples=samples, price=price,
                           bandwidth_bits=bandwidth_bits(ctx, target),
@@ -295,7 +295,10 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
             for r in ranked:
                 out.append(r | {"workload": name, "target": target.label})
     if targets and not out and missing:
-        raise InputError(f"no results for {missing[0]}")
+        where, _, said = missing[0].partition(": ")
+        head, _, todo = said.partition("; ")
+        raise Unanswered(f"no results for {missing[0]}", {
+            "status": "none", "headline": head or f"no results for {where}", "why": todo})
     _refuse_unmet(verdicts, goal, explicit=bool(targets))
     frame = pd.DataFrame(out)
     if frame.empty:
@@ -308,6 +311,33 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
     return frame
 
 
+class Unanswered(InputError):
+    """No answer for a workload on a target, said in one line; ``card`` is the verdict a
+    report shows for it (headline, why), so that nothing parses the line back."""
+
+    def __init__(self, message: str, card: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.card = card
+
+
+def no_points(name: str, target: Target) -> str:
+    """Why a workload has no candidates on a target, and what to do: a model described by
+    its numbers only never runs on a measured target; any other was not run there yet."""
+    from workloads import WorkloadError, numbers_only, resolve_workload
+
+    where = f"{name} on {target.label}"
+    try:
+        only = numbers_only(resolve_workload(name))
+    except WorkloadError:
+        only = False
+    if only and target.kind != "topology":
+        return (f"{where}: {name} is described by its numbers only, so no framework runs it "
+                f"on {target.label}; simulate it on a described system (--target "
+                f"preset:dgx_a100,hosts=1, or a topology) or give a runnable workload (a "
+                f"built-in like cnn:M, or models/yours.py:build)")
+    return f"{where}: not run there yet (stratbench run --workload {name})"
+
+
 def _refuse_unmet(verdicts: list[dict[str, Any]], goal: decide.Goal, explicit: bool) -> None:
     """Bad input, said in one line: a budget or deadline that nothing meets anywhere (with
     the nearest option and by how much it misses), or an explicit target the workload fits
@@ -316,13 +346,13 @@ def _refuse_unmet(verdicts: list[dict[str, Any]], goal: decide.Goal, explicit: b
         return
     if all(v["status"] == "over_budget" for v in verdicts):
         v = verdicts[0]
-        raise InputError(f"{v['workload']} on {v['target']}: {v['headline']} ({v['why']})")
+        raise Unanswered(f"{v['workload']} on {v['target']}: {v['headline']} ({v['why']})", v)
     if explicit:
         for v in verdicts:
             if v["status"] == "none" and v["why"].startswith("does not fit"):
                 need = v["why"].removeprefix("does not fit: ")
-                raise InputError(f"{v['workload']} does not fit {v['target']} in any "
-                                 f"data-parallel or model-parallel layout ({need})")
+                raise Unanswered(f"{v['workload']} does not fit {v['target']} in any "
+                                 f"data-parallel or model-parallel layout ({need})", v)
 
 
 def _ram_bytes(store: Any) -> float | None:
@@ -386,8 +416,7 @@ def format_verdicts(verdicts: Sequence[dict[str, Any]]) -> list[str]:
 def format_table(frame: pd.DataFrame) -> str:
     """The verdicts, then the table for a terminal, one block per workload and target:
     each strategy at its chosen device count."""
-    lines = [f"no results for {m} (run it, or pick another --target)"
-             for m in frame.attrs.get("missing", [])]
+    lines = [f"no results for {m}" for m in frame.attrs.get("missing", [])]
     if frame.empty:
         return "\n".join(lines) or "no recommendations: no matching results or targets"
     lines += [""] if lines else []
