@@ -279,8 +279,11 @@ def project_cards(root: Path, project: Any) -> dict[str, Any]:
     from results.store import load_table_safe
 
     table = load_table_safe(root, nightly.TABLE)
-    mine = (table[table["project"] == project.fingerprint()]
+    mine = (table[(table["project_id"] == project.identity()) if "project_id" in table
+                  else (table["project"] == project.fingerprint())]
             if not table.empty and "project" in table else pd.DataFrame())
+    if not mine.empty:  # the cards of tonight's question (an edit since: none stored yet)
+        mine = mine[mine["project"] == project.fingerprint()]
     if not mine.empty:
         latest = mine[mine["run_id"] == mine["run_id"].max()].sort_values("position")
         cards = [{str(k): v for k, v in r.items()} for r in latest.to_dict("records")]
@@ -291,7 +294,8 @@ def project_cards(root: Path, project: Any) -> dict[str, Any]:
     for c in cards:
         v = vd.normalize(c)
         v.update(changed=bool(c.get("changed") is True), change=str(c.get("change") or ""),
-                 runner_up_text=str(c.get("runner_up_text") or ""))
+                 runner_up_text=str(c.get("runner_up_text") or ""),
+                 **{k: vd.text(c.get(k)) for k in ("edit", "edit_change", "input_change")})
         out.append(v)
     return {"verdicts": out, "leads": out, "project_name": project.name,
             "project_run": stored}

@@ -46,7 +46,7 @@ def _flag(v: Any) -> bool:
     return not isinstance(v, float) and bool(v)
 
 
-def _text(v: Any) -> str:
+def text(v: Any) -> str:
     """A string field; None and NaN (pandas' missing) become ''."""
     return "" if v is None or (isinstance(v, float) and not math.isfinite(v)) else str(v)
 
@@ -55,7 +55,7 @@ def _pick(p: Any) -> dict[str, Any] | None:
     """A pick or runner-up with every key present and plain Python types (NaN if unknown)."""
     if not isinstance(p, dict):
         return None
-    out: dict[str, Any] = {k: (_text(p.get(k)) if k in TEXT_KEYS else _float(p.get(k)))
+    out: dict[str, Any] = {k: (text(p.get(k)) if k in TEXT_KEYS else _float(p.get(k)))
                            for k in PICK_KEYS}
     reps = out["replicas"]
     out["replicas"] = int(reps) if _ok(reps) else 0
@@ -106,7 +106,7 @@ def source_text(p: dict[str, Any] | None) -> str:
 
 def normalize(v: dict[str, Any]) -> dict[str, Any]:
     """A verdict from ``frame.attrs['verdicts']`` with every key the template reads."""
-    out: dict[str, Any] = {k: _text(v.get(k)) for k in (
+    out: dict[str, Any] = {k: text(v.get(k)) for k in (
         "workload", "target", "status", "headline", "why", "sure", "constraint")}
     out["status"] = out["status"] or "none"
     out["margin"] = _float(v.get("margin"))
@@ -154,7 +154,7 @@ def derive(workload: str, target: str, rows: list[dict[str, Any]], samples: floa
     base = {"workload": workload, "target": target, "constraint": "", "pick": pick,
             "runner_up": runner_up}
     if pick is None:
-        why = _text(rows[0].get("reason")) if rows else "no results"
+        why = text(rows[0].get("reason")) if rows else "no results"
         return base | {"status": "none", "headline": f"no strategy ran and fits on {target}",
                        "why": why, "sure": "", "margin": math.nan}
     margin = (runner_up["train_time_s"] / pick["train_time_s"] - 1 if runner_up

@@ -92,14 +92,15 @@ def test_a_missing_project_file_is_named(tmp_path):
 # Verdicts night after night -----------------------------------------------------------------
 
 def _bench(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ddp_s: float, single_s: float,
-           extra: tuple[str, ...] = ()) -> tuple[int, str]:
+           extra: tuple[str, ...] = (), budget: float | None = None) -> tuple[int, str]:
     """One bench night of the tiny project with its runs planted: single_device at
-    ``single_s`` and ddp at ``ddp_s`` per step."""
+    ``single_s`` and ddp at ``ddp_s`` per step; ``budget`` written into the file."""
     from harness.commands import bench
 
     plant_bench_runs(monkeypatch, single_s=single_s, ddp_s=ddp_s)
     config = tmp_path / "stratbench.toml"
-    config.write_text(PROJECT)
+    config.write_text(PROJECT + (f"budget = {budget!r}\nsamples = 1e11\n"
+                                 if budget is not None else ""))
     result = CliRunner().invoke(bench.command, ["--config", str(config), "--results",
                                                 str(tmp_path / "results"), *extra])
     return result.exit_code, result.output
@@ -122,6 +123,45 @@ def test_a_change_below_the_error_passes_and_a_flipped_pick_is_flagged_and_fails
     assert "new measurements" in out
     html = (tmp_path / "results" / "report.html").read_text()
     assert 'class="verdict ok changed"' in html and "the pick was torch/ddp" in html
+
+
+def _stored_cost(tmp_path: Path) -> float:
+    from results.store import load_table_safe
+
+    table = load_table_safe(tmp_path / "results", "verdicts")
+    return float(table[table["run_id"] == table["run_id"].max()]["cost_usd"].iloc[0])
+
+
+def test_a_project_edit_is_named_as_the_cause_and_fails_only_with_an_unexplained_change(
+        tmp_path, monkeypatch):
+    """Night 1: ddp wins (1.6x faster on 2 devices, 1.25x the cost of one device). Night 2:
+    the budget edited below ddp's cost: one device wins, the card names the edit as the cause, and
+    --fail-on-verdict-change passes (the same question on tonight's runs still picks ddp).
+    Night 3: the budget raised again and one device's runs 2x slower: the edit moved the
+    pick back to ddp, and the new runs alone would have left nothing within the old budget:
+    both causes on the card, exit 1."""
+    assert _bench(tmp_path, monkeypatch, ddp_s=0.005, single_s=0.004, budget=1000.0)[0] == 0
+    ddp_cost = _stored_cost(tmp_path)
+    tight = round(ddp_cost / 1.1, 2)
+    code, out = _bench(tmp_path, monkeypatch, ddp_s=0.005, single_s=0.004, budget=tight,
+                       extra=("--fail-on-verdict-change",))
+    assert code == 0, out
+    assert (f"CHANGED: the project edit (budget $1,000.00 -> ${tight:,.2f}): the pick was "
+            f"torch/ddp on 2, now torch/single_device on 1") in out
+    assert "changed by the project edit alone" in out
+    html = (tmp_path / "results" / "report.html").read_text()
+    assert "Changed by the project edit" in html and "Changed since the last run" not in html
+    code, out = _bench(tmp_path, monkeypatch, ddp_s=0.005, single_s=0.008, budget=1000.0,
+                       extra=("--fail-on-verdict-change",))
+    assert code == 1, out
+    assert (f"the project edit (budget ${tight:,.2f} -> $1,000.00): was over_budget "
+            f"(torch/ddp on 2), now ok (torch/ddp on 2)") in out
+    assert ("; and was ok (torch/single_device on 1), now over_budget (torch/ddp on 2) "
+            "since") in out
+    assert "(new measurements: 1 run)" in out
+    assert "by more than its edit explains" in out
+    html = (tmp_path / "results" / "report.html").read_text()
+    assert "Changed by the project edit" in html and "Changed since the last run" in html
 
 
 def test_a_time_moved_beyond_its_error_is_a_change_and_within_it_is_not():

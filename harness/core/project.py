@@ -4,6 +4,7 @@ recommended for which clusters within which budget.
     stratbench.toml                   (or [tool.stratbench] in the team's pyproject.toml)
 
     name = "our models"
+    id = "our-models"                 # optional: one project across edits and moves
     results = "stratbench-results"    # relative to the file
     samples = 1e7                     # samples to train, for time and cost
     steps = 20
@@ -76,15 +77,26 @@ class Project:
     repeats: int = 3
     results: str | None = None  # resolved against the file's folder
     path: str = ""
+    id: str | None = None  # names the project across edits and moves (default: its path)
 
-    def fingerprint(self) -> str:
-        """What makes two nights' verdicts comparable: the question, not where it is kept."""
+    def question(self) -> dict[str, Any]:
+        """What the project asks, as data: everything but where it is kept and its name."""
         body = asdict(self) | {"path": "", "results": None}
+        body.pop("id")
         # a key added later counts only where it is set: older projects keep their identity
         body["targets"] = [{k: v for k, v in t.items() if not (k == "precision" and v is None)}
                            for t in body["targets"]]
-        return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()
-                              ).hexdigest()[:12]
+        return body
+
+    def fingerprint(self) -> str:
+        """What makes two nights' verdicts the same question: an edit gives a new one."""
+        return hashlib.sha256(json.dumps(self.question(), sort_keys=True, default=str
+                                         ).encode()).hexdigest()[:12]
+
+    def identity(self) -> str:
+        """Which project this is, edit after edit: its ``id`` where the file gives one, else
+        the file's resolved path; the night before is looked up by it."""
+        return self.id or (str(Path(self.path).resolve()) if self.path else self.fingerprint())
 
     def cards(self) -> list[tuple[str, TargetGoal]]:
         """(workload, target) in the file's order: targets within workloads."""
@@ -94,7 +106,8 @@ class Project:
 _KEYS: dict[str, tuple[type, ...]] = {
     "name": (str,), "workloads": (list,), "targets": (list,), "clusters": (list,),
     "frameworks": (list,), "strategies": (list,),
-    "samples": (int, float), "steps": (int,), "repeats": (int,), "results": (str,)}
+    "samples": (int, float), "steps": (int,), "repeats": (int,), "results": (str,),
+    "id": (str,)}
 _TARGET_KEYS: dict[str, tuple[type, ...]] = {
     "target": (str,), "budget": (int, float), "deadline": (int, float), "device": (str,),
     "samples": (int, float), "precision": (str,)}
@@ -208,7 +221,8 @@ def parse_project(data: dict[str, Any], path: Path, table: str) -> Project:
         targets=tuple(targets), clusters=clusters, frameworks=frameworks,
         strategies=strategies, samples=float(data.get("samples", 1e7)),
         steps=int(data.get("steps", 20)), repeats=int(data.get("repeats", 3)),
-        results=str((base / results).resolve()) if results else None, path=str(path))
+        results=str((base / results).resolve()) if results else None, path=str(path),
+        id=data.get("id"))
 
 
 def _opt(value: Any) -> float | None:

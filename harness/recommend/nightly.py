@@ -2,24 +2,27 @@
 and compared with the previous night's, so that a changed answer is flagged with its cause.
 
 A verdict **changed** when, against the latest earlier bench run of the same project (its
-fingerprint) on the same machine (environment fingerprint): the pick is another strategy or
-another device count, or its predicted time to train moved by more than the error of the
-figure (the simulator's validation error where simulated, else ``MIN_CHANGE``, the
-run-to-run noise the regression rule also ignores). The card then says what changed and what
-is new since (measurements, calibration, code).
+``id``, else its file's path: an edited file is the same project) on the same machine
+(environment fingerprint): the pick is another strategy or another device count, or its
+predicted time to train moved by more than the error of the figure (the simulator's
+validation error where simulated, else ``MIN_CHANGE``, the run-to-run noise the regression
+rule also ignores). The card then says what changed and why: the project file's edit (its
+keys, old -> new) and what is new since (measurements, calibration, code), each with the
+part of the change it made; only the latter is ``unexplained``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from harness.core.errors import InputError
-from harness.core.project import Project, resolved_workload
+from harness.core.project import Project, TargetGoal, resolved_workload
 
 TABLE = "verdicts"
 MIN_CHANGE = 0.05  # as reports.history.MIN_REL: smaller moves are run-to-run noise
@@ -28,31 +31,37 @@ MIN_CHANGE = 0.05  # as reports.history.MIN_REL: smaller moves are run-to-run no
 def project_verdicts(root: Path, project: Project) -> list[dict[str, Any]]:
     """One verdict per (workload, target) of the project, in the file's order; a workload or
     target with no answer gets a card that says why (never a missing card)."""
-    from harness.recommend.recommender import Unanswered, recommend, stored_inputs
+    from harness.recommend.recommender import stored_inputs
     from results.store import load
 
     tables = stored_inputs(root)
     measured = load(root)
-    out = []
-    for position, (workload, goal) in enumerate(project.cards()):
-        base = {"position": position, "workload": workload, "target": goal.target,
-                "constraint": goal.describe().partition(", ")[2]}
-        try:
-            frame = recommend(
-                measured, workloads=[resolved_workload(workload, project)],
-                targets=[goal.target], samples=goal.samples or project.samples,
-                budget=goal.budget_usd, device=goal.device, precision=goal.precision,
-                deadline_s=None if goal.deadline_hours is None else goal.deadline_hours * 3600,
-                **tables)
-            verdicts = frame.attrs.get("verdicts") or []
-            verdict = dict(verdicts[0]) if verdicts else {
-                "status": "none", "headline": "no answer", "why": "no candidates"}
-        except Unanswered as exc:  # nothing meets the goal, or nothing can train it
-            verdict = dict(exc.card)
-        except InputError as exc:  # the workload itself cannot be read
-            verdict = {"status": "none", "headline": "no answer", "why": str(exc)}
-        out.append(_flat(verdict) | base)
-    return out
+    return [card(measured, tables, project, workload, goal) | {"position": position}
+            for position, (workload, goal) in enumerate(project.cards())]
+
+
+def card(measured: pd.DataFrame, tables: dict[str, Any], project: Project, workload: str,
+         goal: TargetGoal) -> dict[str, Any]:
+    """The verdict of one workload on one of the project's targets, as a stored row."""
+    from harness.recommend.recommender import Unanswered, recommend
+
+    base = {"workload": workload, "target": goal.target,
+            "constraint": goal.describe().partition(", ")[2]}
+    try:
+        frame = recommend(
+            measured, workloads=[resolved_workload(workload, project)],
+            targets=[goal.target], samples=goal.samples or project.samples,
+            budget=goal.budget_usd, device=goal.device, precision=goal.precision,
+            deadline_s=None if goal.deadline_hours is None else goal.deadline_hours * 3600,
+            **tables)
+        verdicts = frame.attrs.get("verdicts") or []
+        verdict = dict(verdicts[0]) if verdicts else {
+            "status": "none", "headline": "no answer", "why": "no candidates"}
+    except Unanswered as exc:  # nothing meets the goal, or nothing can train it
+        verdict = dict(exc.card)
+    except InputError as exc:  # the workload itself cannot be read
+        verdict = {"status": "none", "headline": "no answer", "why": str(exc)}
+    return _flat(verdict) | base
 
 
 def _flat(verdict: dict[str, Any]) -> dict[str, Any]:
@@ -86,9 +95,12 @@ def _num(v: Any) -> float:
 
 def store_verdicts(store: Any, run_id: str, project: Project, verdicts: list[dict[str, Any]],
                    inputs: dict[str, Any]) -> None:
-    """This night's verdicts, with the project, commit, environment and inputs they read."""
+    """This night's verdicts, with the project (which one, and what it asked), commit,
+    environment and inputs they read."""
     frame = pd.DataFrame(verdicts).assign(
         project=project.fingerprint(), project_name=project.name,
+        project_id=project.identity(),
+        question=json.dumps(project.question(), sort_keys=True, default=str),
         commit=str(inputs.get("commit", "")), env_fingerprint=str(inputs.get("env", "")),
         inputs=json.dumps(inputs, sort_keys=True, default=str))
     store.write_table(run_id, TABLE, project.fingerprint(), frame)
@@ -96,38 +108,124 @@ def store_verdicts(store: Any, run_id: str, project: Project, verdicts: list[dic
 
 def previous_verdicts(root: Path, project: Project, run_id: str, env: str
                       ) -> pd.DataFrame:
-    """The latest stored verdicts of this project on this machine before ``run_id``."""
+    """The latest stored verdicts of this project (its identity: an edited file is the same
+    project) on this machine before ``run_id``; rows from before identities were stored match
+    by the question's fingerprint."""
     from results.store import load_table_safe
 
     table = load_table_safe(root, TABLE)
     if table.empty or "project" not in table:
         return pd.DataFrame()
-    mine = table[(table["project"] == project.fingerprint())
-                 & (table["env_fingerprint"] == env) & (table["run_id"] < run_id)]
+    same = table["project"] == project.fingerprint()
+    if "project_id" in table:
+        same = (table["project_id"] == project.identity()) | (same & table["project_id"].isna())
+    mine = table[same & (table["env_fingerprint"] == env) & (table["run_id"] < run_id)]
     if mine.empty:
         return mine
     return mine[mine["run_id"] == mine["run_id"].max()]
 
 
+Recompute = Callable[[Project, str, TargetGoal], dict[str, Any]]
+
+
 def changes(current: list[dict[str, Any]], previous: pd.DataFrame,
-            now_inputs: dict[str, Any]) -> list[dict[str, Any]]:
-    """``current`` with ``changed`` and ``change`` (what moved, and why) set on each card."""
+            now_inputs: dict[str, Any], project: Project | None = None,
+            recompute: Recompute | None = None) -> list[dict[str, Any]]:
+    """``current`` with ``changed`` and ``change`` (what moved, and why) set on each card.
+
+    Where the project file was edited since, the edit is a cause: the card is recomputed
+    with the previous night's question on tonight's inputs (``recompute``); what that
+    answer moved from last night is the inputs' doing (measurements, calibration, code:
+    ``unexplained``), what tonight's moved from it is the edit's (``edit_change``)."""
     before: dict[tuple[str, str], dict[str, Any]] = {
         (str(r["workload"]), str(r["target"])): {str(k): x for k, x in r.items()}
         for r in previous.to_dict("records")} if not previous.empty else {}
     out = []
     for v in current:
         old = before.get((v["workload"], v["target"]))
-        v = dict(v, changed=False, change="", since_run="")
+        v = dict(v, changed=False, change="", since_run="", edit="", edit_change="",
+                 input_change="", unexplained=False)
         if old is not None:
             v["since_run"] = str(old["run_id"])
-            moved = _moved(old, v)
-            if moved:
+            was_asked = _old_question(old, project)
+            edit = (project_edits(was_asked, project, v["workload"], v["target"])
+                    if was_asked is not None and project is not None else [])
+            baseline = v
+            if edit and recompute is not None and project is not None \
+                    and was_asked is not None:
+                goal = _goal(was_asked, v["target"])
+                if goal is not None:
+                    baseline = recompute(was_asked, v["workload"], goal)
+            v["edit"] = "; ".join(edit)
+            by_edit = _moved(baseline, v) if baseline is not v else ""
+            by_inputs = _moved(old, baseline)
+            if edit and baseline is v:  # an edit not recomputed: it is the one cause named
+                by_edit, by_inputs = by_inputs, ""
+            parts = []
+            if by_edit:
+                v["edit_change"] = by_edit
+                parts.append(f"the project edit ({v['edit']}): {by_edit}")
+            if by_inputs:
                 why = _causes(json.loads(old.get("inputs") or "{}"), now_inputs)
-                v.update(changed=True, change=f"{moved} since {old['run_id']}"
-                                             + (f" ({why})" if why else ""))
+                said = f"{by_inputs} since {old['run_id']}" + (f" ({why})" if why else "")
+                v.update(input_change=said, unexplained=True)
+                parts.append(said)
+            if parts:
+                v.update(changed=True, change="; and ".join(parts))
         out.append(v)
     return out
+
+
+def _old_question(old: dict[str, Any], project: Project | None) -> Project | None:
+    """The project as the previous night asked it (None where that night did not store it)."""
+    text = old.get("question")
+    if project is None or not isinstance(text, str) or not text:
+        return None
+    body = json.loads(text)
+    body["targets"] = tuple(TargetGoal(**t) for t in body.get("targets", []))
+    for key in ("workloads", "clusters", "frameworks", "strategies"):
+        body[key] = tuple(body.get(key, ()))
+    return Project(**(body | {"path": project.path, "results": project.results,
+                              "id": project.id}))
+
+
+def _goal(project: Project, target: str) -> TargetGoal | None:
+    return next((t for t in project.targets if t.target == target), None)
+
+
+def project_edits(old: Project, new: Project, workload: str, target: str) -> list[str]:
+    """The keys of the project file that changed and bear on this card, as 'key old -> new'
+    ('budget $50.00 -> $1.00'); [] where none did."""
+    out = []
+    for key in ("samples", "frameworks", "strategies", "clusters", "steps", "repeats"):
+        a, b = getattr(old, key), getattr(new, key)
+        if a != b:
+            out.append(f"{key} {_said(key, a)} -> {_said(key, b)}")
+    was, now = _goal(old, target), _goal(new, target)
+    if was is not None and now is not None:
+        for key, name in (("budget_usd", "budget"), ("deadline_hours", "deadline"),
+                          ("device", "device"), ("samples", "samples"),
+                          ("precision", "precision")):
+            a, b = getattr(was, key), getattr(now, key)
+            if a != b:
+                out.append(f"{name} {_said(name, a)} -> {_said(name, b)}")
+    return out
+
+
+def _said(key: str, value: Any) -> str:
+    from harness.core.units import format_count, format_usd
+
+    if value is None:
+        return "none"
+    if key == "budget":
+        return format_usd(float(value))
+    if key == "deadline":
+        return f"{float(value):g} h"
+    if key == "samples":
+        return format_count(float(value))
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return str(value)
 
 
 def _moved(old: dict[str, Any], new: dict[str, Any]) -> str:
@@ -177,3 +275,16 @@ def inputs_of(root: Path, commit: str, env: str) -> dict[str, Any]:
                             str(validation["stored_in_run"].max())
                             if "stored_in_run" in validation else ""],
             "commit": commit, "env": env}
+
+
+def recomputer(root: Path) -> Recompute:
+    """``changes``' ``recompute``: a card on tonight's stored inputs, read once."""
+    from harness.recommend.recommender import stored_inputs
+    from results.store import load
+
+    tables, measured = stored_inputs(root), load(root)
+
+    def recompute(project: Project, workload: str, goal: TargetGoal) -> dict[str, Any]:
+        return card(measured, tables, project, workload, goal)
+
+    return recompute
