@@ -110,6 +110,63 @@ def recommendation_context(frame: pd.DataFrame, samples: float) -> dict[str, Any
             "curves": vd.curve_plots(frame)}
 
 
+def project_recommendations(root: Path, project: Any) -> dict[str, Any]:
+    """The recommender's tables and curves for the project's workloads on its targets, each
+    under its target's goal: the report of a project shows nothing of the default suite."""
+    from harness.core.errors import InputError
+    from harness.recommend import nightly
+    from harness.recommend.recommender import COLUMNS, stored_inputs
+    from results.store import load
+
+    measured, tables = load(root), stored_inputs(root)
+    frames, missing = [], []
+    for workload, goal in project.cards():
+        try:
+            frames.append(nightly.card_frame(measured, tables, project, workload, goal))
+        except InputError as exc:  # the card says why
+            missing.append(str(exc))
+    frame = (pd.concat(frames, ignore_index=True) if frames
+             else pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS}))
+    frame.attrs = {"missing": missing,
+                   "verdicts": [v for f in frames for v in f.attrs.get("verdicts", [])],
+                   "sweep": [r for f in frames for r in f.attrs.get("sweep", [])]}
+    return recommendation_context(frame, project.samples)
+
+
+def project_scope(project: Any) -> tuple[set[str], set[str]]:
+    """(the row names of the project's workloads as runs store them, its clusters as runs
+    name them): what a project's report keeps of the measured tables."""
+    from harness.core.clusters import parse_cluster
+    from harness.core.project import resolved_workload
+    from workloads import UserWorkload, WorkloadError, resolve_workload
+
+    names = set()
+    for text in project.workloads:
+        try:
+            workload = resolve_workload(resolved_workload(text, project))
+        except WorkloadError:
+            continue
+        names.add(workload.name if isinstance(workload, UserWorkload)
+                  else f"{workload.family}:{workload.size}" if workload.size else workload.name)
+    return names, {parse_cluster(c).text for c in project.clusters}
+
+
+def _in_scope(frame: pd.DataFrame, scope: tuple[set[str], set[str]] | None) -> pd.DataFrame:
+    """The rows of ``frame`` on the scope's clusters (and of its workloads, where the frame
+    names workloads); all of it without a scope."""
+    from harness.calibrate.workload import row_names
+
+    if scope is None or frame.empty:
+        return frame
+    names, clusters = scope
+    keep = pd.Series(True, index=frame.index)
+    if "cluster" in frame:
+        keep &= frame["cluster"].astype(str).isin(clusters)
+    if "workload" in frame and "size" in frame:
+        keep &= row_names(frame).isin(names)
+    return frame[keep]
+
+
 def manifest_items(root: Path) -> tuple[str, list[tuple[str, str]]]:
     from results.store import ResultsStore
 
@@ -340,19 +397,23 @@ def build_report(root: str | os.PathLike[str], project: Any = None) -> str:
     from results.store import load, load_table_safe
 
     root = Path(root)
+    scope = project_scope(project) if project is not None else None
     measured = load(root)
     if not measured.empty:
-        measured = measured[measured["source"].fillna("measured") == "measured"]
+        measured = _in_scope(measured[measured["source"].fillna("measured") == "measured"],
+                             scope)
     latest = (measured.sort_values("run_id").groupby("case_id").tail(1)
               if not measured.empty else measured)
-    comm = load_table_safe(root, "comm")
-    validation = latest_validation(root)
-    rec = recommendations(root)
+    comm = _in_scope(load_table_safe(root, "comm"), scope)
+    validation = _in_scope(latest_validation(root), scope)
     if project is not None:
-        rec.update(project_cards(root, project))
+        rec = project_recommendations(root, project) | project_cards(root, project)
+    else:
+        rec = recommendations(root)
     run_id, manifest = manifest_items(root)
     h = hist.history(measured)
-    cross_plots, cross_notes = crossover(measured)
+    # a what-if on a generic switch: the default suite's, not a project's targets
+    cross_plots, cross_notes = crossover(measured) if project is None else ([], [])
     bad = latest[latest["status"] != "ok"] if not latest.empty else latest
     ok = latest[latest["status"] == "ok"] if not latest.empty else latest
     measured_records = _records(ok.sort_values(["workload", "size", "cluster", "framework",

@@ -228,3 +228,42 @@ def test_a_project_bench_leads_with_exactly_its_cards_in_order(tmp_path):
         page.screenshot(path=str(shot))
         browser.close()
     assert shot.stat().st_size > 10_000
+
+
+def test_a_projects_report_covers_its_targets_only(tmp_path):
+    """`bench --config`'s report for a project with two targets (`local` and
+    `preset:dgx_a100,hosts=2`) and one workload, over a results directory that also holds
+    another workload's runs: every plot and every table, opened in Chromium, is the project's
+    workload on those two targets (no default-suite preset, no other workload)."""
+    from harness.core.project import load_project
+
+    if CHROMIUM is None:
+        pytest.skip("Chromium is not installed (Debian: apt-get install chromium)")
+    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+    store = _store(tmp_path)  # mlp:S and recsys:S on local
+    targets = ("local", "preset:dgx_a100,hosts=2")
+    config = tmp_path / "stratbench.toml"
+    config.write_text('name = "two"\nworkloads = ["mlp:S"]\nclusters = ["local"]\n'
+                      + "".join(f'[[targets]]\ntarget = "{t}"\n' for t in targets))
+    report = write_report(store.root, tmp_path / "report.html", load_project(config))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport=SCREEN)
+        page.goto(report.as_uri())
+        page.evaluate(OPEN_ALL)
+        titles = page.eval_on_selector_all(
+            "svg.chart > title", "els => els.map(e => e.textContent)")
+        tables = page.eval_on_selector_all(
+            "#recommendations h3", "els => els.map(e => e.textContent)")
+        cards = page.eval_on_selector_all(
+            "#verdict .verdict", "els => els.map(e => e.dataset.target)")
+        body = page.inner_text("body")
+        browser.close()
+    assert sorted(tables) == sorted(f"mlp:S on {t}" for t in targets)
+    assert cards == list(targets)
+    curves = [t for t in titles if " on " in t]
+    assert sorted(curves) == sorted(f"mlp:S on {t}" for t in targets)
+    assert titles and all(t.startswith("mlp:S") for t in titles), titles
+    for other in ("recsys", "eth25_v100", "dgx_h100_ib"):
+        assert other not in body, other

@@ -40,20 +40,29 @@ def project_verdicts(root: Path, project: Project) -> list[dict[str, Any]]:
             for position, (workload, goal) in enumerate(project.cards())]
 
 
+def card_frame(measured: pd.DataFrame, tables: dict[str, Any], project: Project,
+               workload: str, goal: TargetGoal) -> pd.DataFrame:
+    """The recommender's table for one workload on one of the project's targets, under that
+    target's goal; ``recommender.Unanswered`` where there is no answer."""
+    from harness.recommend.recommender import recommend
+
+    return recommend(
+        measured, workloads=[resolved_workload(workload, project)], targets=[goal.target],
+        samples=goal.samples or project.samples, budget=goal.budget_usd, device=goal.device,
+        precision=goal.precision,
+        deadline_s=None if goal.deadline_hours is None else goal.deadline_hours * 3600,
+        **tables)
+
+
 def card(measured: pd.DataFrame, tables: dict[str, Any], project: Project, workload: str,
          goal: TargetGoal) -> dict[str, Any]:
     """The verdict of one workload on one of the project's targets, as a stored row."""
-    from harness.recommend.recommender import Unanswered, recommend
+    from harness.recommend.recommender import Unanswered
 
     base = {"workload": workload, "target": goal.target,
             "constraint": goal.describe().partition(", ")[2]}
     try:
-        frame = recommend(
-            measured, workloads=[resolved_workload(workload, project)],
-            targets=[goal.target], samples=goal.samples or project.samples,
-            budget=goal.budget_usd, device=goal.device, precision=goal.precision,
-            deadline_s=None if goal.deadline_hours is None else goal.deadline_hours * 3600,
-            **tables)
+        frame = card_frame(measured, tables, project, workload, goal)
         verdicts = frame.attrs.get("verdicts") or []
         verdict = dict(verdicts[0]) if verdicts else {
             "status": "none", "headline": "no answer", "why": "no candidates"}
