@@ -6,7 +6,10 @@ Keys: ``layers``, ``hidden``, ``heads``, ``vocab``, ``seq`` (required); ``kv_hea
 (grouped-query attention; default ``heads``), ``ffn`` (the MLP's width), ``mlp`` (``gelu``:
 two matrices, GPT; ``swiglu``: three, gated, Llama), ``tied`` (``yes``: the head reuses the
 token embedding), ``positions`` (``learned`` or ``rope``), ``dropout`` (a probability; 0:
-none), ``batch`` (sequences per device, default 1).
+none), ``batch`` (sequences per device, default 1); a mixture of experts: ``experts`` (routed
+experts per MLP), ``top_k`` (experts per token), ``shared`` (experts every token uses) and
+``expert_ffn`` (one expert's width, default ``ffn``): every expert's parameters are held,
+each token computes through its top-k and the shared ones.
 
 GPT-style by default (GELU MLP of 4 x hidden, LayerNorm with biases, learned positions, a tied
 head); giving ``ffn`` without ``mlp`` means a gated MLP with RMSNorm, no biases, rotary
@@ -39,7 +42,7 @@ from workloads.spec import WorkloadError, choices_message
 
 PREFIX = "transformer:"
 _KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "mlp", "tied",
-         "positions", "dropout", "batch")
+         "positions", "dropout", "batch", "experts", "top_k", "shared", "expert_ffn")
 _REQUIRED = ("layers", "hidden", "heads", "vocab", "seq")
 MLPS = ("gelu", "swiglu")
 POSITIONS = ("learned", "rope")
@@ -60,6 +63,11 @@ class TransformerDims:
     dropout: float = 0.0
     batch: int = 1
     name: str = ""
+    experts: int = 0  # routed experts per MLP (0: a dense MLP)
+    top_k: int = 0  # experts each token is routed to
+    shared: int = 0  # experts every token goes through (DeepSeek's shared experts)
+    expert_ffn: int = 0  # one expert's MLP width (0: ffn)
+    max_positions: int = 0  # a learned position table's length (0: seq)
 
     def __post_init__(self) -> None:
         for key in ("layers", "hidden", "heads", "vocab", "seq", "batch"):
@@ -78,6 +86,11 @@ class TransformerDims:
                                                 POSITIONS))
         if not 0 <= self.dropout < 1:
             raise WorkloadError(f"transformer dropout={self.dropout} must be in [0, 1)")
+        if self.experts and not 1 <= self.top_k <= self.experts:
+            raise WorkloadError(f"transformer top_k={self.top_k} must be from 1 to "
+                                f"experts={self.experts}")
+        if not self.experts and (self.top_k or self.shared or self.expert_ffn):
+            raise WorkloadError("transformer top_k, shared and expert_ffn need experts=E")
 
     @property
     def groups(self) -> int:
@@ -96,12 +109,43 @@ class TransformerDims:
     def kv_width(self) -> int:
         return self.groups * (self.hidden // self.heads)
 
+    @property
+    def expert_width(self) -> int:
+        return self.expert_ffn or self.width
+
+    @property
+    def token_width(self) -> int:
+        """The MLP width each token goes through: its top-k experts and the shared ones
+        (the dense MLP's width without experts)."""
+        return (self.top_k + self.shared) * self.expert_width if self.experts else self.width
+
+    def _mlp_params(self, width: int) -> int:
+        return (3 if self.gated else 2) * self.hidden * width
+
+    @property
+    def router_params(self) -> int:
+        return self.hidden * self.experts
+
     # Per block, per sequence ------------------------------------------------------------
 
     @property
     def block_params(self) -> int:
+        """Every parameter of one block: with experts, all of them (what memory holds)."""
+        mlp = (self.router_params + self._mlp_params(self.expert_width)
+               * (self.experts + self.shared) if self.experts else self._mlp_params(self.width))
+        return self._block_params(mlp)
+
+    @property
+    def active_block_params(self) -> int:
+        """The parameters one token passes through: with experts, its top-k and the shared
+        ones and the router (what compute reads)."""
+        mlp = (self.router_params + self._mlp_params(self.token_width) if self.experts
+               else self._mlp_params(self.width))
+        return self._block_params(mlp)
+
+    def _block_params(self, mlp: int) -> int:
         d, f, kv = self.hidden, self.width, self.kv_width
-        matrices = d * (d + 2 * kv) + d * d + (3 if self.gated else 2) * d * f
+        matrices = d * (d + 2 * kv) + d * d + mlp
         if self.gated:  # RMSNorm weights only, no biases (Llama)
             return matrices + 2 * d
         return matrices + (d + 2 * kv) + d + f + d + 4 * d  # biases, two LayerNorms
@@ -109,7 +153,8 @@ class TransformerDims:
     @property
     def block_forward_flops(self) -> float:
         d, t = self.hidden, self.seq
-        matrices = d * (d + 2 * self.kv_width) + d * d + (3 if self.gated else 2) * d * self.width
+        matrices = (d * (d + 2 * self.kv_width) + d * d + self.router_params
+                    + self._mlp_params(self.token_width))
         return float(2 * t * matrices + self.attention_forward_flops)
 
     @property
@@ -123,7 +168,7 @@ class TransformerDims:
         output, the MLP's inputs (GELU: fc1 out and GELU out; SwiGLU: gate, up and their
         product), heads x T attention probabilities per token (a non-fused kernel)."""
         d, t = self.hidden, self.seq
-        mlp = (3 if self.gated else 2) * self.width
+        mlp = (3 if self.gated else 2) * self.token_width
         return float(t * (6 * d + 2 * self.kv_width + mlp) + self.attention_activations)
 
     @property
@@ -163,7 +208,7 @@ class TransformerDims:
         over the scores (read, write), plus dropout over them (read, write) when trained
         with dropout."""
         t = self.seq
-        mlp = (3 if self.gated else 2) * self.width
+        mlp = (3 if self.gated else 2) * self.token_width
         scores = (4 if self.dropout else 2) * self.heads * t
         return float(t * (mlp + scores))
 
@@ -183,7 +228,8 @@ class TransformerDims:
 
     @property
     def embedding_params(self) -> int:
-        positions = self.seq * self.hidden if self.positions == "learned" else 0
+        table = self.max_positions or self.seq
+        positions = table * self.hidden if self.positions == "learned" else 0
         return self.vocab * self.hidden + positions
 
     @property
@@ -194,6 +240,12 @@ class TransformerDims:
     @property
     def params(self) -> int:
         return self.embedding_params + self.layers * self.block_params + self.head_params
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses (all of them for a dense model): Mixtral's '12.9B
+        active' of 46.7B."""
+        return self.embedding_params + self.layers * self.active_block_params + self.head_params
 
     @property
     def head_forward_flops(self) -> float:
@@ -224,7 +276,9 @@ class TransformerDims:
         """One block's forward operators for one sequence (workloads.operators)."""
         return tuple(transformer_block(self.seq, self.hidden, self.heads, self.kv_width,
                                        self.width, gated=self.gated, dropout=self.dropout,
-                                       bias=not self.gated))
+                                       bias=not self.gated, experts=self.experts,
+                                       top_k=self.top_k, shared=self.shared,
+                                       expert_ffn=self.expert_width))
 
     def post_ops(self) -> tuple[Op, ...]:
         """The final norm, the head and the loss."""
@@ -240,17 +294,32 @@ class TransformerDims:
         parts = [f"{self.layers} layers", f"hidden {self.hidden}", f"{self.heads} heads"]
         if self.kv_heads and self.kv_heads != self.heads:
             parts.append(f"{self.kv_heads} kv heads")
-        parts += [f"{self.mlp} MLP {self.width}", f"vocab {self.vocab}", f"seq {self.seq}"]
+        if self.experts:
+            parts.append(f"{self.experts} experts of {self.mlp} MLP {self.expert_width}, top "
+                         f"{self.top_k}" + (f", {self.shared} shared" if self.shared else ""))
+        else:
+            parts.append(f"{self.mlp} MLP {self.width}")
+        parts += [f"vocab {self.vocab}", f"seq {self.seq}"]
         return ", ".join(parts)
 
 
+HF_PREFIX = "hf:"
+
+
 def is_dims(text: str) -> bool:
-    """``transformer:KEY=...`` (a model by its dimensions), not ``transformer:S``."""
-    return text.strip().lower().startswith(PREFIX) and "=" in text
+    """``transformer:KEY=...`` (a model by its dimensions), not ``transformer:S``; or
+    ``hf:config.json,...`` (the dimensions in a Hugging Face config, workloads.hf)."""
+    low = text.strip().lower()
+    return (low.startswith(PREFIX) and "=" in text) or low.startswith(HF_PREFIX)
 
 
 def parse_dims(text: str) -> TransformerDims:
-    """The model ``transformer:k=v,...`` names; WorkloadError (one line, naming the key)."""
+    """The model ``transformer:k=v,...`` (or ``hf:...``) names; WorkloadError (one line,
+    naming the key)."""
+    if text.strip().lower().startswith(HF_PREFIX):
+        from workloads.hf import parse_hf  # the file reader sits on top of this record
+
+        return parse_hf(text)
     body = text.strip()[len(PREFIX):]
     values: dict[str, str] = {}
     for item in filter(None, (p.strip() for p in body.split(","))):
@@ -268,7 +337,8 @@ def parse_dims(text: str) -> TransformerDims:
         raise WorkloadError(f"transformer needs {', '.join(k + '=' for k in missing)} "
                             f"(keys: {', '.join(_KEYS)})")
     ints = {k: _int(k, values[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn",
-                                            "vocab", "seq", "batch") if k in values}
+                                            "vocab", "seq", "batch", "experts", "top_k",
+                                            "shared", "expert_ffn") if k in values}
     llama = "ffn" in values and "mlp" not in values
     mlp = values.get("mlp", "swiglu" if llama else "gelu")
     tied = values.get("tied", "no" if llama else "yes").lower()

@@ -166,11 +166,19 @@ def cross_entropy(name: str, rows: float, classes: int) -> Op:
 
 def transformer_block(seq: int, hidden: int, heads: int, kv_width: int, ffn: int, *,
                       gated: bool, dropout: float, causal: bool = True,
-                      bias: bool = True) -> list[Op]:
+                      bias: bool = True, experts: int = 0, top_k: int = 0, shared: int = 0,
+                      expert_ffn: int = 0) -> list[Op]:
     """One pre-norm (or post-norm: the same operators) transformer block of ``seq`` tokens:
     norm, fused QKV projection, attention, output projection, residual add, norm, MLP
     (GELU: two matrices; SwiGLU: gate and up fused, then down), residual add; dropout after
-    the attention's and the MLP's projections when trained with dropout."""
+    the attention's and the MLP's projections when trained with dropout. With ``experts``
+    the MLP is routed: a router GEMM and its softmax, each token's rows copied to its
+    ``top_k`` experts and back (permute, unpermute), the experts as grouped GEMMs of
+    ``seq * top_k / experts`` rows each, and ``shared`` experts as a dense MLP."""
+    if experts:
+        return _moe_block(seq, hidden, heads, kv_width, gated=gated, dropout=dropout,
+                          causal=causal, bias=bias, experts=experts, top_k=top_k,
+                          shared=shared, expert_ffn=expert_ffn)
     t, d = seq, hidden
     ops = [norm("ln1", t * d),
            gemm("qkv", t, d + 2 * kv_width, d, bias=bias),
@@ -190,6 +198,26 @@ def transformer_block(seq: int, hidden: int, heads: int, kv_width: int, ffn: int
         ops.append(elementwise("fc2.dropout", 2 * t * d + t * d / 4))
     ops.append(elementwise("residual2", 3 * t * d, 2 * t * d))
     return ops
+
+
+def _moe_block(seq: int, hidden: int, heads: int, kv_width: int, *, gated: bool,
+               dropout: float, causal: bool, bias: bool, experts: int, top_k: int,
+               shared: int, expert_ffn: int) -> list[Op]:
+    t, d = seq, hidden
+    dense = transformer_block(t, d, heads, kv_width, max(1, expert_ffn * shared),
+                              gated=gated, dropout=dropout, causal=causal, bias=bias)
+    cut = next(i for i, op in enumerate(dense) if op.name == "ln2") + 1
+    shared_mlp = dense[cut:-1] if shared else []
+    routed = t * top_k  # token-rows through the experts
+    rows = routed / experts  # each expert's share, balanced: one grouped GEMM for all
+    width = (2 if gated else 1) * expert_ffn
+    act = (elementwise("experts.swiglu", 3 * routed * expert_ffn, 5 * routed * expert_ffn)
+           if gated else elementwise("experts.gelu", 2 * routed * expert_ffn))
+    return [*dense[:cut], gemm("router", t, experts, d),
+            elementwise("router.softmax", 2 * t * experts), elementwise("permute", 2 * routed * d),
+            gemm("experts.in", rows, width, d, repeat=experts, bias=bias), act,
+            gemm("experts.out", rows, d, expert_ffn, repeat=experts, bias=bias),
+            elementwise("unpermute", 3 * routed * d), *shared_mlp, dense[-1]]
 
 
 def embedding(name: str, lookups: float, dim: int) -> Op:

@@ -23,6 +23,7 @@ import pandas as pd
 
 from harness.core.errors import InputError
 from harness.core.project import Project, TargetGoal, resolved_workload
+from harness.recommend.decide import run_name
 
 TABLE = "verdicts"
 MIN_CHANGE = 0.05  # as reports.history.MIN_REL: smaller moves are run-to-run noise
@@ -80,8 +81,7 @@ def _flat(verdict: dict[str, Any]) -> dict[str, Any]:
     margin = _num(verdict.get("margin"))
     runner_up = ""
     if isinstance(other, dict):
-        runner_up = (f"{other.get('framework')}/{other.get('strategy')} on "
-                     f"{other.get('replicas')}"
+        runner_up = (f"{run_name(other)} on {other.get('replicas')}"
                      + (f", {margin:+.0%} time" if _finite(margin) else ""))
     return {"runner_up_text": runner_up, "status": verdict.get("status", "none"),
             "decided_by": json.dumps(verdict.get("decided_by"), default=str),

@@ -1,0 +1,78 @@
+"""Models by their Hugging Face config.json: the published configs read into the published
+parameter counts; the training sequence is given, never taken from the config; a bad file is
+one line naming the field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from workloads import WorkloadError, resolve_workload
+from workloads.dims import parse_dims
+from workloads.operators import total_forward_flops
+
+HF = Path(__file__).parent / "fixtures" / "hf"
+
+
+@pytest.mark.parametrize("config, total, active", [
+    ("llama3_8b_config.json", 8.03e9, 8.03e9),  # Meta: 8.03B
+    ("mixtral_8x7b_config.json", 46.7e9, 12.9e9),  # Mistral AI: 46.7B total, 12.9B active
+])
+def test_published_configs_read_into_their_published_parameter_counts(config, total, active):
+    dims = parse_dims(f"hf:{HF / config},seq=4096")
+    assert dims.params == pytest.approx(total, rel=0.005)
+    assert dims.active_params == pytest.approx(active, rel=0.005)
+    assert dims.seq == 4096  # as given: not max_position_embeddings
+    # the operators the device model times carry the same FLOPs as the record's count
+    assert total_forward_flops(dims.ops()) == pytest.approx(dims.forward_flops, rel=1e-9)
+    spec = resolve_workload(f"hf:{HF / config},seq=4096")
+    assert spec.params == dims.params and not spec.frameworks  # numbers only
+
+
+def test_experts_compute_through_top_k_and_hold_every_expert():
+    dense = parse_dims(f"hf:{HF / 'llama3_8b_config.json'},seq=4096")
+    moe = parse_dims(f"hf:{HF / 'mixtral_8x7b_config.json'},seq=4096")
+    # Mixtral's MLP per token is two Llama-width experts: its block FLOPs differ from a
+    # dense block of the same attention by one more MLP and the router
+    mlp = 2 * 4096 * 3 * 4096 * 14336
+    router = 2 * 4096 * 4096 * 8
+    assert moe.block_forward_flops - dense.block_forward_flops == pytest.approx(mlp + router)
+    assert moe.block_params - moe.active_block_params == 6 * 3 * 4096 * 14336
+
+
+@pytest.mark.parametrize("text, said", [
+    ("hf:{dir}/llama3_8b_config.json", "give the training sequence length"),
+    ("hf:{dir}/llama3_8b_config.json,seq=4096,colour=red", "'colour=red'"),
+    ("hf:{dir}/none.json,seq=4096", "none.json"),
+    ("hf:{tmp}/broken.json,seq=4096", "not JSON"),
+    ("hf:{tmp}/nolayers.json,seq=4096", "missing field 'num_hidden_layers'"),
+    ("hf:{tmp}/deepseek.json,seq=4096", "multi-head latent attention"),
+    ("hf:{tmp}/bert.json,seq=4096", "model_type 'bert' is not read"),
+    ("hf:{tmp}/wide.json,seq=4096", "field 'head_dim'"),
+])
+def test_a_bad_config_is_one_line_naming_the_field(tmp_path, text, said):
+    llama = json.loads((HF / "llama3_8b_config.json").read_text())
+    (tmp_path / "broken.json").write_text("{not json")
+    (tmp_path / "nolayers.json").write_text(json.dumps(
+        {k: v for k, v in llama.items() if k != "num_hidden_layers"}))
+    (tmp_path / "deepseek.json").write_text(json.dumps(llama | {"model_type": "deepseek_v3"}))
+    (tmp_path / "bert.json").write_text(json.dumps(llama | {"model_type": "bert"}))
+    (tmp_path / "wide.json").write_text(json.dumps(llama | {"head_dim": 256}))
+    with pytest.raises(WorkloadError) as caught:
+        parse_dims(text.format(dir=HF, tmp=tmp_path))
+    assert said in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_simulate_reads_an_hf_config(tmp_path):
+    from click.testing import CliRunner
+
+    from harness.commands import simulate
+
+    result = CliRunner().invoke(simulate.command, [
+        "--workload", f"hf:{HF / 'mixtral_8x7b_config.json'},seq=4096",
+        "--topology", "preset:dgx_h100_ib,hosts=1", "--workers", "8", "--strategy", "fsdp",
+        "--precision", "bf16"])
+    assert result.exit_code == 0, result.output
+    assert "fsdp" in result.output

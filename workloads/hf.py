@@ -1,0 +1,148 @@
+"""A model by its Hugging Face ``config.json``, as users already have it:
+
+    hf:path/to/config.json,seq=8192[,batch=1][,dropout=0.1]
+
+The file gives the architecture (layers, hidden, heads, kv heads, MLP width, vocabulary,
+experts); the training sequence length is given (``seq=``), never taken from
+``max_position_embeddings``, which is the longest the model accepts, not what it trains at.
+Llama, Mistral, Mixtral, Qwen2 and Qwen2-MoE, GPT-2 and GPT-NeoX configs are read; any other
+``model_type`` (DeepSeek-V3's multi-head latent attention, for one) is refused by name rather
+than guessed. Every error is one line naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from workloads.dims import HF_PREFIX as PREFIX
+from workloads.dims import TransformerDims
+from workloads.quantities import read_number
+from workloads.spec import WorkloadError
+
+_OPTIONS = ("seq", "batch", "dropout")
+
+# model_type -> the family whose keys and conventions it uses
+_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe")
+_GPT2 = ("gpt2",)
+_NEOX = ("gpt_neox",)
+_REFUSED = {"deepseek_v3": "multi-head latent attention (q/kv LoRA ranks) is not modelled",
+            "deepseek_v2": "multi-head latent attention (q/kv LoRA ranks) is not modelled"}
+
+
+def parse_hf(text: str) -> TransformerDims:
+    """The model ``hf:PATH,seq=N,...`` names; WorkloadError (one line) naming what is wrong."""
+    path_text, *items = [p.strip() for p in text.strip()[len(PREFIX):].split(",")]
+    options: dict[str, str] = {}
+    for item in filter(None, items):
+        key, sep, value = item.partition("=")
+        if not sep or key.strip() not in _OPTIONS:
+            raise WorkloadError(f"hf: {item!r}: give {', '.join(k + '=' for k in _OPTIONS)} "
+                                f"after the config's path")
+        options[key.strip()] = value.strip()
+    if "seq" not in options:
+        raise WorkloadError(f"hf:{path_text}: give the training sequence length, "
+                            f"hf:{path_text},seq=N (max_position_embeddings is the longest "
+                            f"the model accepts, not what it trains at)")
+    config = _read(Path(path_text))
+    where = f"hf config {path_text}"
+    kind = config.get("model_type")
+    if kind in _REFUSED:
+        raise WorkloadError(f"{where}: model_type {kind}: {_REFUSED[kind]}")
+    if kind not in (*_LLAMA_LIKE, *_GPT2, *_NEOX):
+        raise WorkloadError(f"{where}: model_type {kind!r} is not read (known: "
+                            f"{', '.join((*_LLAMA_LIKE, *_GPT2, *_NEOX))})")
+    seq = _whole(options["seq"], "seq", "hf option")
+    batch = _whole(options.get("batch", "1"), "batch", "hf option")
+    dropout = _fraction(options.get("dropout", "0"))
+    fields = _gpt2(config, where) if kind in _GPT2 else _neox(config, where) if kind in _NEOX \
+        else _llama(config, where)
+    return TransformerDims(seq=seq, batch=batch, dropout=dropout, name=text.strip(), **fields)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except OSError as exc:
+        raise WorkloadError(f"hf config {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"hf config {path}: not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise WorkloadError(f"hf config {path}: not a JSON object")
+    return data
+
+
+def _field(config: dict[str, Any], key: str, where: str, default: Any = None) -> Any:
+    value = config.get(key, default)
+    if value is None:
+        raise WorkloadError(f"{where}: missing field {key!r}")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WorkloadError(f"{where}: field {key!r} must be a whole number, not {value!r}")
+    return value
+
+
+def _llama(config: dict[str, Any], where: str) -> dict[str, Any]:
+    heads = _field(config, "num_attention_heads", where)
+    act = config.get("hidden_act", "silu")
+    if act not in ("silu", "swiglu"):
+        raise WorkloadError(f"{where}: field 'hidden_act' {act!r}: only silu (SwiGLU) is "
+                            f"read for this model_type")
+    hidden = _field(config, "hidden_size", where)
+    head_dim = config.get("head_dim")
+    if head_dim is not None and head_dim * heads != hidden:
+        raise WorkloadError(f"{where}: field 'head_dim' {head_dim} x {heads} heads is not "
+                            f"hidden_size {hidden}: attention wider than the model is not "
+                            f"modelled")
+    moe: dict[str, Any] = {}
+    experts = config.get("num_local_experts", config.get("num_experts"))
+    if experts:
+        moe = {"experts": _field(config, "num_local_experts" if "num_local_experts" in config
+                                 else "num_experts", where),
+               "top_k": _field(config, "num_experts_per_tok", where)}
+        if "moe_intermediate_size" in config:
+            moe["expert_ffn"] = _field(config, "moe_intermediate_size", where)
+        if config.get("shared_expert_intermediate_size"):
+            # Qwen2-MoE: one shared expert of its own width, read as that many expert widths
+            width = moe.get("expert_ffn") or _field(config, "intermediate_size", where)
+            moe["shared"] = round(_field(config, "shared_expert_intermediate_size", where)
+                                  / width)
+    return {"layers": _field(config, "num_hidden_layers", where),
+            "hidden": hidden, "heads": heads,
+            "kv_heads": _field(config, "num_key_value_heads", where, heads),
+            "ffn": _field(config, "intermediate_size", where),
+            "vocab": _field(config, "vocab_size", where), "mlp": "swiglu",
+            "tied": bool(config.get("tie_word_embeddings", False)), "positions": "rope",
+            **moe}
+
+
+def _gpt2(config: dict[str, Any], where: str) -> dict[str, Any]:
+    hidden = _field(config, "n_embd", where)
+    return {"layers": _field(config, "n_layer", where), "hidden": hidden,
+            "heads": _field(config, "n_head", where),
+            "ffn": config.get("n_inner") or 4 * hidden,
+            "vocab": _field(config, "vocab_size", where), "mlp": "gelu", "tied": True,
+            "positions": "learned", "max_positions": _field(config, "n_positions", where)}
+
+
+def _neox(config: dict[str, Any], where: str) -> dict[str, Any]:
+    return {"layers": _field(config, "num_hidden_layers", where),
+            "hidden": _field(config, "hidden_size", where),
+            "heads": _field(config, "num_attention_heads", where),
+            "ffn": _field(config, "intermediate_size", where),
+            "vocab": _field(config, "vocab_size", where), "mlp": "gelu",
+            "tied": bool(config.get("tie_word_embeddings", False)), "positions": "rope"}
+
+
+def _whole(text: str, key: str, what: str) -> int:
+    value = read_number(text)
+    if value is None or value != int(value) or value < 1:
+        raise WorkloadError(f"{what} {key}={text!r} must be a whole number >= 1")
+    return int(value)
+
+
+def _fraction(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise WorkloadError(f"hf option dropout={text!r} is not a number") from None
