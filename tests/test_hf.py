@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from workloads import WorkloadError, resolve_workload
-from workloads.dims import parse_dims
+from workloads.hf import parse_hf as parse_dims
 from workloads.operators import total_forward_flops
 
 HF = Path(__file__).parent / "fixtures" / "hf"

@@ -303,23 +303,13 @@ class TransformerDims:
         return ", ".join(parts)
 
 
-HF_PREFIX = "hf:"
-
-
 def is_dims(text: str) -> bool:
-    """``transformer:KEY=...`` (a model by its dimensions), not ``transformer:S``; or
-    ``hf:config.json,...`` (the dimensions in a Hugging Face config, workloads.hf)."""
-    low = text.strip().lower()
-    return (low.startswith(PREFIX) and "=" in text) or low.startswith(HF_PREFIX)
+    """``transformer:KEY=...`` (a model by its dimensions), not ``transformer:S``."""
+    return text.strip().lower().startswith(PREFIX) and "=" in text
 
 
 def parse_dims(text: str) -> TransformerDims:
-    """The model ``transformer:k=v,...`` (or ``hf:...``) names; WorkloadError (one line,
-    naming the key)."""
-    if text.strip().lower().startswith(HF_PREFIX):
-        from workloads.hf import parse_hf  # the file reader sits on top of this record
-
-        return parse_hf(text)
+    """The model ``transformer:k=v,...`` names; WorkloadError (one line, naming the key)."""
     body = text.strip()[len(PREFIX):]
     values: dict[str, str] = {}
     for item in filter(None, (p.strip() for p in body.split(","))):

@@ -16,11 +16,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from workloads.dims import HF_PREFIX as PREFIX
-from workloads.dims import TransformerDims
+from workloads.dims import TransformerDims, is_dims, parse_dims
 from workloads.quantities import read_number
 from workloads.spec import WorkloadError
 
+PREFIX = "hf:"
 _OPTIONS = ("seq", "batch", "dropout")
 
 # model_type -> the family whose keys and conventions it uses
@@ -29,6 +29,15 @@ _GPT2 = ("gpt2",)
 _NEOX = ("gpt_neox",)
 _REFUSED = {"deepseek_v3": "multi-head latent attention (q/kv LoRA ranks) is not modelled",
             "deepseek_v2": "multi-head latent attention (q/kv LoRA ranks) is not modelled"}
+
+
+def dims_of(text: str) -> TransformerDims | None:
+    """The transformer ``text`` names by its dimensions (``transformer:k=v,...`` or
+    ``hf:config.json,...``); None for any other name. The one entry every reader of a
+    workload name uses for both."""
+    if text.strip().lower().startswith(PREFIX):
+        return parse_hf(text)
+    return parse_dims(text) if is_dims(text) else None
 
 
 def parse_hf(text: str) -> TransformerDims:

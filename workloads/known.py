@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from workloads import convnets, costs
 from workloads.configs import TransformerConfig
-from workloads.dims import TransformerDims, from_config, is_dims, parse_dims
+from workloads.dims import TransformerDims, from_config
+from workloads.hf import dims_of
 from workloads.operators import (
     Op,
     cross_entropy,
@@ -371,8 +372,8 @@ def known_names() -> tuple[str, ...]:
 def get_known(name: str) -> KnownModel:
     """The known model `name` names (or a transformer by its dimensions); WorkloadError (one
     line, the choices) if none."""
-    if is_dims(name):
-        dims = parse_dims(name)
+    dims = dims_of(name)
+    if dims is not None:
         return by_dims(dims, name.strip())
     model = _MODELS.get(known_key(name))
     if model is None:

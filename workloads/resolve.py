@@ -13,7 +13,7 @@ A known model's name wins over an entry point of the same name.
 from __future__ import annotations
 
 from workloads.catalog import parse_workload
-from workloads.dims import is_dims
+from workloads.hf import dims_of
 from workloads.known import get_known, known_key, known_names
 from workloads.profile import PREFIX, parse_profile
 from workloads.spec import FAMILIES, SIZES, WorkloadError, WorkloadSpec
@@ -40,7 +40,7 @@ def resolve_workload(text: str) -> Workload:
     text = text.strip()
     if text.startswith(PREFIX):
         return parse_profile(text)
-    if is_dims(text):
+    if dims_of(text) is not None:
         return get_known(text).spec()
     target, sep, attr = text.rpartition(":")
     if sep:

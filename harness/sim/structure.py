@@ -23,7 +23,8 @@ from dataclasses import replace
 from harness.sim.layered import Layer, LayeredModel
 from workloads import costs
 from workloads.configs import MLPConfig, TransformerConfig
-from workloads.dims import TransformerDims, from_config, is_dims, parse_dims
+from workloads.dims import TransformerDims, from_config
+from workloads.hf import dims_of
 from workloads.known import DIMS_MODELS, TRANSFORMERS, known_key
 from workloads.operators import cross_entropy, elementwise, gemm
 from workloads.precision import FP32, Precision
@@ -103,8 +104,8 @@ def layered(text: str, precision: Precision = FP32) -> LayeredModel:
         return transformer(TRANSFORMERS[key], key, get_known(key).batch_size, precision)
     if key in DIMS_MODELS:
         return transformer(DIMS_MODELS[key], key, DIMS_MODELS[key].batch, precision)
-    if is_dims(text):
-        dims = parse_dims(text)
+    dims = dims_of(text)
+    if dims is not None:
         return transformer(dims, text.strip(), dims.batch, precision)
     from workloads.resolve import resolve_workload
 
