@@ -427,3 +427,66 @@ def test_one_measured_step_calibrates_the_device_for_every_other_configuration(t
     bad = stratbench("simulate", "--topology", "switch:n=4,bw=1gbit", "--workers", "4",
                      "--workload", "gpt2_xl", "--stages", "2", "--fit-step", "1")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+# Uneven pipeline stages -------------------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 200), st.integers(1, 200))
+def test_uneven_stages_cover_every_layer_once_and_lighten_the_ends(blocks, chunks):
+    from harness.sim.layered import ends_lighter
+
+    if chunks > blocks:
+        return
+    counts = ends_lighter(blocks, chunks)
+    assert len(counts) == chunks and sum(counts) == blocks and min(counts) >= 1
+    assert counts[0] <= max(counts) and counts[-1] <= max(counts)
+    assert max(counts) - min(counts) <= 1 or max(counts[1:-1] or counts) == max(counts)
+
+
+def test_llama3_405b_on_16_uneven_stages_as_meta_trained_it():
+    """126 layers on 16 stages: 7 on the first and last, 8 on the others (Llama 3 paper,
+    section 3.3.2); simulate answers with its memory per device and whether it fits, and
+    a count that does not divide says what to give."""
+    from harness.sim.layered import ends_lighter, runs, stage_layers
+
+    assert runs(ends_lighter(126, 16)) == "7,8x14,7"
+    base = ["simulate", "--topology", "preset:dgx_h100_ib,hosts=1024", "--workers", "8192",
+            "--workload", "llama3_405b", "--stages", "16", "--tensor-parallel", "8",
+            "--sequence-parallel", "--distributed-optimizer", "--precision", "bf16",
+            "--global-batch", "2048", "--microbatches", "32"]
+    refused = stratbench(*base)
+    assert refused.returncode == 2 and "--stage-layers 7,8x14,7" in refused.stderr
+    proc = stratbench(*base, "--stage-layers", "ends", "--recompute", "full", "--json")
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(proc.stdout)[0]
+    assert "layers=7,8x14,7" in row["layout"] and row["status"] == "ok"
+    assert 0 < row["memory_per_device_bytes"] < 80e9
+    model = layered("llama3_405b", PRECISIONS["bf16"])
+    stages = stage_layers(model, 16, ends_lighter(126, 16))
+    assert [len(s) for s in stages] == [7 + len(model.pre), *[8] * 14, 7 + len(model.post)]
+
+
+@pytest.mark.parametrize("counts, said", [("8x16", "summing to the 126 layers"),
+                                          ("7,8x14,7,1", "must be 16 counts"),
+                                          ("7,eight", "is not a count")])
+def test_bad_stage_layers_are_one_line(counts, said):
+    proc = stratbench("simulate", "--topology", "preset:dgx_h100_ib,hosts=32", "--workers",
+                      "256", "--workload", "llama3_405b", "--stages", "16",
+                      "--tensor-parallel", "8", "--stage-layers", counts)
+    assert proc.returncode == 2 and said in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0
+
+
+def test_recommend_trains_llama3_405b_on_1024_hosts_with_its_mfu():
+    """Meta trained it on 8,192-16,384 H100s: the recommender finds a layout that fits
+    (stages need not divide the 126 layers) and says its MFU."""
+    from harness.recommend.recommender import recommend
+
+    frame = recommend(pd.DataFrame(), workloads=["llama3_405b"],
+                      targets=["preset:dgx_h100_ib,hosts=1024"], precision="bf16")
+    (verdict,) = frame.attrs["verdicts"]
+    assert verdict["status"] == "ok", verdict["why"]
+    pick = frame[frame["rank"] == 1].iloc[0]
+    assert bool(pick["fits"]) and pick["memory_per_device_bytes"] < 80e9
+    assert 0.2 < pick["mfu"] < 0.8 and "MFU" in verdict["why"]

@@ -263,8 +263,8 @@ def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tenso
 def _simulate_layout(topology: str, workload: str | None, profile: str | None, results: Path,
                      calib: Any, layout: Any, global_batch: int | None, recompute: str,
                      optimizer: str, microbatches: int | None,
-                     precision: str | None = None, fit_step: float | None = None
-                     ) -> dict[str, Any]:
+                     precision: str | None = None, fit_step: float | None = None,
+                     stage_layers: str | None = None) -> dict[str, Any]:
     from dataclasses import replace
 
     from harness.sim import simulate_layout
@@ -281,6 +281,9 @@ def _simulate_layout(topology: str, workload: str | None, profile: str | None, r
         model = layered(workload, find_precision(precision))
     except WorkloadError as exc:
         raise InputError(str(exc)) from None
+    if stage_layers:
+        layout = replace(layout, stage_blocks=parse_stage_layers(
+            stage_layers, len(model.blocks), layout.stages * layout.virtual))
     compute = _profile(workload, None, results, topology, calib).step_compute_s
     batch = global_batch or model.batch_size * layout.data
     if microbatches is None:  # one sample per micro-batch: the smallest bubble
@@ -293,6 +296,23 @@ def _simulate_layout(topology: str, workload: str | None, profile: str | None, r
             precision=bytes_at)["step_time_median_s"])
     return simulate_layout(topology, model, layout, batch, calib, step_compute_s=compute,
                            optimizer=optimizer, recompute=recompute, precision=bytes_at)
+
+
+def parse_stage_layers(text: str, blocks: int, chunks: int) -> tuple[int, ...]:
+    """``--stage-layers``: counts per stage ('7,8,8,...,7', repeats as '8x14'), or 'ends'
+    (the shortfall off the first and last stages, harness.sim.layered.ends_lighter)."""
+    from harness.sim.layered import ends_lighter
+
+    if text.strip().lower() == "ends":
+        return ends_lighter(blocks, chunks)
+    counts: list[int] = []
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        value, _, times = item.lower().partition("x")
+        if not value.isdigit() or (times and not times.isdigit()):
+            raise InputError(f"--stage-layers {text!r}: {item!r} is not a count (7) or a "
+                             f"repeated count (8x14)")
+        counts += [int(value)] * (int(times) if times else 1)
+    return tuple(counts)
 
 
 def expand(names: list[str] | str) -> list[tuple[str, str]]:
@@ -433,7 +453,13 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 @click.option("--bytes-per-element", type=click.IntRange(min=1, max=16), default=None,
               help="Bytes per gradient element (4 fp32, 2 fp16/bf16).")
 @click.option("--stages", type=click.IntRange(min=1), default=None,
-              help="Pipeline stages (model parallelism; the workload's blocks must divide).")
+              help="Pipeline stages (model parallelism; equal runs of the workload's blocks, "
+                   "else --stage-layers).")
+@click.option("--stage-layers", default=None, metavar="COUNTS|ends",
+              help="Layers per pipeline stage when they are not equal: 7,8x14,7 (first, 14 "
+                   "of 8, last; with --virtual-stages, one count per chunk in order), or "
+                   "'ends': the shortfall off the first and last stages, which also hold the "
+                   "embedding and the head (as Llama 3 405B was trained).")
 @click.option("--microbatches", type=click.IntRange(min=1), default=None,
               help="Micro-batches per pipeline per step (default: one sample each).")
 @click.option("--tensor-parallel", "tensor", type=click.IntRange(min=1), default=None,
@@ -482,7 +508,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 def command(topology: str | None, system: str | None, workers: int, workload: str | None,
             profile: str | None, strategies: tuple[str, ...], calibration: str | None,
             results: str | None, stragglers: int, straggler_factor: float, stages: int | None,
-            microbatches: int | None, tensor: int | None, schedule: str,
+            stage_layers: str | None, microbatches: int | None, tensor: int | None, schedule: str,
             virtual_stages: int | None, sequence_parallel: bool, distributed_optimizer: bool,
             grad_reduce: str,
             precision: str | None, channels_last: bool | None, fit_step: float | None,
@@ -517,16 +543,18 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
     names = _strategy_names(strategies, framework)
     model_parallel = bool(stages or tensor or set(strategies) & set(MODEL_PARALLEL))
     if not model_parallel and (virtual_stages or sequence_parallel or distributed_optimizer
+                               or stage_layers
                                or recompute != "none" or grad_reduce != "overlapped"):
-        raise InputError("--virtual-stages, --sequence-parallel, --distributed-optimizer, "
-                         "--grad-reduce and --recompute apply to a model-parallel layout: give "
+        raise InputError("--virtual-stages, --stage-layers, --sequence-parallel, "
+                         "--distributed-optimizer, --grad-reduce and --recompute apply to a "
+                         "model-parallel layout: give "
                          "--stages or --tensor-parallel")
     if model_parallel:
         layout = _layout(workers, strategies, stages, tensor, microbatches, schedule,
                          virtual_stages, sequence_parallel, distributed_optimizer, grad_reduce)
         row = _simulate_layout(topology, workload, profile, results_dir(results), calib,
                                layout, global_batch, recompute, optimizer, microbatches,
-                               precision, fit_step)
+                               precision, fit_step, stage_layers)
         if as_json:
             print_json([row | {"read_as": read_as}])
             return

@@ -361,12 +361,26 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
                      memory_per_device_bytes=row["memory_per_device_bytes"],
                      bubble=row["bubble_fraction"])
         out.append(point)
+    peak = _dense_peak(calibration)
+    for point in out:  # model FLOPs over the devices' dense peak: what large runs report
+        tput = point.get("throughput_samples_s", NAN)
+        point["mfu"] = (facts.flops_per_sample * tput / (int(point["replicas"]) * peak)
+                        if peak and math.isfinite(tput) and facts.flops_per_sample else NAN)
     kind = device_kind(target, ctx.device)
     for point in out[1:]:
         hosts = -(-int(point["replicas"]) // max(1, target.per_host))
         point["runs_as"] = runs_as(point["strategy"], kind, hosts)
         point["device_kind"] = kind
     return out
+
+
+def _dense_peak(calibration: Any) -> float:
+    """The device's dense bf16 peak (its training peak where it has no bf16), the
+    denominator of MFU; 0 where no device is described."""
+    device = getattr(calibration, "device", None)
+    if device is None:
+        return 0.0
+    return float(device.peak("bf16") if "bf16" in device.peak_flops else device.peak())
 
 
 def _recomputed(how: Any) -> str:

@@ -180,7 +180,7 @@ def _label(p: Point) -> str:
 def _summary(p: Point | None) -> dict[str, Any] | None:
     keys = ("framework", "strategy", "replicas", "train_time_s", "cost_usd", "step_time_s",
             "throughput_samples_s", "scaling_efficiency", "source", "validation_error",
-            "reason", "status", "runs_as")
+            "reason", "status", "runs_as", "mfu")
     return None if p is None else {k: p.get(k, NAN) for k in keys}
 
 
@@ -433,6 +433,8 @@ def verdict(workload: str, target: str, ranked: Sequence[Point], points: Sequenc
             why += (f"; one device is cheaper if you can wait: "
                     f"{format_duration(single[0]['train_time_s'])} for "
                     f"{format_usd(single[0]['cost_usd'])}")
+    if _finite(pick.get("mfu")):
+        why += f"; MFU {pick['mfu']:.0%} (model FLOPs over the devices' dense bf16 peak)"
     if runner_up is not None:
         why += f"; next: {_label(runner_up)}, {compare(1 + margin, 'slower', 'faster')}"
     return base | {"status": "ok", "headline": headline, "why": why, "sure": sure,

@@ -1,7 +1,8 @@
 """Model-parallel candidates for the recommender: when one replica does not fit a device.
 
 For each device count of the sweep, every data x pipeline x tensor split the model can take
-(tensor groups within a host, as Megatron-LM places them; stages dividing the blocks; one
+(tensor groups within a host, as Megatron-LM places them; stages dividing the blocks, or
+any count the devices allow with the first and last stages lighter; one
 sample per micro-batch, the smallest bubble; the 1F1B and interleaved schedules; FSDP x
 tensor parallelism), each with the least activation recomputation that fits, is simulated
 (``harness.sim.simulate_layout``); the fastest that fits the device's memory stands for
@@ -18,7 +19,7 @@ from typing import Any
 from harness.core.errors import SpecError
 from harness.recommend.targets import Target, device_counts
 from harness.sim.calibration import Calibration
-from harness.sim.layered import RECOMPUTE, LayeredModel, Layout, check_layout
+from harness.sim.layered import RECOMPUTE, LayeredModel, Layout, check_layout, ends_lighter
 from harness.sim.memory import model_parallel_memory
 from workloads.precision import FP32, Precision
 
@@ -38,19 +39,28 @@ def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
     micro-batches allow; and FSDP over the data axis with tensor parallelism (torchtitan's
     2D)."""
     tensors = [t for t in _divisors(model.heads) if t <= per_host] if model.heads else [1]
+    blocks = len(model.blocks)
     out = []
     for tensor in tensors:
-        for stages in _divisors(len(model.blocks)):
+        # stages that divide the blocks, and any stage count the devices allow with the
+        # blocks split unevenly (fewer on the first and last: Llama 3 405B's 126 layers on
+        # 16 stages), so power-of-two clusters are not held to the divisors of the layers
+        counts = sorted(set(_divisors(blocks))
+                        | {s for s in _divisors(devices // tensor) if s <= blocks}
+                        if devices % tensor == 0 else _divisors(blocks))
+        for stages in counts:
             if (stages == 1 and tensor == 1) or devices % (stages * tensor):
                 continue
             data = devices // (stages * tensor)
             if global_batch % data:
                 continue
             base = Layout(data, stages, tensor, global_batch // data,
-                          sequence_parallel=tensor > 1, zero=1 if data > 1 else 0)
+                          sequence_parallel=tensor > 1, zero=1 if data > 1 else 0,
+                          stage_blocks=_uneven(blocks, stages))
             variants = [base]
-            if stages > 1:
-                variants.append(replace(base, schedule="interleaved", virtual=2))
+            if stages > 1 and 2 * stages <= blocks:
+                variants.append(replace(base, schedule="interleaved", virtual=2,
+                                        stage_blocks=_uneven(blocks, 2 * stages)))
             if stages == 1 and tensor > 1 and data > 1:
                 variants.append(replace(base, zero=3, microbatches=1))
             for layout in variants:
@@ -60,6 +70,11 @@ def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
                     continue
                 out.append(layout)
     return out
+
+
+def _uneven(blocks: int, chunks: int) -> tuple[int, ...]:
+    """() where the chunks divide the blocks, else the first and last lighter."""
+    return () if blocks % chunks == 0 else ends_lighter(blocks, chunks)
 
 
 def best_layouts(model: LayeredModel, target: Target, batch_per_device: int,

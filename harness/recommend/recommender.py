@@ -88,7 +88,8 @@ def reason_for(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits:
 
 def _reason(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits: float) -> str:
     if row["status"] != "ok":
-        return f"{row['status']}: {row['status_reason']}".strip()
+        said = str(row["status_reason"] or "")
+        return said if said.startswith(row["status"]) else f"{row['status']}: {said}".strip()
     if not row["fits"]:
         what = "parameters, gradients, optimizer state" + (
             " and activations" if row.get("activation_bytes_per_sample") else "")
@@ -426,7 +427,7 @@ def format_table(frame: pd.DataFrame) -> str:
     for (workload, target), group in frame.groupby(["workload", "target"], sort=False):
         lines.append(f"{workload} on {target}: each strategy at its best device count")
         lines.append(f"  {'#':>2} {'strategy':<30}{'n':>5}{'step ms':>10}{'samples/s':>11}"
-                     f"{'eff':>6}{'mem/dev':>11}{'fits':>5}{'train':>10}{'cost':>13}"
+                     f"{'eff':>6}{'mfu':>6}{'mem/dev':>11}{'fits':>5}{'train':>10}{'cost':>13}"
                      f"  {'source':<14} reason")
         for r in group.to_dict("records"):
             err = r.get("validation_error", NAN)
@@ -436,7 +437,7 @@ def format_table(frame: pd.DataFrame) -> str:
             lines.append(
                 f"  {r['rank']:>2} {strategy[:29]:<30}{r['replicas']:>5}"
                 f"{_fmt(r['step_time_s'], 'ms'):>10}{_fmt(r['throughput_samples_s'], ''):>11}"
-                f"{_fmt(r['scaling_efficiency'], 'pct'):>6}"
+                f"{_fmt(r['scaling_efficiency'], 'pct'):>6}{_fmt(r.get('mfu', NAN), 'pct'):>6}"
                 f"{_fmt(r['memory_per_device_bytes'], 'gb'):>11}"
                 f"{_fits(r):>5}{_fmt(r['train_time_s'], 'time'):>10}"
                 f"{_fmt(r['cost_usd'], 'usd'):>13}  {source:<14} {r['reason']}")

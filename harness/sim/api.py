@@ -223,10 +223,10 @@ def _one_device_s(model: LayeredModel, micro: int, calib: cal.Calibration,
     if step_compute_s is not None:
         return step_compute_s * micro / model.batch_size
     if calib.device is not None and calib.compute_s_per_step is None:
-        from harness.sim.compute import device_rate, layer_split
+        from harness.sim.compute import device_rate, layers_split
 
         rate = device_rate(calib.device, precision, calib.efficiency)
-        return sum(layer_split(layer, rate, micro).passes_s for layer in model.layers)
+        return layers_split(model.layers, rate, micro).passes_s
     return cal.compute_seconds(WorkloadProfile(params=model.params, batch_per_replica=micro,
                                                flops_per_sample=model.flops_per_sample),
                                calib)[0]

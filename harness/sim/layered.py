@@ -11,6 +11,7 @@ models; the simulator reads only the numbers.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -119,6 +120,8 @@ class Layout:
     # backward (torch DDP, Megatron's overlap_grad_reduce) or after the whole backward
     # (Megatron-LM 2021's --DDP-impl local)
     grad_reduce: str = "overlapped"
+    # blocks per pipeline chunk (stages x virtual, in chunk order); (): equal runs
+    stage_blocks: tuple[int, ...] = ()
 
     @property
     def devices(self) -> int:
@@ -130,6 +133,8 @@ class Layout:
             parts += [f"microbatches={self.microbatches}", self.schedule]
             if self.virtual > 1:
                 parts.append(f"v={self.virtual}")
+            if self.stage_blocks:
+                parts.append(f"layers={runs(self.stage_blocks)}")
         if self.sequence_parallel:
             parts.append("sp")
         if self.zero:
@@ -168,10 +173,19 @@ def check_layout(model: LayeredModel, layout: Layout, global_batch: int) -> None
                         "a tensor-parallel degree above 1")
     blocks = len(model.blocks)
     chunks = layout.stages * layout.virtual
-    if blocks % chunks:
-        what = (f"{layout.stages} stages" if layout.virtual == 1 else
-                f"{layout.stages} stages x {layout.virtual} virtual stages")
-        raise SpecError(f"{what} do not divide the {blocks} layers of {model.name}")
+    what = (f"{layout.stages} stages" if layout.virtual == 1 else
+            f"{layout.stages} stages x {layout.virtual} virtual stages")
+    if layout.stage_blocks:
+        given = layout.stage_blocks
+        if len(given) != chunks or sum(given) != blocks or min(given) < 1:
+            raise SpecError(f"stage layers {runs(given)} must be {chunks} counts of at least "
+                            f"1 ({what}) summing to the {blocks} layers of {model.name}")
+    elif blocks % chunks:
+        example = (f" (e.g. --stage-layers {runs(ends_lighter(blocks, chunks))}: fewer on "
+                   f"the first and last, as Llama 3 405B was trained)"
+                   if chunks <= blocks else "")
+        raise SpecError(f"{what} do not divide the {blocks} layers of {model.name}: give "
+                        f"the layers per stage{example}")
     if layout.schedule == "interleaved" and layout.microbatches % layout.stages:
         raise SpecError(f"the interleaved schedule needs micro-batches "
                         f"({layout.microbatches}) to be a multiple of the stages "
@@ -205,12 +219,41 @@ def recomputed(model: LayeredModel, how: str) -> Callable[[Layer], str]:
     return of
 
 
-def stage_layers(model: LayeredModel, stages: int) -> list[tuple[Layer, ...]]:
-    """Equal runs of blocks per stage; embeddings with the first, the head with the last.
-    With V virtual stages per device, ``stages`` is devices x V and stage q runs on device
-    q mod devices."""
-    per = len(model.blocks) // stages
-    out = [model.blocks[s * per:(s + 1) * per] for s in range(stages)]
+def stage_layers(model: LayeredModel, stages: int, counts: tuple[int, ...] = ()
+                 ) -> list[tuple[Layer, ...]]:
+    """Runs of blocks per stage, ``counts`` of them (equal runs where none are given);
+    embeddings with the first, the head with the last. With V virtual stages per device,
+    ``stages`` is devices x V and stage q runs on device q mod devices."""
+    counts = counts or (len(model.blocks) // stages,) * stages
+    edges = [0, *itertools.accumulate(counts)]
+    out = [model.blocks[a:b] for a, b in itertools.pairwise(edges)]
     out[0] = (*model.pre, *out[0])
     out[-1] = (*out[-1], *model.post)
     return out
+
+
+def ends_lighter(blocks: int, chunks: int) -> tuple[int, ...]:
+    """Blocks per chunk when ``chunks`` does not divide ``blocks``: the middle chunks a
+    whole share rounded up, the shortfall taken off the first and the last in turn (they
+    also hold the embedding and the head). Llama 3 405B: 126 layers on 16 stages ->
+    7, 8 x 14, 7 (Meta trained it with fewer layers on the first and last stages;
+    Megatron-LM's --decoder-first/last-pipeline-num-layers and torchtitan's split do as much)."""
+    per = -(-blocks // chunks)
+    counts = [per] * chunks
+    short = per * chunks - blocks
+    ends = [0, chunks - 1]
+    for i in range(short):
+        counts[ends[i % 2] if chunks > 1 else 0] -= 1
+    if min(counts) < 1 or short > 2 * per - 2:  # the ends cannot absorb it: spread it
+        base, extra = divmod(blocks, chunks)
+        counts = [base + (1 if i < extra else 0) for i in range(chunks)]
+    return tuple(counts)
+
+
+def runs(counts: tuple[int, ...]) -> str:
+    """'7,8x14,7': blocks per stage, repeats folded."""
+    out = []
+    for value, group in itertools.groupby(counts):
+        n = len(list(group))
+        out.append(f"{value}x{n}" if n > 2 else ",".join([str(value)] * n))
+    return ",".join(out)

@@ -138,7 +138,7 @@ def model_parallel_memory(model: LayeredModel, layout: Layout, microbatch: int,
     weight_b, grad_b, state_b = layout_state_bytes(precision, slots, layout.zero)
     P, V, T, D = layout.stages, layout.virtual, layout.tensor, layout.data
     in_flight = in_flight_per_chunk(layout.schedule, P, layout.microbatches, V)
-    chunks = stage_layers(model, P * V)
+    chunks = stage_layers(model, P * V, layout.stage_blocks)
     worst: Memory | None = None
     for device in range(P):
         mine = [chunks[q] for q in range(device, P * V, P)]

@@ -16,11 +16,10 @@ from collections.abc import Sequence
 from harness.sim.calibration import Calibration, compute_seconds, efficiency_source
 from harness.sim.collectives import grouped_ring_allreduce, point_to_point
 from harness.sim.compute import (
-    ZERO,
     ComputeSplit,
     DeviceRate,
     device_rate,
-    layer_split,
+    layers_split,
     optimizer_seconds,
 )
 from harness.sim.engine import CollectiveResult, run_collective
@@ -144,12 +143,11 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
     D, P, T, M, V = layout.data, layout.stages, layout.tensor, layout.microbatches, layout.virtual
     micro = global_batch // (D * M)
     rate = _device_rate(calibration, step_compute_s, precision)
-    stages = stage_layers(model, P * V)
+    stages = stage_layers(model, P * V, layout.stage_blocks)
     again = recomputed(model, how)
     if rate is not None:
-        splits = [sum((layer_split(layer, rate, micro, T, layout.sequence_parallel,
-                                   again(layer))
-                       for layer in layers), ZERO) for layers in stages]
+        splits = [layers_split(layers, rate, micro, T, layout.sequence_parallel, again)
+                  for layers in stages]
         source = (f"{rate.device.name} at {rate.gemm_peak(False)[1]:.1%} of its "
                   f"{rate.precision or 'training'} peak ({rate.source})")
     else:
