@@ -490,3 +490,66 @@ def test_recommend_trains_llama3_405b_on_1024_hosts_with_its_mfu():
     pick = frame[frame["rank"] == 1].iloc[0]
     assert bool(pick["fits"]) and pick["memory_per_device_bytes"] < 80e9
     assert 0.2 < pick["mfu"] < 0.8 and "MFU" in verdict["why"]
+
+
+# Context parallelism ------------------------------------------------------------------------------
+
+LONG = "transformer:layers=8,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=128256,seq=65536"
+
+
+def _long(context: int, comm: str = "ring", hosts: int = 1) -> dict:
+    model = layered(LONG, PRECISIONS["bf16"])
+    layout = Layout(data=8 * hosts // (8 * context), tensor=8, context=context,
+                    context_comm=comm, sequence_parallel=True, zero=1,
+                    microbatches=1)
+    return simulate_layout(f"preset:dgx_h100_ib,hosts={hosts}", model, layout,
+                           layout.data, None, recompute="full",
+                           precision=PRECISIONS["bf16"]) | {
+        "memory": model_parallel_memory(model, layout, 1, "adam", "full", PRECISIONS["bf16"],
+                                        True)}
+
+
+def test_context_parallelism_splits_the_sequence_and_its_activations():
+    """A 64k-token sequence over C ranks: each computes and keeps 1/C of it, so a sequence
+    per C ranks takes about as long as a sequence per rank took (the K/V ring across hosts
+    hides behind the attention), and the activations shrink C-fold."""
+    one, two, four = _long(1, hosts=1), _long(2, hosts=2), _long(4, hosts=4)
+    assert "cp=2" in two["layout"] and "cp=4" in four["layout"]
+    for wide, c in ((two, 2), (four, 4)):
+        assert wide["memory"].activations == pytest.approx(one["memory"].activations / c)
+        # per sequence, C ranks: the step of one rank's sequence, within the exchange's cost
+        assert wide["step_time_median_s"] == pytest.approx(one["step_time_median_s"] / c,
+                                                           rel=0.25)
+
+
+def test_ring_attention_hides_what_an_all_gather_exposes():
+    ring, gather = _long(4, "ring", hosts=4), _long(4, "all_gather", hosts=4)
+    assert "all_gather" in gather["layout"]
+    assert ring["step_time_median_s"] <= gather["step_time_median_s"]
+
+
+@pytest.mark.parametrize("workload, context, said", [
+    ("mlp:S", 2, "no sequence with attention"),
+    ("transformer:layers=2,hidden=512,heads=8,vocab=1000,seq=1000", 8, "2 x 8 chunks"),
+])
+def test_context_parallelism_needs_a_sequence_it_can_split(workload, context, said):
+    with pytest.raises(SpecError, match=said):
+        simulate_layout("preset:dgx_h100_ib,hosts=1", layered(workload), Layout(
+            context=context), 1, None)
+
+
+def test_a_131k_token_sequence_gets_context_parallel_candidates_with_time_and_memory():
+    """Where the sequence is long the recommender splits it too: a CP > 1 row with its step
+    and memory. Nothing here runs context parallelism, so the row stays below the line,
+    named as the simulator's (Megatron-Core and torchtitan run it)."""
+    from harness.recommend.recommender import recommend
+
+    frame = recommend(pd.DataFrame(), workloads=[LONG.replace("seq=65536", "seq=131072")],
+                      targets=["preset:dgx_h100_ib,hosts=8"], precision="bf16")
+    rows = frame[frame["layout"].fillna("").str.contains("cp=")]
+    assert not rows.empty
+    row = rows.iloc[0]
+    assert row["step_time_s"] > 0 and 0 < row["memory_per_device_bytes"] < 80e9
+    assert row["runs_as"] == "" and 0 < row["mfu"] < 1
+    (verdict,) = frame.attrs["verdicts"]
+    assert verdict["decided_by"]["rule"] in ("only_simulated", "fastest_efficient")

@@ -228,7 +228,8 @@ def _deployed(profile: Any, names: list[str] | str, ps_shards: int | None,
 def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tensor: int | None,
             microbatches: int | None, schedule: str, virtual: int | None = None,
             sequence_parallel: bool = False, distributed_optimizer: bool = False,
-            grad_reduce: str = "overlapped") -> Any:
+            grad_reduce: str = "overlapped", context: int | None = None,
+            context_comm: str = "ring") -> Any:
     """The data x pipeline x tensor split of ``workers``; InputError if it does not divide.
     ``--strategy fsdp`` with a tensor-parallel degree: FSDP over the data axis (torchtitan's
     2D)."""
@@ -245,10 +246,11 @@ def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tenso
         stages = workers // (tensor or 1) if "pipeline" in strategies else 1
     if tensor is None:
         tensor = workers // stages if "tensor_parallel" in strategies else 1
-    data, rest = divmod(workers, stages * tensor)
+    split = stages * tensor * (context or 1)
+    data, rest = divmod(workers, split)
     if rest or data < 1:
         raise InputError(f"--workers {workers} is not a multiple of stages x tensor-parallel "
-                         f"degree = {stages * tensor}")
+                         f"x context-parallel degree = {split}")
     if fsdp and distributed_optimizer:
         raise InputError("--strategy fsdp already shards the optimizer: drop "
                          "--distributed-optimizer")
@@ -257,7 +259,8 @@ def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tenso
                   virtual=(virtual or 2) if schedule == "interleaved" else 1,
                   sequence_parallel=sequence_parallel,
                   zero=3 if fsdp else 1 if distributed_optimizer else 0,
-                  grad_reduce=grad_reduce.replace("-", "_"))
+                  grad_reduce=grad_reduce.replace("-", "_"), context=context or 1,
+                  context_comm=context_comm.replace("-", "_"))
 
 
 def _simulate_layout(topology: str, workload: str | None, profile: str | None, results: Path,
@@ -469,6 +472,14 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
               help="Pipeline schedule (interleaved: Megatron-LM's, with --virtual-stages).")
 @click.option("--virtual-stages", type=click.IntRange(min=1), default=None,
               help="Chunks of layers per device under --schedule interleaved (default 2).")
+@click.option("--context-parallel", "context", type=click.IntRange(min=1), default=None,
+              help="Split each sequence over C devices (context parallelism): every "
+                   "activation /C, gradients reduced over data x context.")
+@click.option("--context-comm", type=click.Choice(["ring", "all-gather"]), default="ring",
+              show_default=True,
+              help="How context ranks share keys and values: a ring passing K/V blocks "
+                   "overlapped with the attention (Megatron-Core's p2p, ring attention), or "
+                   "K/V all-gathered before it (Llama 3's).")
 @click.option("--sequence-parallel", is_flag=True,
               help="Split norms and dropout along the sequence in the tensor-parallel group.")
 @click.option("--grad-reduce", type=click.Choice(["overlapped", "after-backward"]),
@@ -509,7 +520,8 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
             profile: str | None, strategies: tuple[str, ...], calibration: str | None,
             results: str | None, stragglers: int, straggler_factor: float, stages: int | None,
             stage_layers: str | None, microbatches: int | None, tensor: int | None, schedule: str,
-            virtual_stages: int | None, sequence_parallel: bool, distributed_optimizer: bool,
+            virtual_stages: int | None, context: int | None, context_comm: str,
+            sequence_parallel: bool, distributed_optimizer: bool,
             grad_reduce: str,
             precision: str | None, channels_last: bool | None, fit_step: float | None,
             global_batch: int | None,
@@ -541,17 +553,18 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
 
     read_as = f"read {topology} as: {describe_topology(topology)}"
     names = _strategy_names(strategies, framework)
-    model_parallel = bool(stages or tensor or set(strategies) & set(MODEL_PARALLEL))
+    model_parallel = bool(stages or tensor or context or set(strategies) & set(MODEL_PARALLEL))
     if not model_parallel and (virtual_stages or sequence_parallel or distributed_optimizer
                                or stage_layers
                                or recompute != "none" or grad_reduce != "overlapped"):
         raise InputError("--virtual-stages, --stage-layers, --sequence-parallel, "
                          "--distributed-optimizer, --grad-reduce and --recompute apply to a "
                          "model-parallel layout: give "
-                         "--stages or --tensor-parallel")
+                         "--stages, --tensor-parallel or --context-parallel")
     if model_parallel:
         layout = _layout(workers, strategies, stages, tensor, microbatches, schedule,
-                         virtual_stages, sequence_parallel, distributed_optimizer, grad_reduce)
+                         virtual_stages, sequence_parallel, distributed_optimizer, grad_reduce,
+                         context, context_comm)
         row = _simulate_layout(topology, workload, profile, results_dir(results), calib,
                                layout, global_batch, recompute, optimizer, microbatches,
                                precision, fit_step, stage_layers)

@@ -83,6 +83,8 @@ def runs_as(model: str, device: str, hosts: int = 1) -> str:
     simulated."""
     from harness.core.strategies import running
 
+    if "context" in model.split("+"):
+        return ""  # context parallelism: Megatron-Core's and torchtitan's, not run here
     if model in ("pipeline", "tensor_parallel") or "+" in model:
         parts = {"data": "ddp", "pipeline": "pipeline", "tensor": "tensor_parallel"}
         dims = model.split("+") if "+" in model else [
@@ -362,16 +364,31 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
                      bubble=row["bubble_fraction"])
         out.append(point)
     peak = _dense_peak(calibration)
+    needed = model_flops(facts)
     for point in out:  # model FLOPs over the devices' dense peak: what large runs report
         tput = point.get("throughput_samples_s", NAN)
-        point["mfu"] = (facts.flops_per_sample * tput / (int(point["replicas"]) * peak)
-                        if peak and math.isfinite(tput) and facts.flops_per_sample else NAN)
+        point["mfu"] = (needed * tput / (int(point["replicas"]) * peak)
+                        if peak and math.isfinite(tput) and needed else NAN)
     kind = device_kind(target, ctx.device)
     for point in out[1:]:
         hosts = -(-int(point["replicas"]) // max(1, target.per_host))
         point["runs_as"] = runs_as(point["strategy"], kind, hosts)
         point["device_kind"] = kind
     return out
+
+
+def model_flops(facts: WorkloadProfile) -> float:
+    """Training FLOPs per sample a model needs, MFU's numerator: the catalog's count with a
+    causal attention's masked half taken out (the catalog counts the full square, as
+    Megatron-LM's formula does; FlashAttention skips the masked blocks, so at 131k tokens
+    the full square would put MFU near 100%)."""
+    from workloads.operators import ATTENTION
+
+    if not facts.flops_per_sample:
+        return 0.0
+    masked = sum(op.forward_flops / 2 for op in facts.ops
+                 if op.kind == ATTENTION and op.causal)
+    return float(facts.flops_per_sample) - 3 * masked  # forward and backward (2x forward)
 
 
 def _dense_peak(calibration: Any) -> float:

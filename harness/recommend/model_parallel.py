@@ -24,6 +24,9 @@ from harness.sim.memory import model_parallel_memory
 from workloads.precision import FP32, Precision
 
 MODEL_PARALLEL = "model_parallel"  # the exchange kind of these candidates
+# From this sequence length on, context-parallel splits are candidates too: Llama 3 trained
+# at 8,192 tokens without it and turned it on for its long-context stage (up to 131,072).
+LONG_CONTEXT = 32768
 
 
 def _divisors(n: int) -> list[int]:
@@ -63,6 +66,13 @@ def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
                                         stage_blocks=_uneven(blocks, 2 * stages)))
             if stages == 1 and tensor > 1 and data > 1:
                 variants.append(replace(base, zero=3, microbatches=1))
+            if model.seq >= LONG_CONTEXT:  # the sequence split too, where it is long
+                for context in (2, 4, 8, 16):
+                    if data % context == 0 and model.seq % (2 * context) == 0:
+                        variants.append(replace(
+                            base, data=data // context, context=context,
+                            microbatches=global_batch // (data // context),
+                            zero=1 if data > 1 else 0))
             for layout in variants:
                 try:
                     check_layout(model, layout, global_batch)

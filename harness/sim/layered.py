@@ -25,6 +25,7 @@ RECOMPUTE = ("none", "selective", "full")
 #: (Megatron-LM's distributed optimizer, ZeRO-1), or everything sharded (FSDP, ZeRO-3).
 SHARDING = {0: "replicated", 1: "distributed optimizer", 3: "fsdp"}
 GRAD_REDUCE = ("overlapped", "after_backward")
+CONTEXT_COMM = ("ring", "all_gather")
 
 
 def recompute_mode(value: str | bool | None) -> str:
@@ -58,6 +59,8 @@ class Layer:
     replicated_elementwise_bytes_per_sample: float = 0.0
     # what selective recomputation re-runs (forward) and does not keep: the attention scores
     attention_flops_per_sample: float = 0.0
+    # the keys and values of one sample (bytes): what context parallelism exchanges
+    kv_bytes_per_sample: float = 0.0
     attention_elementwise_bytes_per_sample: float = 0.0
     attention_activation_bytes_per_sample: float = 0.0
     # the layer's forward operators per sample (workloads.operators): what the device model
@@ -79,6 +82,7 @@ class LayeredModel:
     # a weight the first and the last layer share (a tied embedding and head): with several
     # stages the last keeps a copy, and the two copies' gradients are summed every step
     tied_head_params: int = 0
+    seq: int = 0  # tokens per sample (a language model's sequence; 0: not a sequence)
 
     @property
     def layers(self) -> tuple[Layer, ...]:
@@ -122,13 +126,21 @@ class Layout:
     grad_reduce: str = "overlapped"
     # blocks per pipeline chunk (stages x virtual, in chunk order); (): equal runs
     stage_blocks: tuple[int, ...] = ()
+    # the sequence split over ``context`` devices (context parallelism): ring attention
+    # passing K/V blocks overlapped with the attention (Megatron-Core's p2p) or K/V
+    # all-gathered before it (Llama 3's)
+    context: int = 1
+    context_comm: str = "ring"
 
     @property
     def devices(self) -> int:
-        return self.data * self.stages * self.tensor
+        return self.data * self.stages * self.tensor * self.context
 
     def describe(self) -> str:
         parts = [f"dp={self.data}", f"pp={self.stages}", f"tp={self.tensor}"]
+        if self.context > 1:
+            parts.append(f"cp={self.context}"
+                         + ("" if self.context_comm == "ring" else f" {self.context_comm}"))
         if self.stages > 1:
             parts += [f"microbatches={self.microbatches}", self.schedule]
             if self.virtual > 1:
@@ -143,15 +155,17 @@ class Layout:
             parts.append("reduce after backward")
         return ",".join(parts)
 
-    def device(self, data: int, stage: int, tensor: int) -> int:
-        """Megatron-LM's order: tensor ranks adjacent (one host), then data, then stages."""
-        return tensor + self.tensor * (data + self.data * stage)
+    def device(self, data: int, stage: int, tensor: int, context: int = 0) -> int:
+        """Megatron-LM's order: tensor ranks adjacent (one host), then context, then data,
+        then stages."""
+        return tensor + self.tensor * (context + self.context * (data + self.data * stage))
 
 
 def check_layout(model: LayeredModel, layout: Layout, global_batch: int) -> None:
     """SpecError (one line) for a layout the model cannot take."""
     for name, value in (("data-parallel degree", layout.data), ("stages", layout.stages),
                         ("tensor-parallel degree", layout.tensor),
+                        ("context-parallel degree", layout.context),
                         ("micro-batches", layout.microbatches)):
         if not isinstance(value, int) or value < 1:
             raise SpecError(f"{name} {value!r} must be an integer >= 1")
@@ -168,6 +182,17 @@ def check_layout(model: LayeredModel, layout: Layout, global_batch: int) -> None
         raise SpecError(f"{layout.virtual} virtual stages need the interleaved schedule")
     if layout.virtual < 1:
         raise SpecError(f"virtual stages {layout.virtual} must be >= 1")
+    if layout.context > 1:
+        if layout.context_comm not in CONTEXT_COMM:
+            raise SpecError(f"unknown context-parallel exchange {layout.context_comm!r} "
+                            f"(choose from {', '.join(CONTEXT_COMM)})")
+        if not model.seq or not any(layer.kv_bytes_per_sample for layer in model.blocks):
+            raise SpecError(f"{model.name} has no sequence with attention for context "
+                            f"parallelism to split")
+        if model.seq % (2 * layout.context):
+            raise SpecError(f"context-parallel degree {layout.context}: the sequence of "
+                            f"{model.seq} tokens must split into 2 x {layout.context} chunks "
+                            f"(causal load balancing)")
     if layout.sequence_parallel and layout.tensor == 1:
         raise SpecError("sequence parallelism splits along the tensor-parallel group: give "
                         "a tensor-parallel degree above 1")

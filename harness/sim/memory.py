@@ -130,13 +130,15 @@ def model_parallel_memory(model: LayeredModel, layout: Layout, microbatch: int,
     flight; a chunk of an interleaved device holds 1/V of its layers), each keeping what
     ``recompute`` leaves: everything (none), all but the attention scores (selective), or
     each layer's input plus one layer's whole activations while its backward runs (full).
-    Sequence parallelism splits the norms' activations too. A fused attention kernel
+    Sequence parallelism splits the norms' activations too, context parallelism every
+    activation (each rank holds 1/C of the sequence). A fused attention kernel
     (FlashAttention, torch's SDPA) keeps no T x T scores, as selective recomputation."""
     how = recompute_mode(recompute)
     again = recomputed(model, how)
     slots = optimizer_slots(optimizer)
     weight_b, grad_b, state_b = layout_state_bytes(precision, slots, layout.zero)
     P, V, T, D = layout.stages, layout.virtual, layout.tensor, layout.data
+    C = layout.context  # a rank keeps 1/C of the sequence; state shards over data x context
     in_flight = in_flight_per_chunk(layout.schedule, P, layout.microbatches, V)
     chunks = stage_layers(model, P * V, layout.stage_blocks)
     worst: Memory | None = None
@@ -146,8 +148,8 @@ def model_parallel_memory(model: LayeredModel, layout: Layout, microbatch: int,
         if device == P - 1 and P > 1:
             count += model.tied_head_params  # the head's copy of the embedding
         per_rank = count / T
-        shard = D if layout.zero == 3 else 1
-        state_shard = D if layout.zero else 1
+        shard = D * C if layout.zero == 3 else 1
+        state_shard = D * C if layout.zero else 1
         params = per_rank * weight_b / shard
         grads = per_rank * grad_b / shard
         state = per_rank * state_b / state_shard
@@ -167,7 +169,7 @@ def model_parallel_memory(model: LayeredModel, layout: Layout, microbatch: int,
             working = microbatch * max(_split(layer, T, layout.sequence_parallel, "none",
                                               fused_attention)
                                        for layers in mine for layer in layers)
-        memory = Memory(params, grads, state, kept, working)
+        memory = Memory(params, grads, state, kept / C, working / C)
         if worst is None or memory.total > worst.total:
             worst = memory
     assert worst is not None

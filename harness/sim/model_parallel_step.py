@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from harness.sim.calibration import Calibration, compute_seconds, efficiency_source
 from harness.sim.collectives import grouped_ring_allreduce, point_to_point
@@ -19,6 +19,7 @@ from harness.sim.compute import (
     ComputeSplit,
     DeviceRate,
     device_rate,
+    layer_split,
     layers_split,
     optimizer_seconds,
 )
@@ -141,6 +142,7 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
                         f"topology has {n_devices(topology)}")
     how = recompute_mode(recompute)
     D, P, T, M, V = layout.data, layout.stages, layout.tensor, layout.microbatches, layout.virtual
+    C = layout.context
     micro = global_batch // (D * M)
     rate = _device_rate(calibration, step_compute_s, precision)
     stages = stage_layers(model, P * V, layout.stage_blocks)
@@ -153,6 +155,9 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
     else:
         splits, source = _shared_splits(model, stages, micro, T, how, calibration,
                                         step_compute_s)
+    if C > 1:  # each context rank computes 1/C of the sequence (causal load balanced)
+        splits = [ComputeSplit(c.forward_s / C, c.backward_s / C, c.recompute_s / C)
+                  for c in splits]
     forward = [c.forward_s + pass_overhead_s for c in splits]
     backward = [c.backward_s + c.recompute_s + pass_overhead_s for c in splits]
     colls = _PlacedCollectives(topology, mode)
@@ -160,28 +165,36 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
     for q, layers in enumerate(stages):
         fwd_comm = bwd_comm = 0.0
         if T > 1:
-            devices = [layout.device(d, q % P, t) for d in range(D) for t in range(T)]
+            devices = [layout.device(d, q % P, t, c) for d in range(D) for c in range(C)
+                       for t in range(T)]
             for layer in layers:
                 if layer.tp_allreduces:
                     full = again(layer) == "full"
                     runs = layer.tp_allreduces * M * (3 if full else 2)
-                    ar = colls.allreduce(D, T, layer.output_bytes_per_sample * micro,
+                    ar = colls.allreduce(D * C, T, layer.output_bytes_per_sample * micro / C,
                                          devices, runs)
                     fwd_comm += layer.tp_allreduces * ar
                     bwd_comm += layer.tp_allreduces * ar * (2 if full else 1)
+        if C > 1:
+            fwd, bwd = _context_exchange(layout, colls, layers, q % P, micro, rate, again)
+            fwd_comm += fwd
+            bwd_comm += bwd
         forward_comm.append(fwd_comm)
         backward_comm.append(bwd_comm)
     sends = []
     for q in range(P * V - 1):
-        nbytes = stages[q][-1].output_bytes_per_sample * micro / T
-        src = [layout.device(d, q % P, t) for d in range(D) for t in range(T)]
-        dst = [layout.device(d, (q + 1) % P, t) for d in range(D) for t in range(T)]
-        there = colls.send(D * T, nbytes, src + dst, M)
-        back = colls.send(D * T, nbytes, dst + src, M)
+        nbytes = stages[q][-1].output_bytes_per_sample * micro / T / C
+        src = [layout.device(d, q % P, t, c) for d in range(D) for c in range(C)
+               for t in range(T)]
+        dst = [layout.device(d, (q + 1) % P, t, c) for d in range(D) for c in range(C)
+               for t in range(T)]
+        there = colls.send(D * T * C, nbytes, src + dst, M)
+        back = colls.send(D * T * C, nbytes, dst + src, M)
         sends.append((there, back))
     order = stage_order(layout.schedule, P, M, V)
     timing = run_pipeline(order, forward, backward, [t for t, _ in sends],
-                          [b for _, b in sends], cores / (D * T) if cores is not None else None,
+                          [b for _, b in sends],
+                          cores / (D * T * C) if cores is not None else None,
                           forward_comm, backward_comm)
     ends, optimizer_each = [], []
     for s in range(P):
@@ -191,9 +204,10 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
         last = max((timing.spans[(q, BACKWARD, p.microbatch)] for q in mine
                     for p in order[s][-1:]), key=lambda span: span[1])
         end = timing.ends_s[s]
-        if D > 1:
-            groups = [layout.device(d, s, t) for t in range(T) for d in range(D)]
-            reduce_s = colls.allreduce(T, D, params * model.bytes_per_element / T, groups,
+        if D * C > 1:  # gradients reduce over data x context: every rank saw other tokens
+            groups = [layout.device(d, s, t, c) for t in range(T) for d in range(D)
+                      for c in range(C)]
+            reduce_s = colls.allreduce(T, D * C, params * model.bytes_per_element / T, groups,
                                        M if layout.zero == 3 else 1)
             if layout.zero == 3:  # every micro-batch gathers the weights twice, then reduces
                 reduce_s *= M + 0.5
@@ -204,11 +218,11 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
             else:  # buckets reduce as the last backward frees them (Megatron, DDP)
                 end = overlapped_end(last[0], end, reduce_s, blocks)
         if P > 1 and model.tied_head_params and s in (0, P - 1):
-            pair = [layout.device(d, r, t) for d in range(D) for t in range(T)
-                    for r in (0, P - 1)]
-            end += colls.allreduce(D * T, 2, model.tied_head_params * model.bytes_per_element
+            pair = [layout.device(d, r, t, c) for d in range(D) for c in range(C)
+                    for t in range(T) for r in (0, P - 1)]
+            end += colls.allreduce(D * T * C, 2, model.tied_head_params * model.bytes_per_element
                                    / T, pair, 1 if s == 0 else 0)
-        shards = D if layout.zero else 1
+        shards = D * C if layout.zero else 1
         if rate is not None:
             update = optimizer_seconds(params / T / shards, precision or FP32,
                                        optimizer_slots, rate)
@@ -231,6 +245,42 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
         collectives=colls.count, events=colls.events, mode=mode,
         wall_s=time.perf_counter() - started, compute_source=source,
         layout=layout.describe(), bubble=timing.bubble, notes=(notes,))
+
+
+def _context_exchange(layout: Layout, colls: _PlacedCollectives, layers: Sequence[Layer],
+                      stage: int, micro: int, rate: DeviceRate | None,
+                      again: Callable[[Layer], str]) -> tuple[float, float]:
+    """The exposed time of one chunk's context-parallel K/V exchange, forward and backward.
+
+    ring (Megatron-Core's p2p, ring attention): C - 1 steps, each sending a K/V block of
+    S/C tokens to the next rank while the attention of the block in hand runs (a 1/C^2
+    share of the sequence's attention on each rank); what a step's send takes beyond that
+    attention is exposed. Backward sends K/V and their gradients: twice the bytes against
+    twice the attention. all_gather (Llama 3's): K/V gathered before the attention, their
+    gradients reduce-scattered after it, nothing overlapped; each costs half an all-reduce
+    of the whole K/V (a ring moves (C-1)/C of it either way)."""
+    D, T, C = layout.data, layout.tensor, layout.context
+    fwd = bwd = 0.0
+    ranks = [layout.device(d, stage, t, c) for d in range(D) for t in range(T)
+             for c in range(C)]
+    for layer in layers:
+        if not layer.kv_bytes_per_sample:
+            continue
+        kv = layer.kv_bytes_per_sample * micro / T  # the rank's heads, the whole sequence
+        if layout.context_comm == "all_gather":
+            gather = colls.allreduce(D * T, C, kv, ranks, layout.microbatches) / 2
+            fwd += gather
+            bwd += gather * (2 if again(layer) == "full" else 1)
+            continue
+        nxt = [layout.device(d, stage, t, (c + 1) % C) for d in range(D) for t in range(T)
+               for c in range(C)]
+        step = colls.send(D * T * C, kv / C, ranks + nxt, 3 * (C - 1) * layout.microbatches)
+        attention = (layer_split(layer, rate, micro, T, layout.sequence_parallel,
+                                 "selective").recompute_s if rate is not None
+                     else 0.0) / (C * C)
+        fwd += (C - 1) * max(0.0, step - attention)
+        bwd += (C - 1) * max(0.0, 2 * step - 2 * attention)
+    return fwd, bwd
 
 
 def overlapped_end(last_backward_start: float, backward_end: float, reduce_s: float,
@@ -279,7 +329,8 @@ def _shared_splits(model: LayeredModel, stages: list[tuple[Layer, ...]], micro: 
     return out, source
 def _layout_name(layout: Layout) -> str:
     parallel = [name for name, degree in (("data", layout.data), ("pipeline", layout.stages),
-                                          ("tensor", layout.tensor)) if degree > 1]
+                                          ("tensor", layout.tensor),
+                                          ("context", layout.context)) if degree > 1]
     if not parallel:
         return "single_device"
     if parallel in (["pipeline"], ["tensor"]):

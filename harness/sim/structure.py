@@ -62,6 +62,7 @@ def transformer(config: TransformerConfig | TransformerDims, name: str, batch_si
                   attention_elementwise_bytes_per_sample=dims.attention_elementwise * E,
                   attention_activation_bytes_per_sample=dims.attention_activations * E
                   + dims.attention_mask_bytes,
+                  kv_bytes_per_sample=float(2 * t * dims.kv_width * E),
                   ops=dims.block_ops())
     head = Layer("head", params=dims.head_params,
                  flops_per_sample=costs.TRAIN_FLOPS_FACTOR * dims.head_forward_flops,
@@ -74,7 +75,8 @@ def transformer(config: TransformerConfig | TransformerDims, name: str, batch_si
     blocks = tuple(replace(block, name=f"block{i}") for i in range(dims.layers))
     # a tied head reuses the token embedding: a pipeline's last stage keeps a copy (Megatron)
     return LayeredModel(name, (embedding,), blocks, (head,), batch_size,
-                        bytes_per_element=E, tied_head_params=v * d if dims.tied else 0)
+                        bytes_per_element=E, tied_head_params=v * d if dims.tied else 0,
+                        seq=t)
 
 
 def mlp(config: MLPConfig, name: str, batch_size: int, precision: Precision = FP32
