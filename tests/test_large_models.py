@@ -553,3 +553,53 @@ def test_a_131k_token_sequence_gets_context_parallel_candidates_with_time_and_me
     assert row["runs_as"] == "" and 0 < row["mfu"] < 1
     (verdict,) = frame.attrs["verdicts"]
     assert verdict["decided_by"]["rule"] in ("only_simulated", "fastest_efficient")
+
+
+# Expert parallelism -------------------------------------------------------------------------------
+
+MIXTRAL = f"hf:{REPO / 'tests/fixtures/hf/mixtral_8x7b_config.json'},seq=4096"
+
+
+def _moe(expert: int, hosts: int = 8, tensor: int = 2) -> dict:
+    model = layered(MIXTRAL, PRECISIONS["bf16"])
+    layout = Layout(data=8 * hosts // tensor, tensor=tensor, expert=expert,
+                    sequence_parallel=True, zero=1)
+    row = simulate_layout(f"preset:dgx_h100_ib,hosts={hosts}", model, layout, layout.data,
+                          None, recompute="full", precision=PRECISIONS["bf16"])
+    return row | {"memory": model_parallel_memory(model, layout, 1, "adam", "full",
+                                                  PRECISIONS["bf16"], True)}
+
+
+def test_expert_parallelism_shards_the_experts_and_pays_all_to_alls():
+    """Mixtral's 8 experts over EP ranks: each rank holds 1/EP of every expert (the
+    attention and router whole), and each MoE layer dispatches and combines its tokens by
+    all-to-all, whose bytes the step counts."""
+    from harness.sim.layered import held_params
+
+    model = layered(MIXTRAL, PRECISIONS["bf16"])
+    block = model.blocks[0]
+    assert held_params(block, 8) == pytest.approx(
+        block.params - block.expert_params * 7 / 8)
+    one, eight = _moe(1), _moe(8)
+    assert "ep=8" in eight["layout"]
+    assert eight["memory"].params < one["memory"].params / 3
+    assert eight["memory"].activations == pytest.approx(one["memory"].activations)
+    # the same gradients cross fewer bytes, the tokens cross more: the all-to-alls are there
+    assert eight["bytes_per_step"] != one["bytes_per_step"]
+
+
+def test_recommend_lists_an_expert_parallel_row_for_mixtral_on_8_hosts():
+    from harness.recommend.recommender import recommend
+
+    frame = recommend(pd.DataFrame(), workloads=[MIXTRAL], targets=["preset:dgx_h100_ib,hosts=8"],
+                      precision="bf16")
+    rows = frame[frame["layout"].fillna("").str.contains("ep=")]
+    assert not rows.empty
+    row = rows.iloc[0]
+    assert row["step_time_s"] > 0 and bool(row["fits"]) and row["runs_as"] == ""
+
+
+def test_expert_parallelism_needs_experts():
+    with pytest.raises(SpecError, match="no experts"):
+        simulate_layout("preset:dgx_h100_ib,hosts=1", layered("llama3_8b"),
+                        Layout(data=8, expert=2), 8, None)

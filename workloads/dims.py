@@ -126,6 +126,12 @@ class TransformerDims:
     def router_params(self) -> int:
         return self.hidden * self.experts
 
+    @property
+    def routed_expert_params(self) -> int:
+        """One block's routed experts' parameters (what expert parallelism shards; the
+        shared experts and the router stay with every rank)."""
+        return self.experts * self._mlp_params(self.expert_width)
+
     # Per block, per sequence ------------------------------------------------------------
 
     @property

@@ -83,8 +83,9 @@ def runs_as(model: str, device: str, hosts: int = 1) -> str:
     simulated."""
     from harness.core.strategies import running
 
-    if "context" in model.split("+"):
-        return ""  # context parallelism: Megatron-Core's and torchtitan's, not run here
+    if {"context", "expert"} & set(model.split("+")):
+        return ""  # context and expert parallelism: Megatron-Core's and torchtitan's, not
+        # run here
     if model in ("pipeline", "tensor_parallel") or "+" in model:
         parts = {"data": "ddp", "pipeline": "pipeline", "tensor": "tensor_parallel"}
         dims = model.split("+") if "+" in model else [

@@ -217,9 +217,11 @@ def _cost(p: Point) -> float:
 
 def _brief(p: Point) -> dict[str, Any]:
     """A point as a decision names it: what it is and the numbers that can decide."""
+    efficiency = float(p.get("scaling_efficiency", NAN)) if p.get("baseline_fits", True) \
+        else NAN  # against a device that cannot hold the model the ratio says nothing
     return {"label": _label(p), "framework": p["framework"], "strategy": p["strategy"],
             "replicas": int(p["replicas"]), "train_time_s": float(p["train_time_s"]),
-            "cost_usd": _cost(p), "scaling_efficiency": float(p.get("scaling_efficiency", NAN))}
+            "cost_usd": _cost(p), "scaling_efficiency": efficiency}
 
 
 def decided_by(pick: Point | None, points: Sequence[Point], goal: Goal) -> dict[str, Any]:
@@ -326,9 +328,10 @@ def explain(decision: dict[str, Any]) -> str:
         eff = option["scaling_efficiency"]
         if rule == "fastest_efficient":
             text = (f"the fastest option at a scaling efficiency of at least "
-                    f"{n['min_efficiency']:.0%}"
-                    + (f" ({eff:.0%} against its framework's one device)" if _finite(eff)
-                       else ""))
+                    f"{n['min_efficiency']:.0%} ({eff:.0%} against its framework's one device)"
+                    if _finite(eff) else
+                    "the fastest option (one device cannot hold the model, so no scaling "
+                    "efficiency is judged)")
         else:
             text = (f"the {'fastest' if rule == 'fastest_within_limits' else 'cheapest'} "
                     f"option that meets the {_limits_text(n)}")

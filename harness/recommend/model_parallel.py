@@ -66,6 +66,9 @@ def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
                                         stage_blocks=_uneven(blocks, 2 * stages)))
             if stages == 1 and tensor > 1 and data > 1:
                 variants.append(replace(base, zero=3, microbatches=1))
+            for expert in (2, 4, 8, 16, 32, 64):  # experts sharded over data ranks
+                if model.experts % expert == 0 and data % expert == 0:
+                    variants.append(replace(base, expert=expert))
             if model.seq >= LONG_CONTEXT:  # the sequence split too, where it is long
                 for context in (2, 4, 8, 16):
                     if data % context == 0 and model.seq % (2 * context) == 0:
@@ -91,15 +94,15 @@ def best_layouts(model: LayeredModel, target: Target, batch_per_device: int,
                  calibration: Calibration | None, step_compute_s: float | None,
                  device_memory: float, optimizer: str,
                  precision: Precision | None = None) -> list[dict[str, Any]]:
-    """Per device count, the simulated row of the fastest layout that fits (else the one
-    that needs the least memory), ``recompute`` saying what it recomputes: for each layout
-    the least recomputation that fits (none, then selective, then full), as less is always
-    faster. Memory is a formula, so only the layouts that fit are simulated."""
+    """Per device count and kind of split, the simulated row of the fastest layout that fits
+    (else the one that needs the least memory), ``recompute`` saying what it recomputes: for
+    each layout the least recomputation that fits (none, then selective, then full), as less
+    is always faster. Memory is a formula, so only the layouts that fit are simulated."""
     from harness.sim import simulate_layout
     from harness.sim.api import fuses_attention
 
     fused = fuses_attention(calibration) if calibration is not None else True
-    out = []
+    out: list[dict[str, Any]] = []
     for n in device_counts(target):
         batch = batch_per_device * n
         options = []
@@ -119,5 +122,10 @@ def best_layouts(model: LayeredModel, target: Target, batch_per_device: int,
                                 step_compute_s=step_compute_s, optimizer=optimizer,
                                 recompute=how, precision=precision)
                 for _, how, layout, _ in fitting]
-        out.append(min(rows, key=lambda r: r["step_time_median_s"]))
+        best: dict[str, dict[str, Any]] = {}  # per kind of split (data+tensor+expert, ...)
+        for row in rows:
+            kind = str(row["strategy"])
+            if kind not in best or row["step_time_median_s"] < best[kind]["step_time_median_s"]:
+                best[kind] = row
+        out += best.values()
     return out

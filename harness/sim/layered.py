@@ -61,6 +61,10 @@ class Layer:
     attention_flops_per_sample: float = 0.0
     # the keys and values of one sample (bytes): what context parallelism exchanges
     kv_bytes_per_sample: float = 0.0
+    # a mixture of experts: the experts' parameters (expert parallelism shards them) and the
+    # token rows one sample sends to its top-k experts (each all-to-all's bytes)
+    expert_params: int = 0
+    routed_bytes_per_sample: float = 0.0
     attention_elementwise_bytes_per_sample: float = 0.0
     attention_activation_bytes_per_sample: float = 0.0
     # the layer's forward operators per sample (workloads.operators): what the device model
@@ -83,6 +87,7 @@ class LayeredModel:
     # stages the last keeps a copy, and the two copies' gradients are summed every step
     tied_head_params: int = 0
     seq: int = 0  # tokens per sample (a language model's sequence; 0: not a sequence)
+    experts: int = 0  # routed experts per MoE layer (0: dense)
 
     @property
     def layers(self) -> tuple[Layer, ...]:
@@ -131,6 +136,9 @@ class Layout:
     # all-gathered before it (Llama 3's)
     context: int = 1
     context_comm: str = "ring"
+    # the experts of each MoE layer sharded over ``expert`` ranks of the data-parallel axis
+    # (Megatron-Core's expert parallelism): tokens reach them by all-to-all
+    expert: int = 1
 
     @property
     def devices(self) -> int:
@@ -138,6 +146,8 @@ class Layout:
 
     def describe(self) -> str:
         parts = [f"dp={self.data}", f"pp={self.stages}", f"tp={self.tensor}"]
+        if self.expert > 1:
+            parts.append(f"ep={self.expert}")
         if self.context > 1:
             parts.append(f"cp={self.context}"
                          + ("" if self.context_comm == "ring" else f" {self.context_comm}"))
@@ -166,6 +176,7 @@ def check_layout(model: LayeredModel, layout: Layout, global_batch: int) -> None
     for name, value in (("data-parallel degree", layout.data), ("stages", layout.stages),
                         ("tensor-parallel degree", layout.tensor),
                         ("context-parallel degree", layout.context),
+                        ("expert-parallel degree", layout.expert),
                         ("micro-batches", layout.microbatches)):
         if not isinstance(value, int) or value < 1:
             raise SpecError(f"{name} {value!r} must be an integer >= 1")
@@ -193,6 +204,12 @@ def check_layout(model: LayeredModel, layout: Layout, global_batch: int) -> None
             raise SpecError(f"context-parallel degree {layout.context}: the sequence of "
                             f"{model.seq} tokens must split into 2 x {layout.context} chunks "
                             f"(causal load balancing)")
+    if layout.expert > 1:
+        if not any(layer.expert_params for layer in model.blocks):
+            raise SpecError(f"{model.name} has no experts for expert parallelism to shard")
+        if layout.data % layout.expert:
+            raise SpecError(f"expert-parallel degree {layout.expert} must divide the "
+                            f"data-parallel degree {layout.data} (its ranks are data ranks)")
     if layout.sequence_parallel and layout.tensor == 1:
         raise SpecError("sequence parallelism splits along the tensor-parallel group: give "
                         "a tensor-parallel degree above 1")
@@ -229,6 +246,12 @@ def check_layout(model: LayeredModel, layout: Layout, global_batch: int) -> None
     if per_pipeline % layout.microbatches:
         raise SpecError(f"{layout.microbatches} micro-batches do not divide the batch of "
                         f"{per_pipeline} per pipeline")
+
+
+def held_params(layer: Layer, expert: int) -> float:
+    """A layer's parameters on one rank of ``expert``-way expert parallelism (before tensor
+    parallelism and sharding): its routed experts 1/EP, the rest whole."""
+    return layer.params - layer.expert_params + layer.expert_params / expert
 
 
 def recomputed(model: LayeredModel, how: str) -> Callable[[Layer], str]:

@@ -28,6 +28,7 @@ from harness.sim.layered import (
     Layer,
     LayeredModel,
     Layout,
+    held_params,
     recompute_mode,
     recomputed,
     stage_layers,
@@ -144,7 +145,8 @@ def model_parallel_memory(model: LayeredModel, layout: Layout, microbatch: int,
     worst: Memory | None = None
     for device in range(P):
         mine = [chunks[q] for q in range(device, P * V, P)]
-        count = sum(layer.params for layers in mine for layer in layers)
+        count = sum(held_params(layer, layout.expert) for layers in mine
+                    for layer in layers)
         if device == P - 1 and P > 1:
             count += model.tied_head_params  # the head's copy of the embedding
         per_rank = count / T

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from harness.sim.calibration import Calibration, compute_seconds, efficiency_source
-from harness.sim.collectives import grouped_ring_allreduce, point_to_point
+from harness.sim.collectives import all_to_all, grouped_ring_allreduce, point_to_point
 from harness.sim.compute import (
     ComputeSplit,
     DeviceRate,
@@ -29,6 +29,7 @@ from harness.sim.layered import (
     LayeredModel,
     Layout,
     check_layout,
+    held_params,
     recompute_mode,
     recomputed,
     stage_layers,
@@ -47,7 +48,7 @@ def _timed(kind: str, groups: int, size: int, topology: Topology, nbytes: float,
     """One placed collective, simulated once per process: the layouts a recommender weighs
     share most of their tensor-parallel groups and sends."""
     schedule = (grouped_ring_allreduce(groups, size) if kind == "allreduce"
-                else point_to_point(groups))
+                else all_to_all(size) if kind == "alltoall" else point_to_point(groups))
     return run_collective(schedule, topology, nbytes, mode=mode, devices=list(devices))
 
 
@@ -65,6 +66,12 @@ class _PlacedCollectives:
                   times: int = 1) -> float:
         """``groups`` concurrent ring all-reduces of ``size`` ranks each."""
         return self._time("allreduce", groups, size, nbytes, devices, times)
+
+    def alltoall(self, size: int, nbytes: float, devices: Sequence[int], times: int = 1
+                 ) -> float:
+        """One all-to-all of ``size`` ranks, ``nbytes`` per rank (the other groups of the
+        layout run theirs at once, on their own devices' links)."""
+        return self._time("alltoall", 1, size, nbytes, devices, times)
 
     def send(self, pairs: int, nbytes: float, devices: Sequence[int], times: int = 1) -> float:
         """``pairs`` concurrent point-to-point sends (sources then destinations)."""
@@ -179,6 +186,10 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
             fwd, bwd = _context_exchange(layout, colls, layers, q % P, micro, rate, again)
             fwd_comm += fwd
             bwd_comm += bwd
+        if layout.expert > 1:
+            fwd, bwd = _expert_exchange(layout, colls, layers, q % P, micro, again)
+            fwd_comm += fwd
+            bwd_comm += bwd
         forward_comm.append(fwd_comm)
         backward_comm.append(bwd_comm)
     sends = []
@@ -199,7 +210,7 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
     ends, optimizer_each = [], []
     for s in range(P):
         mine = range(s, P * V, P)  # the device's chunks
-        params = sum(layer.params for q in mine for layer in stages[q])
+        params = sum(held_params(layer, layout.expert) for q in mine for layer in stages[q])
         blocks = max(1, sum(len(stages[q]) for q in mine))
         last = max((timing.spans[(q, BACKWARD, p.microbatch)] for q in mine
                     for p in order[s][-1:]), key=lambda span: span[1])
@@ -245,6 +256,28 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
         collectives=colls.count, events=colls.events, mode=mode,
         wall_s=time.perf_counter() - started, compute_source=source,
         layout=layout.describe(), bubble=timing.bubble, notes=(notes,))
+
+
+def _expert_exchange(layout: Layout, colls: _PlacedCollectives, layers: Sequence[Layer],
+                     stage: int, micro: int, again: Callable[[Layer], str]
+                     ) -> tuple[float, float]:
+    """One chunk's expert-parallel all-to-alls, forward and backward, exposed whole: each
+    MoE layer dispatches its token rows to the ranks holding their experts and combines
+    them back (two all-to-alls forward, two backward, two more when recomputed), over the
+    EP ranks of one data-parallel group (Megatron's order: adjacent data ranks), on their
+    real placement. Balanced routing: a rank's rows go to every rank alike."""
+    EP, T = layout.expert, layout.tensor
+    group = [layout.device(d, stage, 0) for d in range(EP)]
+    fwd = bwd = 0.0
+    for layer in layers:
+        if not layer.routed_bytes_per_sample:
+            continue
+        rows = layer.routed_bytes_per_sample * micro / T / layout.context
+        one = colls.alltoall(EP, rows, group, 4 * layout.microbatches)
+        full = again(layer) == "full"
+        fwd += 2 * one
+        bwd += 2 * one + (2 * one if full else 0.0)
+    return fwd, bwd
 
 
 def _context_exchange(layout: Layout, colls: _PlacedCollectives, layers: Sequence[Layer],
@@ -330,7 +363,8 @@ def _shared_splits(model: LayeredModel, stages: list[tuple[Layer, ...]], micro: 
 def _layout_name(layout: Layout) -> str:
     parallel = [name for name, degree in (("data", layout.data), ("pipeline", layout.stages),
                                           ("tensor", layout.tensor),
-                                          ("context", layout.context)) if degree > 1]
+                                          ("context", layout.context),
+                                          ("expert", layout.expert)) if degree > 1]
     if not parallel:
         return "single_device"
     if parallel in (["pipeline"], ["tensor"]):

@@ -63,6 +63,8 @@ def transformer(config: TransformerConfig | TransformerDims, name: str, batch_si
                   attention_activation_bytes_per_sample=dims.attention_activations * E
                   + dims.attention_mask_bytes,
                   kv_bytes_per_sample=float(2 * t * dims.kv_width * E),
+                  expert_params=dims.routed_expert_params,
+                  routed_bytes_per_sample=float(t * dims.top_k * d * E),
                   ops=dims.block_ops())
     head = Layer("head", params=dims.head_params,
                  flops_per_sample=costs.TRAIN_FLOPS_FACTOR * dims.head_forward_flops,
@@ -76,7 +78,7 @@ def transformer(config: TransformerConfig | TransformerDims, name: str, batch_si
     # a tied head reuses the token embedding: a pipeline's last stage keeps a copy (Megatron)
     return LayeredModel(name, (embedding,), blocks, (head,), batch_size,
                         bytes_per_element=E, tied_head_params=v * d if dims.tied else 0,
-                        seq=t)
+                        seq=t, experts=dims.experts)
 
 
 def mlp(config: MLPConfig, name: str, batch_size: int, precision: Precision = FP32
