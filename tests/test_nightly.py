@@ -154,10 +154,10 @@ def test_a_project_edit_is_named_as_the_cause_and_fails_only_with_an_unexplained
     code, out = _bench(tmp_path, monkeypatch, ddp_s=0.005, single_s=0.008, budget=1000.0,
                        extra=("--fail-on-verdict-change",))
     assert code == 1, out
-    assert (f"the project edit (budget ${tight:,.2f} -> $1,000.00): was over_budget "
-            f"(torch/ddp on 2), now ok (torch/ddp on 2)") in out
-    assert ("; and was ok (torch/single_device on 1), now over_budget (torch/ddp on 2) "
-            "since") in out
+    assert (f"the project edit (budget ${tight:,.2f} -> $1,000.00): was nothing within the "
+            f"limits (nearest torch/ddp on 2), now torch/ddp on 2") in out
+    assert ("; and was torch/single_device on 1, now nothing within the limits (nearest "
+            "torch/ddp on 2) since") in out
     assert "(new measurements: 1 run)" in out
     assert "by more than its edit explains" in out
     html = (tmp_path / "results" / "report.html").read_text()

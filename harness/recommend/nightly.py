@@ -242,7 +242,7 @@ def _moved(old: dict[str, Any], new: dict[str, Any]) -> str:
     was = f"{old['framework']}/{old['strategy']} on {old['replicas']}"
     now = f"{new['framework']}/{new['strategy']} on {new['replicas']}"
     if old["status"] != new["status"]:
-        return f"was {old['status']} ({was}), now {new['status']} ({now})"
+        return f"was {_state(old['status'], was)}, now {_state(new['status'], now)}"
     if (old["framework"], old["strategy"]) != (new["framework"], new["strategy"]):
         return f"the pick was {was}, now {now}"
     if int(old["replicas"]) != int(new["replicas"]):
@@ -256,6 +256,16 @@ def _moved(old: dict[str, Any], new: dict[str, Any]) -> str:
             return (f"its predicted time to train moved {rel:+.0%} (beyond the {err:.0%} "
                     f"error)")
     return ""
+
+
+def _state(status: str, pick: str) -> str:
+    """A card's answer in words: 'torch/ddp on 2', 'nothing within the limits (nearest
+    torch/ddp on 2)', 'no answer'."""
+    if status == "ok":
+        return pick
+    if status == "over_budget":
+        return f"nothing within the limits (nearest {pick})"
+    return "no answer"
 
 
 def _causes(old: dict[str, Any], new: dict[str, Any]) -> str:

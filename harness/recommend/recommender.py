@@ -437,7 +437,7 @@ def format_table(frame: pd.DataFrame) -> str:
             lines.append(
                 f"  {r['rank']:>2} {strategy[:29]:<30}{r['replicas']:>5}"
                 f"{_fmt(r['step_time_s'], 'ms'):>10}{_fmt(r['throughput_samples_s'], ''):>11}"
-                f"{_fmt(r['scaling_efficiency'], 'pct'):>6}{_fmt(r.get('mfu', NAN), 'pct'):>6}"
+                f"{_fmt(_efficiency(r), 'pct'):>6}{_fmt(r.get('mfu', NAN), 'pct'):>6}"
                 f"{_fmt(r['memory_per_device_bytes'], 'gb'):>11}"
                 f"{_fits(r):>5}{_fmt(r['train_time_s'], 'time'):>10}"
                 f"{_fmt(r['cost_usd'], 'usd'):>13}  {source:<14} {r['reason']}")
@@ -460,6 +460,12 @@ def format_table(frame: pd.DataFrame) -> str:
                  "|error| against measured runs; train time and cost are extrapolated from "
                  "the step time; fits '?': device memory unknown")
     return "\n".join(lines).rstrip()
+
+
+def _efficiency(r: dict[Any, Any]) -> float:
+    """The row's scaling efficiency, none where one device cannot hold the model (against
+    such a device the ratio says nothing; the verdict does not judge it either)."""
+    return NAN if r.get("baseline_fits") is False else r["scaling_efficiency"]
 
 
 def _fits(r: dict[Any, Any]) -> str:
