@@ -112,6 +112,10 @@ def test_every_decision_and_its_sentence_agree_with_the_table(table, goal):
             assert pick["cost_usd"] <= goal.budget_usd
         if goal.deadline_s is not None:
             assert pick["train_time_s"] <= goal.deadline_s
+        # a faster layout nothing here runs is named as such, never picked
+        unrun = [p for p in table if p["status"] == "ok" and p["fits"] and not runnable(p)
+                 and p["train_time_s"] < pick["train_time_s"]]
+        assert ("but nothing here runs it" in v["why"]) == bool(unrun)
     if rule == "slower_than_one_device":
         chosen = _find(table, option)
         assert int(pick["replicas"]) == 1 and int(chosen["replicas"]) > 1

@@ -436,6 +436,13 @@ def verdict(workload: str, target: str, ranked: Sequence[Point], points: Sequenc
             why += (f"; one device is cheaper if you can wait: "
                     f"{format_duration(single[0]['train_time_s'])} for "
                     f"{format_usd(single[0]['cost_usd'])}")
+    unrun = [p for p in points if usable(p) and not runnable(p)
+             and p["train_time_s"] < pick["train_time_s"]]
+    if unrun:  # what a stack beyond these frameworks would gain (Megatron-Core, torchtitan)
+        faster = min(unrun, key=lambda p: p["train_time_s"])
+        why += (f"; {_label(faster)} would be "
+                f"{compare(faster['train_time_s'] / pick['train_time_s'], 'slower', 'faster')}"
+                f", but nothing here runs it")
     if _finite(pick.get("mfu")):
         why += f"; MFU {pick['mfu']:.0%} (model FLOPs over the devices' dense bf16 peak)"
     if runner_up is not None:
