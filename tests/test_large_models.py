@@ -603,3 +603,13 @@ def test_expert_parallelism_needs_experts():
     with pytest.raises(SpecError, match="no experts"):
         simulate_layout("preset:dgx_h100_ib,hosts=1", layered("llama3_8b"),
                         Layout(data=8, expert=2), 8, None)
+
+
+def test_blocking_point_to_point_is_named_and_never_faster():
+    args = ("simulate", "--topology", "preset:dgx_a100,hosts=4", "--workers", "32",
+            "--workload", MEGATRON_13B, "--stages", "4", "--tensor-parallel", "8",
+            "--global-batch", "64", "--precision", "bf16", "--json")
+    background = json.loads(stratbench(*args).stdout)[0]
+    waited = json.loads(stratbench(*args, "--p2p", "blocking").stdout)[0]
+    assert "blocking p2p" in waited["layout"] and "blocking" not in background["layout"]
+    assert waited["step_time_median_s"] >= background["step_time_median_s"]

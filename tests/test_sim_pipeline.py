@@ -160,3 +160,24 @@ def test_an_order_that_waits_on_itself_is_refused():
         run_pipeline(bad, [1.0], [1.0], [], [])
     with pytest.raises(SpecError, match="unknown pipeline schedule"):
         stage_order("zigzag", 2, 2)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(["gpipe", "1f1b"]), st.integers(2, 6), st.integers(1, 12),
+       st.floats(0.1, 2.0), st.floats(0.0, 3.0))
+def test_a_blocking_send_never_finishes_sooner_and_costs_nothing_when_free(
+        schedule, stages, microbatches, forward, send):
+    """Megatron-LM 2021's synchronised point-to-point: the sender waits for each send, so
+    the step is never shorter than with background sends, equal when sends are free, and
+    with a GPipe pipeline of one micro-batch, every send is on the critical path either way."""
+    order = stage_order(schedule, stages, microbatches)
+    args = ([forward] * stages, [2 * forward] * stages, [send] * (stages - 1),
+            [send] * (stages - 1))
+    background = run_pipeline(order, *args)
+    waited = run_pipeline(order, *args, blocking=True)
+    assert waited.makespan_s >= background.makespan_s - 1e-9
+    if send == 0.0 or microbatches == 1:
+        assert waited.makespan_s == pytest.approx(background.makespan_s)
+    if send >= 0.01 and microbatches > 1 and schedule == "gpipe":
+        # the first stage's forwards now queue behind their sends
+        assert waited.makespan_s > background.makespan_s

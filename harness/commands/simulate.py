@@ -229,7 +229,8 @@ def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tenso
             microbatches: int | None, schedule: str, virtual: int | None = None,
             sequence_parallel: bool = False, distributed_optimizer: bool = False,
             grad_reduce: str = "overlapped", context: int | None = None,
-            context_comm: str = "ring", expert: int | None = None) -> Any:
+            context_comm: str = "ring", expert: int | None = None,
+            p2p: str = "async") -> Any:
     """The data x pipeline x tensor split of ``workers``; InputError if it does not divide.
     ``--strategy fsdp`` with a tensor-parallel degree: FSDP over the data axis (torchtitan's
     2D)."""
@@ -260,7 +261,7 @@ def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tenso
                   sequence_parallel=sequence_parallel,
                   zero=3 if fsdp else 1 if distributed_optimizer else 0,
                   grad_reduce=grad_reduce.replace("-", "_"), context=context or 1,
-                  context_comm=context_comm.replace("-", "_"), expert=expert or 1)
+                  context_comm=context_comm.replace("-", "_"), expert=expert or 1, p2p=p2p)
 
 
 def _simulate_layout(topology: str, workload: str | None, profile: str | None, results: Path,
@@ -480,6 +481,10 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
               help="How context ranks share keys and values: a ring passing K/V blocks "
                    "overlapped with the attention (Megatron-Core's p2p, ring attention), or "
                    "K/V all-gathered before it (Llama 3's).")
+@click.option("--p2p", type=click.Choice(["async", "blocking"]), default="async",
+              show_default=True,
+              help="Pipeline sends in the background (torch's isend, Megatron-Core) or waited "
+                   "for by the sender (Megatron-LM 2021's point-to-point).")
 @click.option("--expert-parallel", "expert", type=click.IntRange(min=1), default=None,
               help="Shard each MoE layer's experts over EP ranks of the data-parallel axis; "
                    "tokens reach them by all-to-all (dispatch and combine).")
@@ -524,7 +529,7 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
             results: str | None, stragglers: int, straggler_factor: float, stages: int | None,
             stage_layers: str | None, microbatches: int | None, tensor: int | None, schedule: str,
             virtual_stages: int | None, context: int | None, context_comm: str,
-            expert: int | None,
+            expert: int | None, p2p: str,
             sequence_parallel: bool, distributed_optimizer: bool,
             grad_reduce: str,
             precision: str | None, channels_last: bool | None, fit_step: float | None,
@@ -569,7 +574,7 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
     if model_parallel:
         layout = _layout(workers, strategies, stages, tensor, microbatches, schedule,
                          virtual_stages, sequence_parallel, distributed_optimizer, grad_reduce,
-                         context, context_comm, expert)
+                         context, context_comm, expert, p2p)
         row = _simulate_layout(topology, workload, profile, results_dir(results), calib,
                                layout, global_batch, recompute, optimizer, microbatches,
                                precision, fit_step, stage_layers)

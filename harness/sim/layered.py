@@ -26,6 +26,7 @@ RECOMPUTE = ("none", "selective", "full")
 SHARDING = {0: "replicated", 1: "distributed optimizer", 3: "fsdp"}
 GRAD_REDUCE = ("overlapped", "after_backward")
 CONTEXT_COMM = ("ring", "all_gather")
+P2P = ("async", "blocking")
 
 
 def recompute_mode(value: str | bool | None) -> str:
@@ -139,6 +140,9 @@ class Layout:
     # the experts of each MoE layer sharded over ``expert`` ranks of the data-parallel axis
     # (Megatron-Core's expert parallelism): tokens reach them by all-to-all
     expert: int = 1
+    # pipeline sends: in the background (torch's isend, Megatron-Core) or waited for by the
+    # sender (Megatron-LM 2021's p2p, synchronised after each exchange)
+    p2p: str = "async"
 
     @property
     def devices(self) -> int:
@@ -161,6 +165,8 @@ class Layout:
             parts.append("sp")
         if self.zero:
             parts.append("zero1" if self.zero == 1 else "fsdp")
+        if self.p2p != "async" and self.stages > 1:
+            parts.append("blocking p2p")
         if self.grad_reduce != "overlapped" and self.data > 1:
             parts.append("reduce after backward")
         return ",".join(parts)
@@ -183,6 +189,9 @@ def check_layout(model: LayeredModel, layout: Layout, global_batch: int) -> None
     if layout.schedule not in SCHEDULES:
         raise SpecError(f"unknown pipeline schedule {layout.schedule!r} (choose from "
                         f"{', '.join(SCHEDULES)})")
+    if layout.p2p not in P2P:
+        raise SpecError(f"unknown point-to-point mode {layout.p2p!r} (choose from "
+                        f"{', '.join(P2P)})")
     if layout.grad_reduce not in GRAD_REDUCE:
         raise SpecError(f"unknown gradient reduction {layout.grad_reduce!r} (choose from "
                         f"{', '.join(GRAD_REDUCE)})")

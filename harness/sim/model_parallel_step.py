@@ -206,7 +206,7 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
     timing = run_pipeline(order, forward, backward, [t for t, _ in sends],
                           [b for _, b in sends],
                           cores / (D * T * C) if cores is not None else None,
-                          forward_comm, backward_comm)
+                          forward_comm, backward_comm, blocking=layout.p2p == "blocking")
     ends, optimizer_each = [], []
     for s in range(P):
         mine = range(s, P * V, P)  # the device's chunks

@@ -165,7 +165,8 @@ def run_pipeline(orders: Sequence[Sequence[Pass]], forward_s: Sequence[float],
                  backward_s: Sequence[float], send_s: Sequence[float],
                  send_back_s: Sequence[float], cores: float | None = None,
                  forward_comm_s: Sequence[float] | None = None,
-                 backward_comm_s: Sequence[float] | None = None) -> PipelineTiming:
+                 backward_comm_s: Sequence[float] | None = None,
+                 blocking: bool = False) -> PipelineTiming:
     """Time the schedule: ``forward_s[q]``/``backward_s[q]`` of compute per micro-batch on
     (virtual) stage q, then ``forward_comm_s[q]``/``backward_comm_s[q]`` of blocking
     collectives (tensor parallelism's all-reduces; none by default); ``send_s[q]`` moves
@@ -175,7 +176,12 @@ def run_pipeline(orders: Sequence[Sequence[Pass]], forward_s: Sequence[float],
 
     ``cores``: when fewer than the stages (emulated hosts on one machine), the stages
     computing at a moment share them evenly (processor sharing): compute runs slower while
-    more stages compute; collectives do not take a core."""
+    more stages compute; collectives do not take a core.
+
+    ``blocking``: a stage waits for each of its sends to arrive before its next pass
+    (Megatron-LM 2021's point-to-point, synchronised after each exchange); otherwise a send
+    leaves in the background (torch's isend, later Megatron). Only where every stage has a
+    core of its own."""
     devices = len(orders)
     stages = len(forward_s)
     fwd_comm = list(forward_comm_s) if forward_comm_s is not None else [0.0] * stages
@@ -186,6 +192,9 @@ def run_pipeline(orders: Sequence[Sequence[Pass]], forward_s: Sequence[float],
         raise SpecError("one forward and backward time per stage, one send per boundary")
     links = _Links(send_s, send_back_s, devices)
     if cores is not None and cores < devices:
+        if blocking:
+            raise SpecError("blocking sends are modelled where every stage has its own "
+                            "device, not on shared cores")
         return _run_shared(orders, (forward_s, backward_s), (fwd_comm, bwd_comm), links, cores)
     spans: dict[tuple[int, str, int], tuple[float, float]] = {}
     free = [0.0] * devices
@@ -207,7 +216,9 @@ def run_pipeline(orders: Sequence[Sequence[Pass]], forward_s: Sequence[float],
                 spans[(q, p.kind, p.microbatch)] = (start, start + duration)
                 free[s] = start + duration
                 busy[s] += duration
-                links.send(q, p, start + duration)
+                arrives = links.send(q, p, start + duration)
+                if blocking and arrives is not None:
+                    free[s] = max(free[s], arrives)
                 nxt[s] += 1
                 remaining -= 1
                 progressed = True
@@ -236,13 +247,17 @@ class _Links:
         self.free[key] = max(end, self.free.get(key, 0.0)) + duration
         return self.free[key]
 
-    def send(self, stage: int, p: Pass, end: float) -> None:
+    def send(self, stage: int, p: Pass, end: float) -> float | None:
+        """The pass's output sent on; when it arrives (None: nothing to send)."""
         if p.kind == FORWARD and stage + 1 < self.stages:
-            self.arrival[(stage + 1, FORWARD, p.microbatch)] = self._go(
-                stage, stage + 1, end, self.send_s[stage])
-        elif p.kind == BACKWARD and stage > 0:
-            self.arrival[(stage - 1, BACKWARD, p.microbatch)] = self._go(
-                stage, stage - 1, end, self.send_back_s[stage - 1])
+            key = (stage + 1, FORWARD, p.microbatch)
+            self.arrival[key] = self._go(stage, stage + 1, end, self.send_s[stage])
+            return self.arrival[key]
+        if p.kind == BACKWARD and stage > 0:
+            key = (stage - 1, BACKWARD, p.microbatch)
+            self.arrival[key] = self._go(stage, stage - 1, end, self.send_back_s[stage - 1])
+            return self.arrival[key]
+        return None
 
 
 def _run_shared(orders: Sequence[Sequence[Pass]],
