@@ -305,16 +305,7 @@ def explain(decision: dict[str, Any]) -> str:
                 f"{format_duration(option['train_time_s'])}")
     if rule == "over_limits":
         assert option is not None
-        parts = []
-        if _finite(n.get("cost_over", NAN)) and n["cost_over"] > 1:
-            parts.append(f"{option['label']} costs {format_usd(option['cost_usd'])}, "
-                         f"{compare(n['cost_over'], 'over', 'under')} the budget of "
-                         f"{format_usd(n['budget_usd'])}")
-        if _finite(n.get("time_over", NAN)) and n["time_over"] > 1:
-            parts.append(f"it takes {format_duration(option['train_time_s'])}, "
-                         f"{compare(n['time_over'], 'past', 'before')} the deadline of "
-                         f"{format_duration(n['deadline_s'])}")
-        return "; ".join(parts) or f"{option['label']} is the nearest"
+        return f"{option['label']} {_missed(option, n)}"
     if rule == "nothing_efficient":
         assert option is not None
         return (f"no one-device run to fall back on, and the fastest option, "
@@ -376,19 +367,21 @@ def _limits_text(n: dict[str, Any]) -> str:
 
 
 def _missed(option: dict[str, Any], n: dict[str, Any]) -> str:
-    """How an option misses the limits: its cost against the budget, its time against the
-    deadline."""
+    """How an option misses the limits, by how much: its cost against the budget, its time
+    against the deadline (the one wording of both rules that name a miss)."""
     parts = []
     budget, deadline = n.get("budget_usd"), n.get("deadline_s")
     if budget and _finite(option["cost_usd"]) and option["cost_usd"] > budget:
-        parts.append(f"costs {format_usd(option['cost_usd'])}, over the budget of "
+        parts.append(f"costs {format_usd(option['cost_usd'])}, "
+                     f"{compare(option['cost_usd'] / budget, 'over', 'under')} the budget of "
                      f"{format_usd(budget)}")
     elif budget and not _finite(option["cost_usd"]):
         parts.append(f"has no price, so it cannot be held to the budget of "
                      f"{format_usd(budget)}")
     if deadline and option["train_time_s"] > deadline:
-        parts.append(f"takes {format_duration(option['train_time_s'])}, past the deadline "
-                     f"of {format_duration(deadline)}")
+        parts.append(f"takes {format_duration(option['train_time_s'])}, "
+                     f"{compare(option['train_time_s'] / deadline, 'past', 'before')} the "
+                     f"deadline of {format_duration(deadline)}")
     return " and ".join(parts) or "does not meet the limits"
 
 
