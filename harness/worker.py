@@ -12,6 +12,7 @@ import json
 import os
 import resource
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,11 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def failure_path(report_path: Path) -> Path:
+    """Where a worker that raised leaves its one-line error for the parent."""
+    return report_path.with_suffix(".error")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.worker")
     parser.add_argument("--case", required=True, type=Path)
@@ -50,7 +56,14 @@ def main(argv: list[str] | None = None) -> int:
         _write_json(report_path.with_suffix(".where.json"), where)
     realtime = bool(case.options.get("realtime")) and realtime_priority()
     runner = importlib.import_module(RUNNER_MODULES[case.framework])
-    report: dict[str, Any] = runner.run(case, role, index, report_path.parent)
+    try:
+        report: dict[str, Any] = runner.run(case, role, index, report_path.parent)
+    except Exception as exc:
+        # The error goes to disk first: a framework thread may still crash the process
+        # (TF was seen to end a survivor of a frozen peer with SIGSEGV while it printed).
+        failure_path(report_path).write_text(traceback.format_exception_only(exc)[-1].strip())
+        traceback.print_exc()
+        return 1
     report["realtime"] = realtime
     report["peak_rss_bytes"] = peak_rss_bytes()
     report["pid"] = os.getpid()

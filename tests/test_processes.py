@@ -87,3 +87,38 @@ def test_free_ports_are_distinct_and_bindable():
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
     json.dumps(ports)
+
+
+CRASH_AFTER_RECORDING = textwrap.dedent("""
+    import os, signal, sys
+    report = sys.argv[sys.argv.index("--report") + 1]
+    open(report[:-len(".json")] + ".error", "w").write("StepError: step 3: the real cause")
+    print("The error could be from a previous operation.", flush=True)
+    os.kill(os.getpid(), signal.SIGSEGV)
+""")
+
+
+def test_a_recorded_error_outlives_a_crash_in_teardown(tmp_path):
+    """A framework thread may crash a worker after it has raised (TF's survivor of a frozen
+    peer ended with SIGSEGV): the error the worker recorded first is the reason."""
+    crash = ProcessSpec("worker", 0, (sys.executable, "-c", CRASH_AFTER_RECORDING))
+    result = run_group([crash], tmp_path, timeout_s=60)
+    assert result.status == "failed"
+    assert result.reason == "worker0 exited with code -11: StepError: step 3: the real cause"
+
+
+def test_a_worker_that_raises_records_the_error_and_exits_1(tmp_path):
+    from harness.core.case import Case
+    from harness.worker import failure_path, main
+
+    case = Case(framework="torch", strategy="no_such_strategy", workload="mlp:S",
+                cluster="local", replicas=1, steps=1, warmup=0, repeats=1, timeout_s=30,
+                per_replica_batch=1)
+    (tmp_path / "case.json").write_text(case.to_json())
+    report = tmp_path / "worker0.json"
+    argv = ["--case", str(tmp_path / "case.json"), "--role", "worker", "--index", "0",
+            "--report", str(report)]
+    assert main(argv) == 1
+    assert not report.exists()
+    assert failure_path(report).read_text() == (
+        "ValueError: no torch runner for strategy 'no_such_strategy'")

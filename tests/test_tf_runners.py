@@ -9,6 +9,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -182,7 +183,8 @@ def test_a_frozen_peer_fails_the_case_through_tf_failure_detection_not_the_deadl
     hang = _case("multi_worker_mirrored", hang_at_step=3, die_rank=1, collective_timeout_s=12)
     (row,) = execute([hang], store, "r4")
     assert row.status == "failed", row.reason  # the survivor gave up; no 90 s timeout
-    assert "worker0 exited with code 1" in row.reason, row.reason
+    # it raised (code 1); TF may still crash it afterwards (SIGSEGV seen in CI), never our kill
+    assert re.match(r"worker0 exited with code (1|-11): ", row.reason), row.reason
     # whichever of TF's two detectors fires first: the collective's own timeout, or the
     # coordination service missing the frozen task's heartbeats
     assert ("DeadlineExceededError: Collective has timed out" in row.reason

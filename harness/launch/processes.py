@@ -82,6 +82,14 @@ def error_line(tail: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
+def _raised(stem: Path) -> str:
+    """The exception a worker recorded before it exited (harness.worker), if it did."""
+    try:
+        return stem.with_suffix(".error").read_text(errors="replace").strip()[:300]
+    except OSError:
+        return ""
+
+
 def run_group(specs: list[ProcessSpec], workdir: Path, timeout_s: float) -> GroupResult:
     """Run processes together; each writes `<workdir>/<name>.json` as its report."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -102,14 +110,16 @@ def run_group(specs: list[ProcessSpec], workdir: Path, timeout_s: float) -> Grou
             pending = [(s, p) for s, p, _ in procs if s.must_finish and p.poll() is None]
             if not pending and all(p.returncode == 0 for s, p, _ in procs if s.must_finish):
                 break  # servers that stumble after every worker is done do not count
+            # workers' errors first; among those, a death by signal before the errors its
+            # peers raise on losing it (gloo's "Connection closed by peer")
             crashed = sorted(((s, p) for s, p, _ in procs if p.poll() not in (None, 0)),
-                             key=lambda sp: not sp[0].must_finish)  # workers' errors first
+                             key=lambda sp: (not sp[0].must_finish, (sp[1].returncode or 0) > 0))
             if crashed:
                 spec, proc = crashed[0]
                 err = next(e for s, _, e in procs if s is spec)
                 status = "failed"
                 reason = (f"{spec.name} exited with code {proc.returncode}: "
-                          f"{error_line(tail(err))}")
+                          f"{_raised(workdir / spec.name) or error_line(tail(err))}")
                 break
             if time.monotonic() - start > timeout_s:
                 status = "timeout"
