@@ -38,8 +38,12 @@ from harness.sim.device_model import (
     optimizer_seconds,
     pass_times,
 )
+from harness.sim.layered import Layout
 from harness.sim.preset import load_preset
 from harness.sim.profile import WorkloadProfile
+from harness.sim.structure import layered
+from harness.validate.layout_step import layout_step
+from workloads.hf import dims_of
 from workloads.known import DLRM_DIM, DLRM_TABLE_ROWS, bert_large_ops, get_known
 from workloads.operators import Op
 from workloads.precision import precision as find_precision
@@ -69,7 +73,36 @@ class Row:
     fused_attention: bool | None = None
     sharded_optimizer: bool = False
     sparse_embeddings: bool = False
+    # a model-parallel run (Megatron-Core, NeMo): its degrees as published; data-parallel
+    # is what the GPUs leave, micro-batches per pipeline are ``accumulation``
+    tensor: int = 1
+    pipeline: int = 1
+    context: int = 1
+    virtual: int = 1
+    expert: int = 1
+    recompute: str = "none"
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def model_parallel(self) -> bool:
+        return self.tensor * self.pipeline * self.context * self.expert > 1
+
+    @property
+    def data(self) -> int:
+        return self.gpus // (self.tensor * self.pipeline * self.context)
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_per_gpu * self.accumulation * self.data
+
+    def layout(self) -> Layout:
+        """The layout as its authors ran it, the optimizer sharded over data-parallel ranks
+        where they say so (Megatron's distributed optimizer)."""
+        return Layout(data=self.data, stages=self.pipeline, tensor=self.tensor,
+                      microbatches=self.accumulation, context=self.context,
+                      expert=self.expert, virtual=self.virtual,
+                      schedule="interleaved" if self.virtual > 1 else "1f1b",
+                      sequence_parallel=self.tensor > 1, zero=int(self.sharded_optimizer))
 
     @property
     def group(self) -> str:
@@ -79,6 +112,8 @@ class Row:
     def published_samples_per_gpu(self) -> float:
         """Samples (images, sequences, records) per second per GPU, as published."""
         value = float(self.published["value"])
+        if "flops" in self.published:  # model FLOP/s, counted by the authors' formula
+            return value * 1e12 / published_flops_per_sample(self)
         if self.published["scope"] == "total_all_gpus":
             value /= self.gpus
         if "token" in self.published["unit"].lower():
@@ -86,6 +121,32 @@ class Row:
                 raise SpecError(f"row {self.id}: tokens published but no seq")
             value /= self.seq
         return value
+
+
+def published_flops_per_sample(row: Row) -> float:
+    """One sequence's model FLOPs, forward and backward, as the row's authors counted them.
+
+    ``nemo_llama``: NeMo's formula (nemo/utils/flops_formulas.py, ``llama2``),
+    s·l·h²·(12 + 12g/a + 18f/h + 12s/h + 6V/(l·h)) with g query groups of a heads and f the
+    MLP width; before NeMo commit 6251117f (2025-08, "Discount FLOPs in dot-product att") the
+    attention term counted the whole s² square, after it half (causal): the row says which.
+    """
+    return _nemo_llama_flops(row, row.published["flops"])
+
+
+#: the other reading of each FLOP formula a row may name, printed beside it
+OTHER_READING = {"nemo_llama_causal": "nemo_llama_full_square",
+                 "nemo_llama_full_square": "nemo_llama_causal"}
+
+
+def _nemo_llama_flops(row: Row, formula: str) -> float:
+    dims = dims_of(row.model)
+    if dims is None or formula not in ("nemo_llama_full_square", "nemo_llama_causal"):
+        raise SpecError(f"row {row.id}: no FLOP formula {formula!r} for {row.model}")
+    s, n, h = dims.seq, dims.layers, dims.hidden
+    attention = 12 * s / h * (0.5 if formula == "nemo_llama_causal" else 1.0)
+    return s * n * h * h * (12 + 12 * dims.groups / dims.heads + 18 * dims.width / h
+                            + attention + 6 * dims.vocab / (n * h))
 
 
 def corpus() -> tuple[list[Row], dict[str, Any]]:
@@ -125,6 +186,8 @@ def rate_of(row: Row, efficiency: float | None) -> DeviceRate:
 
 def predict_step(row: Row, efficiency: float | None = None) -> dict[str, float | str]:
     """The row's optimizer step on one of its GPUs, in parts."""
+    if row.model_parallel:
+        return _model_parallel_step(row, efficiency)
     rate = rate_of(row, efficiency)
     ops = row_ops(row)
     passes = pass_times(ops, row.batch_per_gpu, rate)
@@ -148,13 +211,27 @@ def predict_step(row: Row, efficiency: float | None = None) -> dict[str, float |
             else "device"}
 
 
+def _model_parallel_step(row: Row, efficiency: float | None) -> dict[str, float | str]:
+    """A model-parallel row: its pipeline scheduled, its collectives placed on the system
+    file's hosts (harness/validate/layout_step.py)."""
+    precision = find_precision(row.precision)
+    result = layout_step(row.system, row.gpus, layered(row.model, precision), row.layout(),
+                         row.global_batch, precision, efficiency,
+                         fused_attention=row.fused_attention is not False,
+                         recompute=row.recompute, optimizer_slots=SLOTS[row.optimizer])
+    step = result.step_time_s
+    return {"step_s": step, "micro_s": math.nan, "optimizer_s": math.nan,
+            "exposed_comm_s": math.nan,
+            "samples_per_gpu": row.global_batch / row.gpus / step, "bound": "layout"}
+
+
 def fitted_efficiencies(rows: list[Row], fits: dict[str, str]) -> dict[str, float]:
     """Each group's efficiency, fitted on its named row alone."""
     by_id = {r.id: r for r in rows}
     out = {}
     for group, rid in fits.items():
         row = by_id[rid]
-        target = row.batch_per_gpu * row.accumulation / row.published_samples_per_gpu
+        target = row.global_batch / row.gpus / row.published_samples_per_gpu
         out[group] = fit_efficiency(_step_at(row), target)
     return out
 
@@ -183,8 +260,20 @@ def compare() -> tuple[dict[str, float], list[dict[str, Any]]]:
             "fitted_error": float(after["samples_per_gpu"]) / published - 1,
             "fit_row": fits.get(row.group) == row.id, "group": row.group,
             "source": row.source.get("source_url", ""),
+            "other_reading": _other_reading(row, float(after["samples_per_gpu"])),
         })
     return fitted, out
+
+
+def _other_reading(row: Row, predicted: float) -> dict[str, Any] | None:
+    """The fitted error had the published FLOP/s been counted by the formula's other reading
+    (the authors did not say which): how much the comparison moves with the assumption."""
+    formula = row.published.get("flops")
+    if formula is None:
+        return None
+    other = OTHER_READING[formula]
+    published = float(row.published["value"]) * 1e12 / _nemo_llama_flops(row, other)
+    return {"formula": other, "fitted_error": predicted / published - 1}
 
 
 def format_comparison(fitted: dict[str, float], records: list[dict[str, Any]]) -> str:
@@ -195,6 +284,12 @@ def format_comparison(fitted: dict[str, float], records: list[dict[str, Any]]) -
         lines.append(f"{r['id']:<52}{r['precision']:>5}{r['gpus']:>5}{r['published']:>11.4g}"
                      f"{r['out_of_box']:>12.4g}{r['out_of_box_error']:>+8.1%}"
                      f"{r['fitted']:>11.4g}{r['fitted_error']:>+8.1%}{mark}")
+    others = [r for r in records if r["other_reading"]]
+    if others:
+        lines.append("rows published as model FLOP/s, read by the other formula instead:")
+    for r in others:
+        lines.append(f"  {r['id']:<50}{r['other_reading']['formula']:<26}fitted error "
+                     f"{r['other_reading']['fitted_error']:+.1%}")
     box = [abs(r["out_of_box_error"]) for r in records]
     after = [abs(r["fitted_error"]) for r in records if not r["fit_row"]]
     lines.append("samples/s per GPU (images, sequences, records; tokens / sequence length)")

@@ -21,16 +21,14 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from harness.sim.calibration import Calibration, from_preset, merge
 from harness.sim.compute import fit_efficiency
 from harness.sim.layered import LayeredModel, Layout
-from harness.sim.model_parallel_step import model_parallel_step
-from harness.sim.spec import parse_topology
 from harness.sim.structure import layered
+from harness.validate.layout_step import layout_step
 from workloads.precision import PRECISIONS
 
 TABLE = "megatron_lm_2021_table1.json"
-SEQUENCE, VOCAB, PER_HOST = 2048, 51200, 8
+SEQUENCE, VOCAB = 2048, 51200
 PRECISION = PRECISIONS["fp16"]
 DROPOUT = 0.1
 
@@ -87,27 +85,14 @@ def table() -> tuple[list[Row], dict[str, Any]]:
     return rows, data
 
 
-def _system(row: Row, name: str) -> str:
-    return f"preset:{name},hosts={max(1, row.gpus // PER_HOST)}"
-
-
 def predict_step(row: Row, efficiency: float, system: str = "dgx_a100",
                  model: LayeredModel | None = None) -> float:
-    """The simulated step time of ``row`` with the A100 at ``efficiency`` of its fp16 peak."""
-    spec = _system(row, system)
-    base = from_preset(system)
-    # Megatron-LM's 2021 attention: unfused (its fused scale-mask-softmax kernel, the scores
-    # in memory), before FlashAttention
-    calibration = merge(base, Calibration(efficiency=efficiency, compute_source="fitted",
-                                          fused_attention=False))
-    topology = parse_topology(spec)
-    from harness.sim.calibration import apply
-
-    topology = apply(topology, calibration)
+    """The simulated step time of ``row`` with the A100 at ``efficiency`` of its fp16 peak.
+    Megatron-LM's 2021 attention is unfused (its fused scale-mask-softmax kernel, the scores
+    in memory), before FlashAttention."""
     model = model or layered(row.workload, PRECISION)
-    result = model_parallel_step(topology, model, row.layout(), row.batch, calibration,
-                                 recompute="full", precision=PRECISION, optimizer_slots=2)
-    return result.step_time_s
+    return layout_step(system, row.gpus, model, row.layout(), row.batch, PRECISION,
+                       efficiency, fused_attention=False, recompute="full").step_time_s
 
 
 def compare(system: str = "dgx_a100") -> tuple[float, list[dict[str, Any]]]:

@@ -1,0 +1,37 @@
+"""A published run's step as the simulator times it: its layout (data, pipeline, tensor,
+context, expert), its micro-batches and recomputation, on the named system file with the
+device's matmul efficiency set, and the one helper every published comparison shares.
+
+Kept apart from the corpora (``devices.py``, ``megatron.py``) so each file only states what
+its authors ran; how a run is simulated lives here once.
+"""
+
+from __future__ import annotations
+
+from harness.sim.calibration import Calibration, apply, from_preset, merge
+from harness.sim.layered import LayeredModel, Layout
+from harness.sim.model_parallel_step import StepResult, model_parallel_step
+from harness.sim.spec import parse_topology
+from workloads.precision import Precision
+
+#: GPUs per host of every DGX system file the published runs used
+PER_HOST = 8
+
+
+def system_spec(system: str, gpus: int) -> str:
+    """The preset's hosts that hold ``gpus`` devices."""
+    return f"preset:{system},hosts={max(1, -(-gpus // PER_HOST))}"
+
+
+def layout_step(system: str, gpus: int, model: LayeredModel, layout: Layout,
+                global_batch: int, precision: Precision, efficiency: float | None, *,
+                fused_attention: bool, recompute: str = "none",
+                optimizer_slots: int = 2) -> StepResult:
+    """The step of ``layout`` on ``gpus`` devices of ``system``: the system file's device at
+    ``efficiency`` of its peak (None: the cited out-of-the-box efficiency)."""
+    calibration = merge(from_preset(system), Calibration(
+        efficiency=efficiency, compute_source="fitted", fused_attention=fused_attention))
+    topology = apply(parse_topology(system_spec(system, gpus)), calibration)
+    return model_parallel_step(topology, model, layout, global_batch, calibration,
+                               recompute=recompute, precision=precision,
+                               optimizer_slots=optimizer_slots)
