@@ -301,9 +301,65 @@ def format_comparison(fitted: dict[str, float], records: list[dict[str, Any]]) -
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Gain:
+    """A published speed-up from one precision to another, same model, layout and stack
+    (torchtitan's Float8 over bf16): a ratio, so it holds where the absolute figures were
+    measured on parts the system files do not describe."""
+
+    id: str
+    model: str
+    system: str
+    gpus: int
+    batch_per_gpu: int
+    recompute: str
+    baseline_precision: str
+    precision: str
+    published: dict[str, Any]
+    source: dict[str, Any]
+
+    @property
+    def published_gain(self) -> float:
+        return float(self.published["value"]) / float(self.published["baseline"])
+
+    def step_s(self, precision_name: str) -> float:
+        """The step under FSDP (parameters, gradients and optimizer state sharded over every
+        GPU), both precisions at the system file's cited efficiencies."""
+        precision = find_precision(precision_name)
+        layout = Layout(data=self.gpus, zero=3)
+        return layout_step(self.system, self.gpus, layered(self.model, precision), layout,
+                           self.batch_per_gpu * self.gpus, precision, None,
+                           fused_attention=True, recompute=self.recompute).step_time_s
+
+
+def compare_gains() -> list[dict[str, Any]]:
+    """Each published precision gain beside the simulator's, out of the box."""
+    _, data = corpus()
+    out = []
+    for entry in data.get("gains", []):
+        gain = Gain(**entry)
+        predicted = gain.step_s(gain.baseline_precision) / gain.step_s(gain.precision)
+        out.append({"id": gain.id, "gpus": gain.gpus, "published": gain.published_gain,
+                    "predicted": predicted, "error": predicted / gain.published_gain - 1,
+                    "from": gain.baseline_precision, "to": gain.precision})
+    return out
+
+
+def format_gains(records: list[dict[str, Any]]) -> str:
+    lines = ["precision gains (out of the box, both precisions at the system file's cited "
+             "efficiencies):",
+             f"{'row':<52}{'from':>6}{'to':>5}{'GPUs':>6}{'published':>11}{'predicted':>11}"
+             f"{'error':>8}"]
+    for r in records:
+        lines.append(f"{r['id']:<52}{r['from']:>6}{r['to']:>5}{r['gpus']:>6}"
+                     f"{r['published']:>10.3f}x{r['predicted']:>10.3f}x{r['error']:>+8.1%}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     fitted, records = compare()
     print(format_comparison(fitted, records))
+    print(format_gains(compare_gains()))
     if not all(math.isfinite(r["out_of_box_error"]) for r in records):
         raise SystemExit(1)
 
