@@ -613,3 +613,15 @@ def test_blocking_point_to_point_is_named_and_never_faster():
     waited = json.loads(stratbench(*args, "--p2p", "blocking").stdout)[0]
     assert "blocking p2p" in waited["layout"] and "blocking" not in background["layout"]
     assert waited["step_time_median_s"] >= background["step_time_median_s"]
+
+
+def test_overlapped_tensor_parallel_collectives_are_named_and_never_slower():
+    """--tp-overlap (Megatron's --tp-comm-overlap): what a chunk's GEMMs cover is hidden, so
+    the step never grows, and shrinks where the all-reduces cross NVLink at all."""
+    args = ("simulate", "--topology", "preset:dgx_a100,hosts=4", "--workers", "32",
+            "--workload", MEGATRON_13B, "--stages", "4", "--tensor-parallel", "8",
+            "--global-batch", "64", "--precision", "bf16", "--json")
+    waited = json.loads(stratbench(*args).stdout)[0]
+    hidden = json.loads(stratbench(*args, "--tp-overlap").stdout)[0]
+    assert "tp overlap" in hidden["layout"] and "tp overlap" not in waited["layout"]
+    assert hidden["step_time_median_s"] < waited["step_time_median_s"]

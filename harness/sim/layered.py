@@ -143,6 +143,9 @@ class Layout:
     # pipeline sends: in the background (torch's isend, Megatron-Core) or waited for by the
     # sender (Megatron-LM 2021's p2p, synchronised after each exchange)
     p2p: str = "async"
+    # tensor-parallel collectives: waited for between the GEMMs, or split into chunks that
+    # run under them (Megatron's --tp-comm-overlap, Transformer Engine's userbuffers)
+    tp_overlap: bool = False
 
     @property
     def devices(self) -> int:
@@ -167,6 +170,8 @@ class Layout:
             parts.append("zero1" if self.zero == 1 else "fsdp")
         if self.p2p != "async" and self.stages > 1:
             parts.append("blocking p2p")
+        if self.tp_overlap and self.tensor > 1:
+            parts.append("tp overlap")
         if self.grad_reduce != "overlapped" and self.data > 1:
             parts.append("reduce after backward")
         return ",".join(parts)

@@ -2,9 +2,10 @@
 
 Micro-batches run through a pipeline of stages (GPipe or 1F1B, ``harness/sim/pipeline.py``)
 whose passes include their tensor-parallel all-reduces (blocking, two per transformer block
-each way), activations and gradients sent between stages, then each stage's data-parallel
-gradient all-reduce as soon as its last backward ends (and the tied embedding's between first
-and last stage). Apart from the data-parallel step: the two share only the result record.
+each way; with ``tp_overlap`` only what outlasts the chunk's compute), activations and
+gradients sent between stages, then each stage's data-parallel gradient all-reduce as soon
+as its last backward ends (and the tied embedding's between first and last stage). Apart
+from the data-parallel step: the two share only the result record.
 """
 
 from __future__ import annotations
@@ -182,6 +183,9 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
                                          devices, runs)
                     fwd_comm += layer.tp_allreduces * ar
                     bwd_comm += layer.tp_allreduces * ar * (2 if full else 1)
+            if layout.tp_overlap:  # only what outlasts the chunk's own compute shows
+                fwd_comm = max(0.0, fwd_comm - splits[q].forward_s)
+                bwd_comm = max(0.0, bwd_comm - splits[q].backward_s - splits[q].recompute_s)
         if C > 1:
             fwd, bwd = _context_exchange(layout, colls, layers, q % P, micro, rate, again)
             fwd_comm += fwd

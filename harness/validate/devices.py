@@ -42,7 +42,7 @@ from harness.sim.layered import Layout
 from harness.sim.preset import load_preset
 from harness.sim.profile import WorkloadProfile
 from harness.sim.structure import layered
-from harness.validate.layout_step import layout_step
+from harness.validate.layout_step import PER_HOST, layout_step
 from workloads.hf import dims_of
 from workloads.known import DLRM_DIM, DLRM_TABLE_ROWS, bert_large_ops, get_known
 from workloads.operators import Op
@@ -81,11 +81,14 @@ class Row:
     virtual: int = 1
     expert: int = 1
     recompute: str = "none"
+    tp_overlap: bool = False  # tensor-parallel collectives under the GEMMs, where stated
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def model_parallel(self) -> bool:
-        return self.tensor * self.pipeline * self.context * self.expert > 1
+        """Timed by the layout's step: split models, and any run beyond one host."""
+        return (self.tensor * self.pipeline * self.context * self.expert > 1
+                or self.gpus > PER_HOST)
 
     @property
     def data(self) -> int:
@@ -102,7 +105,8 @@ class Row:
                       microbatches=self.accumulation, context=self.context,
                       expert=self.expert, virtual=self.virtual,
                       schedule="interleaved" if self.virtual > 1 else "1f1b",
-                      sequence_parallel=self.tensor > 1, zero=int(self.sharded_optimizer))
+                      sequence_parallel=self.tensor > 1, zero=int(self.sharded_optimizer),
+                      tp_overlap=self.tp_overlap)
 
     @property
     def group(self) -> str:
@@ -124,29 +128,39 @@ class Row:
 
 
 def published_flops_per_sample(row: Row) -> float:
-    """One sequence's model FLOPs, forward and backward, as the row's authors counted them.
-
-    ``nemo_llama``: NeMo's formula (nemo/utils/flops_formulas.py, ``llama2``),
-    s·l·h²·(12 + 12g/a + 18f/h + 12s/h + 6V/(l·h)) with g query groups of a heads and f the
-    MLP width; before NeMo commit 6251117f (2025-08, "Discount FLOPs in dot-product att") the
-    attention term counted the whole s² square, after it half (causal): the row says which.
-    """
-    return _nemo_llama_flops(row, row.published["flops"])
+    """One sequence's model FLOPs, forward and backward, as the row's authors counted them
+    (``published.flops`` names the formula and whether it halves causal attention)."""
+    return _authors_flops(row, row.published["flops"])
 
 
 #: the other reading of each FLOP formula a row may name, printed beside it
 OTHER_READING = {"nemo_llama_causal": "nemo_llama_full_square",
-                 "nemo_llama_full_square": "nemo_llama_causal"}
+                 "nemo_llama_full_square": "nemo_llama_causal",
+                 "megatron_full_square": "megatron_causal",
+                 "megatron_causal": "megatron_full_square"}
 
 
-def _nemo_llama_flops(row: Row, formula: str) -> float:
+def _authors_flops(row: Row, formula: str) -> float:
+    """``nemo_llama_*``: NeMo's llama2 formula (nemo/utils/flops_formulas.py),
+    s·l·h²·(12 + 12g/a + 18f/h + 12s/h + 6V/(l·h)), g query groups of a heads, f the MLP
+    width. ``megatron_*``: Megatron-LM's num_floating_point_operations (training.py, MCore
+    v0.8), 12·s·l·h²·((1 + g/a + s/h) + m·k·f/h + V/(2·l·h)), m 1.5 for a SwiGLU MLP and 1
+    for GELU's, k the experts each token is routed to. Both took the whole s² square of
+    attention until they halved it for the causal mask (NeMo in commit 6251117f, 2025-08):
+    ``_causal`` reads it halved."""
     dims = dims_of(row.model)
-    if dims is None or formula not in ("nemo_llama_full_square", "nemo_llama_causal"):
+    family, _, reading = formula.rpartition("_")
+    family = family.removesuffix("_full")
+    if dims is None or formula not in OTHER_READING:
         raise SpecError(f"row {row.id}: no FLOP formula {formula!r} for {row.model}")
     s, n, h = dims.seq, dims.layers, dims.hidden
-    attention = 12 * s / h * (0.5 if formula == "nemo_llama_causal" else 1.0)
+    square = s / h * (0.5 if reading == "causal" else 1.0)
+    if family == "megatron":
+        mlp = (dims.top_k or 1) * (1.5 if dims.gated else 1.0) * dims.width / h
+        return 12 * s * n * h * h * ((1 + dims.groups / dims.heads + square) + mlp
+                                     + dims.vocab / (2 * n * h))
     return s * n * h * h * (12 + 12 * dims.groups / dims.heads + 18 * dims.width / h
-                            + attention + 6 * dims.vocab / (n * h))
+                            + 12 * square + 6 * dims.vocab / (n * h))
 
 
 def corpus() -> tuple[list[Row], dict[str, Any]]:
@@ -272,7 +286,7 @@ def _other_reading(row: Row, predicted: float) -> dict[str, Any] | None:
     if formula is None:
         return None
     other = OTHER_READING[formula]
-    published = float(row.published["value"]) * 1e12 / _nemo_llama_flops(row, other)
+    published = float(row.published["value"]) * 1e12 / _authors_flops(row, other)
     return {"formula": other, "fitted_error": predicted / published - 1}
 
 
