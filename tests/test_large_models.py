@@ -115,6 +115,8 @@ def test_simulate_and_recommend_give_the_same_figures_for_the_file_and_the_prese
     ('{"name": "x", "device": {"name": "g", "peak_flops": "lots"},'
      ' "spec": "switch:n=2,bw=1Gbit"}', "peak_flops must be"),
     ('{"name": "x", "device": {"name": "g", "peak_flops": 1e12}', "not valid JSON"),
+    ('{"name": "x", "device": "dgx_a1000", "spec": "switch:n=2,bw=1Gbit"}',
+     "device 'dgx_a1000' names no built-in system"),
 ])
 def test_a_malformed_system_file_is_one_line_and_exit_2(tmp_path, capsys, text, message):
     from harness.cli import main
@@ -127,6 +129,14 @@ def test_a_malformed_system_file_is_one_line_and_exit_2(tmp_path, capsys, text, 
     assert code == 2, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], err
+
+
+def test_a_system_may_name_another_systems_device():
+    """One home for a device's numbers: Jean Zay (BLOOM's cluster) names the DGX A100's."""
+    jean_zay, dgx = load_preset("jean_zay_a100"), load_preset("dgx_a100")
+    assert jean_zay.device == dgx.device
+    assert "inter=400Gbit" in jean_zay.spec and "nic=shared" in jean_zay.spec
+    assert jean_zay.price is None
 
 
 def test_a_missing_system_file_is_named():

@@ -195,7 +195,7 @@ def _load_file(path: str, stamp: int) -> Preset:
     return replace(preset, path=path, name=path)
 
 
-_TOP = {"name": str, "description": str, "hosts": int, "spec": str, "device": dict,
+_TOP = {"name": str, "description": str, "hosts": int, "spec": str, "device": (dict, str),
         "scale_up": dict, "scale_out": dict, "price_per_device_hour": (dict, type(None)),
         "source": list, "assumptions": list, "published_busbw": list}
 _DEVICE = {"name": str, "kind": str, "peak_flops": (dict, float, int), "peak_flops_note": str,
@@ -239,6 +239,11 @@ def _positive(value: float, where: str) -> float:
 
 
 def _device(data: Any, where: str) -> Device:
+    if isinstance(data, str):  # another system's device, by name: one home for its numbers
+        if data not in preset_names():
+            raise SpecError(f"{where}: device {data!r} names no built-in system "
+                            f"(choose from {', '.join(preset_names())})")
+        return _load_builtin(data).device
     d = _fields(data, _DEVICE, f"{where}: device", ("name", "peak_flops"))
     peaks = d["peak_flops"]
     if not isinstance(peaks, dict):

@@ -82,6 +82,9 @@ class Row:
     expert: int = 1
     recompute: str = "none"
     tp_overlap: bool = False  # tensor-parallel collectives under the GEMMs, where stated
+    p2p: str = "async"  # pipeline sends: async, or blocking (DeepSpeed's pipeline engine)
+    grad_reduce: str = "overlapped"  # or after_backward (DeepSpeed after the flush)
+    stage_layers: tuple[int, ...] = ()  # blocks per pipeline stage where uneven
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -106,7 +109,8 @@ class Row:
                       expert=self.expert, virtual=self.virtual,
                       schedule="interleaved" if self.virtual > 1 else "1f1b",
                       sequence_parallel=self.tensor > 1, zero=int(self.sharded_optimizer),
-                      tp_overlap=self.tp_overlap)
+                      tp_overlap=self.tp_overlap, p2p=self.p2p,
+                      grad_reduce=self.grad_reduce, stage_blocks=tuple(self.stage_layers))
 
     @property
     def group(self) -> str:
