@@ -170,3 +170,54 @@ def test_processes_sharing_fewer_cores_compute_slower_but_their_collectives_do_n
     talk_shared = model_parallel_step(slow, model, Layout(tensor=4), 8, calib, cores=2)
     assert talk_shared.step_time_s - talk.step_time_s == pytest.approx(
         alone.step_time_s, rel=1e-6)  # only the compute doubled
+
+
+# --- NCCL's rails and Megatron's overlaps ----------------------------------------------------
+
+@pytest.mark.parametrize("tensor", [1, 2, 4])
+def test_a_data_parallel_group_with_several_gpus_per_host_uses_every_nic_it_owns(tensor):
+    """One ring per NIC (NCCL's channels on DGX rails): a group holding k devices on each
+    host builds k rings, each leaving every host from a different device, so the group's
+    k NICs all carry bytes; a group of one device per host keeps one ring."""
+    import numpy as np
+
+    from harness.sim.model_parallel_step import _rail_channels
+
+    topology = parse_topology("preset:dgx_h100_ib,hosts=4")
+    group = [d for d in range(32) if d % tensor == 0]  # tensor rank 0's data-parallel group
+    channels = _rail_channels(topology, 1, len(group), group)
+    k = 8 // tensor
+    assert len(channels) == k
+    leaving = set()
+    for order in channels:
+        ring = [group[i] for i in np.asarray(order)[0]]
+        assert sorted(ring) == group  # every rank once
+        leaving |= {a for a, b in zip(ring, ring[1:] + ring[:1], strict=True) if a // 8 != b // 8}
+    assert len(leaving) == 4 * k  # k exits on each of the 4 hosts
+    assert _rail_channels(topology, 1, 4, [0, 8, 16, 24]) == [None]
+
+
+def test_rails_make_a_whole_host_data_parallel_reduction_faster():
+    from harness.sim.model_parallel_step import _timed
+
+    topology = parse_topology("preset:dgx_h100_ib,hosts=2")
+    rails = _timed("allreduce", 1, 16, topology, 1e9, tuple(range(16)), "fast").time_s
+    from harness.sim.collectives import grouped_ring_allreduce
+    from harness.sim.engine import run_collective
+
+    single = run_collective(grouped_ring_allreduce(1, 16), topology, 1e9, mode="fast",
+                            devices=list(range(16))).time_s
+    assert rails < single / 3
+
+
+def test_overlapping_the_parameter_gather_is_named_and_never_slower():
+    model = layered("transformer:layers=8,hidden=2048,heads=16,vocab=32000,seq=2048")
+    topology = parse_topology("preset:dgx_h100_ib,hosts=4")
+    calibration = cal.from_preset("dgx_h100_ib")
+    plain = Layout(data=16, tensor=2, microbatches=2, zero=1)
+    hidden = Layout(data=16, tensor=2, microbatches=2, zero=1, param_gather_overlap=True)
+    a = model_parallel_step(topology, model, plain, 64, calibration)
+    b = model_parallel_step(topology, model, hidden, 64, calibration)
+    assert "param gather overlap" in hidden.describe()
+    assert "param gather overlap" not in plain.describe()
+    assert b.step_time_s <= a.step_time_s

@@ -230,7 +230,8 @@ def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tenso
             sequence_parallel: bool = False, distributed_optimizer: bool = False,
             grad_reduce: str = "overlapped", context: int | None = None,
             context_comm: str = "ring", expert: int | None = None,
-            p2p: str = "async", tp_overlap: bool = False) -> Any:
+            p2p: str = "async", tp_overlap: bool = False,
+            param_gather_overlap: bool = False) -> Any:
     """The data x pipeline x tensor split of ``workers``; InputError if it does not divide.
     ``--strategy fsdp`` with a tensor-parallel degree: FSDP over the data axis (torchtitan's
     2D)."""
@@ -262,7 +263,7 @@ def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tenso
                   zero=3 if fsdp else 1 if distributed_optimizer else 0,
                   grad_reduce=grad_reduce.replace("-", "_"), context=context or 1,
                   context_comm=context_comm.replace("-", "_"), expert=expert or 1, p2p=p2p,
-                  tp_overlap=tp_overlap)
+                  tp_overlap=tp_overlap, param_gather_overlap=param_gather_overlap)
 
 
 def _simulate_layout(topology: str, workload: str | None, profile: str | None, results: Path,
@@ -489,6 +490,9 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 @click.option("--tp-overlap", is_flag=True,
               help="Tensor-parallel collectives split to run under the GEMMs (Megatron's "
                    "--tp-comm-overlap); without it each waits between them.")
+@click.option("--overlap-param-gather", "param_gather_overlap", is_flag=True,
+              help="With --distributed-optimizer: the updated parameters' all-gather runs "
+                   "under the next step's first forward (Megatron's --overlap-param-gather).")
 @click.option("--expert-parallel", "expert", type=click.IntRange(min=1), default=None,
               help="Shard each MoE layer's experts over EP ranks of the data-parallel axis; "
                    "tokens reach them by all-to-all (dispatch and combine).")
@@ -533,7 +537,7 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
             results: str | None, stragglers: int, straggler_factor: float, stages: int | None,
             stage_layers: str | None, microbatches: int | None, tensor: int | None, schedule: str,
             virtual_stages: int | None, context: int | None, context_comm: str,
-            expert: int | None, p2p: str, tp_overlap: bool,
+            expert: int | None, p2p: str, tp_overlap: bool, param_gather_overlap: bool,
             sequence_parallel: bool, distributed_optimizer: bool,
             grad_reduce: str,
             precision: str | None, channels_last: bool | None, fit_step: float | None,
@@ -578,7 +582,8 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
     if model_parallel:
         layout = _layout(workers, strategies, stages, tensor, microbatches, schedule,
                          virtual_stages, sequence_parallel, distributed_optimizer, grad_reduce,
-                         context, context_comm, expert, p2p, tp_overlap)
+                         context, context_comm, expert, p2p, tp_overlap,
+                         param_gather_overlap)
         row = _simulate_layout(topology, workload, profile, results_dir(results), calib,
                                layout, global_batch, recompute, optimizer, microbatches,
                                precision, fit_step, stage_layers)

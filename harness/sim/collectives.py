@@ -278,11 +278,15 @@ def binomial_broadcast(p: int, root: int = 0) -> Schedule:
     return Schedule("broadcast_binomial", "broadcast", p, 1, steps, root=root)
 
 
-def grouped_ring_allreduce(groups: int, size: int) -> Schedule:
+def grouped_ring_allreduce(groups: int, size: int, order: np.ndarray | None = None
+                           ) -> Schedule:
     """A ring all-reduce inside each block of ``size`` consecutive ranks, all blocks at once:
     the tensor-parallel groups of a stage, or the data-parallel groups of a 3D layout, whose
-    rings share hosts and links while they run."""
+    rings share hosts and links while they run. ``order``: each block's ring as positions in
+    the block (one row per group), where the ring visits its ranks out of order."""
     ring = np.arange(groups * size, dtype=np.int64).reshape(groups, size)
+    if order is not None:
+        ring = np.take_along_axis(ring, np.asarray(order, dtype=np.int64), axis=1)
     zero = np.zeros_like(ring)
     steps = [s for s in (_ring_phase(ring, zero, 1, True), _ring_phase(ring, zero, 1, False))
              if s is not None]

@@ -146,6 +146,10 @@ class Layout:
     # tensor-parallel collectives: waited for between the GEMMs, or split into chunks that
     # run under them (Megatron's --tp-comm-overlap, Transformer Engine's userbuffers)
     tp_overlap: bool = False
+    # with the distributed optimizer (zero=1): the updated parameters' all-gather run under
+    # the next step's first forward (Megatron's --overlap-param-gather), so only the
+    # gradients' reduce-scatter ends the step
+    param_gather_overlap: bool = False
 
     @property
     def devices(self) -> int:
@@ -172,6 +176,8 @@ class Layout:
             parts.append("blocking p2p")
         if self.tp_overlap and self.tensor > 1:
             parts.append("tp overlap")
+        if self.param_gather_overlap and self.zero == 1:
+            parts.append("param gather overlap")
         if self.grad_reduce != "overlapped" and self.data > 1:
             parts.append("reduce after backward")
         return ",".join(parts)

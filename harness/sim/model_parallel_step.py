@@ -14,6 +14,8 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from harness.sim.calibration import Calibration, compute_seconds, efficiency_source
 from harness.sim.collectives import all_to_all, grouped_ring_allreduce, point_to_point
 from harness.sim.compute import (
@@ -37,6 +39,7 @@ from harness.sim.layered import (
 )
 from harness.sim.pipeline import BACKWARD, run_pipeline, stage_order
 from harness.sim.profile import WorkloadProfile
+from harness.sim.schedule import parallel
 from harness.sim.spec import SpecError
 from harness.sim.step_result import StepResult
 from harness.sim.topology import Hierarchy, Topology, n_devices
@@ -48,9 +51,36 @@ def _timed(kind: str, groups: int, size: int, topology: Topology, nbytes: float,
            devices: tuple[int, ...], mode: str) -> CollectiveResult:
     """One placed collective, simulated once per process: the layouts a recommender weighs
     share most of their tensor-parallel groups and sends."""
-    schedule = (grouped_ring_allreduce(groups, size) if kind == "allreduce"
-                else all_to_all(size) if kind == "alltoall" else point_to_point(groups))
+    if kind == "allreduce":
+        channels = [grouped_ring_allreduce(groups, size, order)
+                    for order in _rail_channels(topology, groups, size, devices)]
+        schedule = channels[0] if len(channels) == 1 else parallel(channels[0].name, *channels)
+    else:
+        schedule = all_to_all(size) if kind == "alltoall" else point_to_point(groups)
     return run_collective(schedule, topology, nbytes, mode=mode, devices=list(devices))
+
+
+def _rail_channels(topology: Topology, groups: int, size: int, devices: Sequence[int]
+                   ) -> list[np.ndarray | None]:
+    """NCCL's one ring per NIC for groups that hold k > 1 devices on each of their hosts
+    (a data-parallel group under TP < 8 on DGX-style hosts, one NIC per GPU): k channels,
+    channel c entering each host at the group's c-th device there, so every NIC the group
+    owns carries a ring (as harness/sim/strategies.rail_orders does for whole hosts). One
+    plain ring anywhere else."""
+    if not (isinstance(topology, Hierarchy) and topology.nic == "per_device" and size > 1):
+        return [None]
+    hosts = np.asarray(devices, dtype=np.int64).reshape(groups, size) // topology.per_host
+    k = size // len(set(hosts[0].tolist()))
+    if k < 2 or k == size or size % k:
+        return [None]
+    runs = hosts.reshape(groups, size // k, k)
+    whole_runs = bool((runs == runs[:, :, :1]).all())
+    distinct = all(len(set(row.tolist())) == size // k for row in runs[:, :, 0])
+    if not (whole_runs and distinct):
+        return [None]  # not equal runs of one host each, in ring order
+    local, base = np.arange(k), (np.arange(size // k) * k)[:, None]
+    return [np.tile((base + (c + local)[None, :] % k).reshape(-1), (groups, 1))
+            for c in range(k)]
 
 
 class _PlacedCollectives:
@@ -230,6 +260,12 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
                 end += max(0.0, reduce_s - busy) + reduce_s / (2 * M * blocks)
             elif layout.grad_reduce == "after_backward":  # Megatron-LM 2021's local DDP
                 end += reduce_s
+            elif layout.zero == 1 and layout.param_gather_overlap:
+                # the reduce-scatter half ends this step; the all-gather half runs under the
+                # next step's first forward, and shows only where it outlasts that
+                first_forward = sum(forward[q] for q in mine)
+                end = (overlapped_end(last[0], end, reduce_s / 2, blocks)
+                       + max(0.0, reduce_s / 2 - first_forward))
             else:  # buckets reduce as the last backward frees them (Megatron, DDP)
                 end = overlapped_end(last[0], end, reduce_s, blocks)
         if P > 1 and model.tied_head_params and s in (0, P - 1):

@@ -85,6 +85,7 @@ class Row:
     p2p: str = "async"  # pipeline sends: async, or blocking (DeepSpeed's pipeline engine)
     grad_reduce: str = "overlapped"  # or after_backward (DeepSpeed after the flush)
     stage_layers: tuple[int, ...] = ()  # blocks per pipeline stage where uneven
+    param_gather_overlap: bool = False  # Megatron's --overlap-param-gather, where stated
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -110,7 +111,8 @@ class Row:
                       schedule="interleaved" if self.virtual > 1 else "1f1b",
                       sequence_parallel=self.tensor > 1, zero=int(self.sharded_optimizer),
                       tp_overlap=self.tp_overlap, p2p=self.p2p,
-                      grad_reduce=self.grad_reduce, stage_blocks=tuple(self.stage_layers))
+                      grad_reduce=self.grad_reduce, stage_blocks=tuple(self.stage_layers),
+                      param_gather_overlap=self.param_gather_overlap)
 
     @property
     def group(self) -> str:
