@@ -58,13 +58,15 @@ class Row:
                 f"seq={SEQUENCE},vocab={VOCAB},dropout={DROPOUT}")
 
     def layout(self) -> Layout:
-        """The layout run_table_1.sh ran: its micro-batch size, its interleaving, its DDP."""
+        """The layout run_table_1.sh ran: its micro-batch size, its interleaving, its DDP, and
+        the 2021 code's point-to-point exchanges, which each stage waited for."""
         virtual = (self.layers // (self.pipeline * self.layers_per_virtual_stage)
                    if self.layers_per_virtual_stage else 1)
         return Layout(data=self.data, stages=self.pipeline, tensor=self.tensor,
                       microbatches=self.batch // (self.data * self.micro_batch),
                       schedule="interleaved" if virtual > 1 else "1f1b", virtual=virtual,
-                      grad_reduce="overlapped" if self.ddp == "torch" else "after_backward")
+                      grad_reduce="overlapped" if self.ddp == "torch" else "after_backward",
+                      p2p="blocking")
 
     @property
     def flops_per_iteration(self) -> float:
