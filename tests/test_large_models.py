@@ -4,6 +4,7 @@ and torchtitan's schedules and memory savers, transformers by their dimensions."
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -23,6 +24,7 @@ from harness.sim.preset import load_preset
 from harness.sim.spec import describe_topology
 from harness.sim.structure import layered
 from workloads.dims import parse_dims
+from workloads.hf import dims_of
 from workloads.known import get_known
 from workloads.precision import PRECISIONS
 from workloads.spec import WorkloadError
@@ -635,3 +637,33 @@ def test_overlapped_tensor_parallel_collectives_are_named_and_never_slower():
     hidden = json.loads(stratbench(*args, "--tp-overlap").stdout)[0]
     assert "tp overlap" in hidden["layout"] and "tp overlap" not in waited["layout"]
     assert hidden["step_time_median_s"] < waited["step_time_median_s"]
+
+
+MIXTRAL_DIMS = ("transformer:layers=32,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=32000,"
+                "seq=4096,experts=8,top_k=2")
+
+
+def test_an_expert_imbalance_slows_the_step_never_the_flops():
+    """Issue 37: load imbalance as a stated factor. The busiest expert's rank sets the pace:
+    its expert GEMMs take imbalance x the balanced rows' time; the model's FLOPs (and so
+    MFU's numerator) stay the balanced count."""
+    balanced = layered(MIXTRAL_DIMS, PRECISIONS["bf16"])
+    skewed = layered(MIXTRAL_DIMS + ",imbalance=1.5", PRECISIONS["bf16"])
+    assert skewed.flops_per_sample == balanced.flops_per_sample
+    assert skewed.params == balanced.params
+    layout = Layout(data=8, expert=8)
+    steps = [simulate_layout("preset:dgx_h100_ib,hosts=1", model, layout, 8, None,
+                             precision=PRECISIONS["bf16"])["step_time_median_s"]
+             for model in (balanced, skewed)]
+    assert steps[1] > steps[0] * 1.05
+
+
+@pytest.mark.parametrize("text, message", [
+    (MIXTRAL_DIMS + ",imbalance=0.5", "imbalance=0.5 must be from 1"),
+    (MIXTRAL_DIMS + ",imbalance=lots", "imbalance='lots' is not a number"),
+    ("transformer:layers=2,hidden=64,heads=4,vocab=100,seq=8,imbalance=1.2",
+     "need experts=E"),
+])
+def test_a_bad_imbalance_is_one_line(text, message):
+    with pytest.raises(WorkloadError, match=re.escape(message)):
+        dims_of(text)

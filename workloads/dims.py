@@ -9,7 +9,9 @@ token embedding), ``positions`` (``learned`` or ``rope``), ``dropout`` (a probab
 none), ``batch`` (sequences per device, default 1); a mixture of experts: ``experts`` (routed
 experts per MLP), ``top_k`` (experts per token), ``shared`` (experts every token uses) and
 ``expert_ffn`` (one expert's width, default ``ffn``): every expert's parameters are held,
-each token computes through its top-k and the shared ones.
+each token computes through its top-k and the shared ones; ``imbalance`` (default 1, a
+balanced router): the busiest expert's tokens over the mean, which its rank's expert GEMMs
+take the time of (the model's FLOPs stay the balanced count).
 
 GPT-style by default (GELU MLP of 4 x hidden, LayerNorm with biases, learned positions, a tied
 head); giving ``ffn`` without ``mlp`` means a gated MLP with RMSNorm, no biases, rotary
@@ -42,7 +44,8 @@ from workloads.spec import WorkloadError, choices_message
 
 PREFIX = "transformer:"
 _KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "mlp", "tied",
-         "positions", "dropout", "batch", "experts", "top_k", "shared", "expert_ffn")
+         "positions", "dropout", "batch", "experts", "top_k", "shared", "expert_ffn",
+         "imbalance")
 _REQUIRED = ("layers", "hidden", "heads", "vocab", "seq")
 MLPS = ("gelu", "swiglu")
 POSITIONS = ("learned", "rope")
@@ -68,6 +71,9 @@ class TransformerDims:
     shared: int = 0  # experts every token goes through (DeepSeek's shared experts)
     expert_ffn: int = 0  # one expert's MLP width (0: ffn)
     max_positions: int = 0  # a learned position table's length (0: seq)
+    # the busiest expert's token rows over the mean (1: a balanced router, as MoE benchmarks
+    # force it); it slows the experts' GEMMs, never the model's FLOPs
+    imbalance: float = 1.0
 
     def __post_init__(self) -> None:
         for key in ("layers", "hidden", "heads", "vocab", "seq", "batch"):
@@ -89,8 +95,13 @@ class TransformerDims:
         if self.experts and not 1 <= self.top_k <= self.experts:
             raise WorkloadError(f"transformer top_k={self.top_k} must be from 1 to "
                                 f"experts={self.experts}")
-        if not self.experts and (self.top_k or self.shared or self.expert_ffn):
-            raise WorkloadError("transformer top_k, shared and expert_ffn need experts=E")
+        if not self.experts and (self.top_k or self.shared or self.expert_ffn
+                                 or self.imbalance != 1.0):
+            raise WorkloadError("transformer top_k, shared, expert_ffn and imbalance need "
+                                "experts=E")
+        if not 1.0 <= self.imbalance <= max(1, self.experts):
+            raise WorkloadError(f"transformer imbalance={self.imbalance} must be from 1 (a "
+                                f"balanced router) to experts={self.experts} (all on one)")
 
     @property
     def groups(self) -> int:
@@ -284,7 +295,8 @@ class TransformerDims:
                                        self.width, gated=self.gated, dropout=self.dropout,
                                        bias=not self.gated, experts=self.experts,
                                        top_k=self.top_k, shared=self.shared,
-                                       expert_ffn=self.expert_width))
+                                       expert_ffn=self.expert_width,
+                                       imbalance=self.imbalance))
 
     def post_ops(self) -> tuple[Op, ...]:
         """The final norm, the head and the loss."""
@@ -340,14 +352,18 @@ def parse_dims(text: str) -> TransformerDims:
     tied = values.get("tied", "no" if llama else "yes").lower()
     if tied not in ("yes", "no", "true", "false"):
         raise WorkloadError(f"transformer tied={tied!r} must be yes or no")
-    try:
-        dropout = float(values.get("dropout", "0"))
-    except ValueError:
-        raise WorkloadError(f"transformer dropout={values['dropout']!r} is not a number"
-                            ) from None
+    dropout, imbalance = (_float(key, values.get(key, default))
+                          for key, default in (("dropout", "0"), ("imbalance", "1")))
     return TransformerDims(**ints, mlp=mlp, tied=tied in ("yes", "true"),
                            positions=values.get("positions", "rope" if llama else "learned"),
-                           dropout=dropout, name=text.strip())
+                           dropout=dropout, imbalance=imbalance, name=text.strip())
+
+
+def _float(key: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise WorkloadError(f"transformer {key}={text!r} is not a number") from None
 
 
 def _int(key: str, text: str) -> int:

@@ -30,7 +30,7 @@ and later, matmuls in full fp32).
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from workloads.configs import CNNConfig, MLPConfig, ModelConfig, RecsysConfig, TransformerConfig
@@ -55,6 +55,9 @@ class Op:
     backward_values: float = 0.0
     kernels: int = 1  # forward kernel launches (per step, not per sample)
     backward_kernels: int = 1
+    # the busiest rank's share over the mean (a router's expert imbalance): its time, never
+    # its FLOPs, which stay the balanced model's
+    load: float = 1.0
     # attention
     heads: int = 0
     seq: int = 0
@@ -167,18 +170,19 @@ def cross_entropy(name: str, rows: float, classes: int) -> Op:
 def transformer_block(seq: int, hidden: int, heads: int, kv_width: int, ffn: int, *,
                       gated: bool, dropout: float, causal: bool = True,
                       bias: bool = True, experts: int = 0, top_k: int = 0, shared: int = 0,
-                      expert_ffn: int = 0) -> list[Op]:
+                      expert_ffn: int = 0, imbalance: float = 1.0) -> list[Op]:
     """One pre-norm (or post-norm: the same operators) transformer block of ``seq`` tokens:
     norm, fused QKV projection, attention, output projection, residual add, norm, MLP
     (GELU: two matrices; SwiGLU: gate and up fused, then down), residual add; dropout after
     the attention's and the MLP's projections when trained with dropout. With ``experts``
     the MLP is routed: a router GEMM and its softmax, each token's rows copied to its
     ``top_k`` experts and back (permute, unpermute), the experts as grouped GEMMs of
-    ``seq * top_k / experts`` rows each, and ``shared`` experts as a dense MLP."""
+    ``seq * top_k / experts`` rows each (the busiest ``imbalance`` x that, in time), and
+    ``shared`` experts as a dense MLP."""
     if experts:
         return _moe_block(seq, hidden, heads, kv_width, gated=gated, dropout=dropout,
                           causal=causal, bias=bias, experts=experts, top_k=top_k,
-                          shared=shared, expert_ffn=expert_ffn)
+                          shared=shared, expert_ffn=expert_ffn, imbalance=imbalance)
     t, d = seq, hidden
     ops = [norm("ln1", t * d),
            gemm("qkv", t, d + 2 * kv_width, d, bias=bias),
@@ -202,7 +206,7 @@ def transformer_block(seq: int, hidden: int, heads: int, kv_width: int, ffn: int
 
 def _moe_block(seq: int, hidden: int, heads: int, kv_width: int, *, gated: bool,
                dropout: float, causal: bool, bias: bool, experts: int, top_k: int,
-               shared: int, expert_ffn: int) -> list[Op]:
+               shared: int, expert_ffn: int, imbalance: float = 1.0) -> list[Op]:
     t, d = seq, hidden
     dense = transformer_block(t, d, heads, kv_width, max(1, expert_ffn * shared),
                               gated=gated, dropout=dropout, causal=causal, bias=bias)
@@ -213,11 +217,12 @@ def _moe_block(seq: int, hidden: int, heads: int, kv_width: int, *, gated: bool,
     width = (2 if gated else 1) * expert_ffn
     act = (elementwise("experts.swiglu", 3 * routed * expert_ffn, 5 * routed * expert_ffn)
            if gated else elementwise("experts.gelu", 2 * routed * expert_ffn))
+    busiest = [replace(op, load=imbalance) for op in (
+        gemm("experts.in", rows, width, d, repeat=experts, bias=bias), act,
+        gemm("experts.out", rows, d, expert_ffn, repeat=experts, bias=bias))]
     return [*dense[:cut], gemm("router", t, experts, d),
             elementwise("router.softmax", 2 * t * experts), elementwise("permute", 2 * routed * d),
-            gemm("experts.in", rows, width, d, repeat=experts, bias=bias), act,
-            gemm("experts.out", rows, d, expert_ffn, repeat=experts, bias=bias),
-            elementwise("unpermute", 3 * routed * d), *shared_mlp, dense[-1]]
+            *busiest, elementwise("unpermute", 3 * routed * d), *shared_mlp, dense[-1]]
 
 
 def embedding(name: str, lookups: float, dim: int) -> Op:

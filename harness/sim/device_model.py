@@ -261,7 +261,7 @@ def op_times(op: Op, samples: float, rate: DeviceRate, tensor: int = 1,
     element-wise work splits T ways where ``split_elementwise`` (inside the tensor-parallel
     region, or everywhere under sequence parallelism) and is whole otherwise."""
     if op.kind == GEMM:
-        m = op.rows * samples
+        m = op.rows * samples * op.load
         n, k = float(op.n), float(op.k)
         if tensor > 1:
             n, k = (n / tensor, k) if n >= k else (n, k / tensor)
@@ -280,7 +280,7 @@ def op_times(op: Op, samples: float, rate: DeviceRate, tensor: int = 1,
                        op.kernels + op.backward_kernels + (6 if transposed else 0),
                        gemm_s=forward + backward, memory_s=transposed)
     if op.kind in (ELEMENTWISE, GATHER):
-        share = samples / (tensor if split_elementwise else 1)
+        share = samples * op.load / (tensor if split_elementwise else 1)
         forward = op.values * share * rate.value_bytes / rate.bytes_per_s
         backward = op.backward_values * share * rate.value_bytes / rate.bytes_per_s
         return OpTimes(forward, backward, op.kernels + op.backward_kernels,
