@@ -21,8 +21,13 @@ def _plan(workload: str, hosts: int = 1, **asked) -> list:
 def test_a_pipeline_case_carries_its_stages_micro_batches_and_schedule():
     (case,) = _plan("transformer:M", stages=4, microbatches=8, schedule="gpipe")
     assert case.replicas == 4 and case.global_batch == 8 * 4
-    assert (case.options["stages"], case.options["microbatches"],
-            case.options["schedule"]) == (4, 8, "gpipe")
+    # the one layout record (harness.core.layout), under the columns results store it in
+    from harness.core.layout import Layout
+
+    assert Layout.from_columns(case.options, case.replicas) == Layout(
+        stages=4, microbatches=8, schedule="gpipe")
+    assert (case.options["pipeline_stages"], case.options["microbatches"],
+            case.options["pipeline_schedule"]) == (4, 8, "gpipe")
     (default,) = _plan("transformer:M")
     assert (default.replicas, default.options["microbatches"]) == (2, 2)
     (emulated,) = _plan("transformer:M", hosts=4)
@@ -74,7 +79,7 @@ def test_a_pipeline_trains_to_one_devices_weights_and_measures_its_bubble(tmp_pa
     assert pipe["status"] == "ok", pipe["reason"]
     assert pipe["max_weight_diff"] <= 1e-5
     assert 0 < pipe["extra"]["bubble_fraction"] < 1
-    assert pipe["extra"]["stages"] == 2 and pipe["extra"]["microbatches"] == 4
+    assert pipe["extra"]["pipeline_stages"] == 2 and pipe["extra"]["microbatches"] == 4
     assert pipe["grad_bytes"] == rows.loc["single_device", "grad_bytes"]  # the whole model
 
 

@@ -221,3 +221,32 @@ def test_overlapping_the_parameter_gather_is_named_and_never_slower():
     assert "param gather overlap" in hidden.describe()
     assert "param gather overlap" not in plain.describe()
     assert b.step_time_s <= a.step_time_s
+
+
+# --- the one layout record ------------------------------------------------------------------
+
+@given(st.integers(1, 64), st.integers(1, 16), st.integers(1, 8), st.integers(1, 32),
+       st.sampled_from(["1f1b", "gpipe", "interleaved"]))
+def test_a_layout_reads_back_from_the_columns_it_is_stored_under(data, stages, tensor,
+                                                                   microbatches, schedule):
+    """harness.core.layout: the simulator writes a row's layout through to_columns, the
+    predictions read it back through from_columns, under one set of names."""
+    from harness.core.layout import Layout as CoreLayout
+
+    layout = CoreLayout(data=data, stages=stages, tensor=tensor, microbatches=microbatches,
+                        schedule=schedule)
+    row = {"replicas": layout.devices, **layout.to_columns()}
+    assert CoreLayout.from_columns(row) == layout
+    assert row["layout"] == layout.describe()
+
+
+def test_a_stored_runs_older_column_names_still_read():
+    from harness.core.layout import Layout as CoreLayout
+
+    old = {"replicas": 4, "extra": {"stages": 2, "microbatches": 4, "schedule": "gpipe"}}
+    assert CoreLayout.from_columns(old) == CoreLayout(data=2, stages=2, microbatches=4,
+                                                      schedule="gpipe")
+    assert CoreLayout.from_columns({"replicas": 2, "extra": {"tensor_parallel_degree": 2}}) \
+        == CoreLayout(tensor=2)
+    assert CoreLayout.from_columns({"replicas": 2}) is None
+    assert Layout is CoreLayout  # the simulator's Layout is this record

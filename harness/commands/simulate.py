@@ -235,7 +235,7 @@ def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tenso
     """The data x pipeline x tensor split of ``workers``; InputError if it does not divide.
     ``--strategy fsdp`` with a tensor-parallel degree: FSDP over the data axis (torchtitan's
     2D)."""
-    from harness.sim.layered import Layout
+    from harness.core.layout import Layout
 
     fsdp = "fsdp" in strategies
     other = [s for s in strategies if s not in MODEL_PARALLEL and s != "fsdp"]

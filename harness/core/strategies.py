@@ -43,7 +43,7 @@ class Strategy:
     spans_hosts: bool | None = None  # trains across hosts (default: when multi-process)
     emulated: bool = False  # runs one replica per emulated host (predicted for any cluster)
     across_hosts_as: str | None = None  # the strategy that runs it across hosts, if another
-    options: tuple[str, ...] = ()  # Case.options keys it reads beyond every strategy's
+    options: tuple[str, ...] = ()  # run options (CaseOptions fields) it takes beyond all's
     # processes beside the replicas and servers (TF's parameter-server chief, which runs the
     # coordinator), sharing the emulated hosts' cores
     extra_processes: int = 0

@@ -194,28 +194,11 @@ def predict_layout(workload: str, layout: Any, links: MeasuredLinks, batch: int,
 
 
 def layout_of(row: dict[str, Any]) -> Any:
-    """The model-parallel layout a run recorded (its columns, else its `extra`); None if it
-    recorded none."""
-    from harness.sim.layered import Layout
+    """The model-parallel layout a run recorded (harness.core.layout's columns, else its
+    `extra`); None if it recorded none."""
+    from harness.core.layout import Layout
 
-    extra: dict[str, Any] = row["extra"] if isinstance(row.get("extra"), dict) else {}
-
-    def field(*names: str) -> Any:
-        for name in names:
-            for source in (row, extra):
-                value = source.get(name)
-                if value is not None and not (isinstance(value, float) and math.isnan(value)):
-                    return value
-        return None
-
-    stages = field("pipeline_stages", "stages")
-    tensor = field("tensor_parallel", "tensor_parallel_degree")
-    if stages is None and tensor is None:
-        return None
-    stages, tensor = int(stages or 1), int(tensor or 1)
-    return Layout(data=max(1, int(row["replicas"]) // (stages * tensor)), stages=stages,
-                  tensor=tensor, microbatches=int(field("microbatches") or 1),
-                  schedule=str(field("pipeline_schedule", "schedule") or "1f1b"))
+    return Layout.from_columns(row)
 
 
 def local_runs(measured: pd.DataFrame, workload: str, framework: str, strategy: str

@@ -18,6 +18,7 @@ from harness.core.case import (
     replicas_for,
 )
 from harness.core.errors import InputError
+from harness.core.layout import Layout
 from harness.core.strategies import STRATEGIES, Strategy
 
 
@@ -108,7 +109,7 @@ def _tensor_options(choice: WorkloadChoice, hosts: int, asked: CaseOptions,
     if tensor < 2 or tensor > config.heads or config.heads % tensor:
         raise InputError(f"tensor-parallel degree {tensor} must divide the {config.heads} "
                          f"attention heads of {choice.ref} (and be at least 2)")
-    options.update(tensor_parallel=tensor)
+    options.update(Layout(tensor=tensor).case_options())
     return tensor
 
 
@@ -129,8 +130,8 @@ def _pipeline_options(choice: WorkloadChoice, hosts: int, asked: CaseOptions,
     if batch % microbatches:
         raise InputError(f"{microbatches} micro-batches do not divide the pipeline's batch "
                          f"of {batch} ({choice.batch} per stage x {stages} stages)")
-    options.update(stages=stages, microbatches=microbatches,
-                   schedule=asked.schedule or "1f1b")
+    options.update(Layout(stages=stages, microbatches=microbatches,
+                          schedule=asked.schedule or "1f1b").case_options())
     return stages
 
 

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.core.case import LEARNING_RATE, Case
+from harness.core.layout import Layout
 from harness.measure import memory
 from harness.measure.wire import WireMeter
 from harness.runners import torch_workload as tw
@@ -77,7 +78,8 @@ class _Busy:
 def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-    stages, microbatches = case.replicas, int(case.options["microbatches"])
+    layout = Layout.from_columns(case.options, case.replicas) or Layout(stages=case.replicas)
+    stages, microbatches = case.replicas, layout.microbatches
     spec, config = tw.transformer(case)
     torch.manual_seed(case.seed)
     baseline = memory.current()
@@ -98,7 +100,7 @@ def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
     def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
 
-    kind = Schedule1F1B if case.options.get("schedule", "1f1b") == "1f1b" else ScheduleGPipe
+    kind = Schedule1F1B if layout.schedule == "1f1b" else ScheduleGPipe
     schedule = kind(stage, microbatches, loss_fn=busy.wrap(loss_fn))
     optimizer = torch.optim.SGD(part.parameters(), lr=LEARNING_RATE)
     tied = dist.new_group([0, stages - 1]) if stages > 1 else None  # every rank must call it
@@ -146,8 +148,8 @@ def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
         "bytes_sent_per_step": 4.0 * case.global_batch * config.context * config.d_model
         * ((not part.last) + (not part.first)),
         "model_memory_bytes": gained,
-        "details": {"stages": stages, "microbatches": microbatches,
-                    "schedule": case.options.get("schedule", "1f1b")},
+        # the layout under harness.core.layout's column names, as the simulator stores it
+        "details": layout.case_options(),
         "bubble_fraction": float(np.median(bubbles)) if bubbles else float("nan")}
     if index == 0:
         weights = {k: v for part_weights in gathered for k, v in part_weights.items()}

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.core.case import LEARNING_RATE, Case
+from harness.core.layout import Layout
 from harness.measure import memory
 from harness.measure.wire import WireMeter
 from harness.runners import torch_workload as tw
@@ -140,7 +141,7 @@ def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
         "step_times_s": times, "losses": losses, "rank": index, "world": ranks,
         "threads": torch.get_num_threads(), "grad_bytes": model_bytes,
         "model_memory_bytes": memory.peak_since(baseline, was_reset),
-        "details": {"tensor_parallel": ranks},
+        "details": Layout(tensor=ranks).case_options(),
         # the rank's share of a step spent in the tensor all-reduces (its idle time: with
         # one stage, the only bubble there is); from the last warm-up step, profiled
         "bubble_fraction": waiting}

@@ -17,16 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.core.errors import SpecError
+from harness.core.layout import CONTEXT_COMM, GRAD_REDUCE, P2P, SHARDING, Layout, runs
 from harness.sim.pipeline import SCHEDULES
 from workloads.operators import Op
 
 RECOMPUTE = ("none", "selective", "full")
-#: How the data-parallel axis holds model state: replicated, the optimizer's state sharded
-#: (Megatron-LM's distributed optimizer, ZeRO-1), or everything sharded (FSDP, ZeRO-3).
-SHARDING = {0: "replicated", 1: "distributed optimizer", 3: "fsdp"}
-GRAD_REDUCE = ("overlapped", "after_backward")
-CONTEXT_COMM = ("ring", "all_gather")
-P2P = ("async", "blocking")
 
 
 def recompute_mode(value: str | bool | None) -> str:
@@ -111,81 +106,6 @@ class LayeredModel:
         """The tensor-parallel degree must divide this (the smallest split unit)."""
         units = [layer.tp_units for layer in self.blocks if layer.tp_units]
         return math.gcd(*units) if units else 0
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How devices are split: ``data`` replicas of a ``stages``-stage pipeline whose stages
-    each span ``tensor`` devices, running ``microbatches`` micro-batches per step."""
-
-    data: int = 1
-    stages: int = 1
-    tensor: int = 1
-    microbatches: int = 1
-    schedule: str = "1f1b"
-    virtual: int = 1  # chunks of layers per device (the interleaved schedule)
-    sequence_parallel: bool = False  # norms and dropout split along the sequence (Megatron)
-    zero: int = 0  # SHARDING of the data-parallel axis
-    # when the data-parallel gradient reduction runs: bucket by bucket during the last
-    # backward (torch DDP, Megatron's overlap_grad_reduce) or after the whole backward
-    # (Megatron-LM 2021's --DDP-impl local)
-    grad_reduce: str = "overlapped"
-    # blocks per pipeline chunk (stages x virtual, in chunk order); (): equal runs
-    stage_blocks: tuple[int, ...] = ()
-    # the sequence split over ``context`` devices (context parallelism): ring attention
-    # passing K/V blocks overlapped with the attention (Megatron-Core's p2p) or K/V
-    # all-gathered before it (Llama 3's)
-    context: int = 1
-    context_comm: str = "ring"
-    # the experts of each MoE layer sharded over ``expert`` ranks of the data-parallel axis
-    # (Megatron-Core's expert parallelism): tokens reach them by all-to-all
-    expert: int = 1
-    # pipeline sends: in the background (torch's isend, Megatron-Core) or waited for by the
-    # sender (Megatron-LM 2021's p2p, synchronised after each exchange)
-    p2p: str = "async"
-    # tensor-parallel collectives: waited for between the GEMMs, or split into chunks that
-    # run under them (Megatron's --tp-comm-overlap, Transformer Engine's userbuffers)
-    tp_overlap: bool = False
-    # with the distributed optimizer (zero=1): the updated parameters' all-gather run under
-    # the next step's first forward (Megatron's --overlap-param-gather), so only the
-    # gradients' reduce-scatter ends the step
-    param_gather_overlap: bool = False
-
-    @property
-    def devices(self) -> int:
-        return self.data * self.stages * self.tensor * self.context
-
-    def describe(self) -> str:
-        parts = [f"dp={self.data}", f"pp={self.stages}", f"tp={self.tensor}"]
-        if self.expert > 1:
-            parts.append(f"ep={self.expert}")
-        if self.context > 1:
-            parts.append(f"cp={self.context}"
-                         + ("" if self.context_comm == "ring" else f" {self.context_comm}"))
-        if self.stages > 1:
-            parts += [f"microbatches={self.microbatches}", self.schedule]
-            if self.virtual > 1:
-                parts.append(f"v={self.virtual}")
-            if self.stage_blocks:
-                parts.append(f"layers={runs(self.stage_blocks)}")
-        if self.sequence_parallel:
-            parts.append("sp")
-        if self.zero:
-            parts.append("zero1" if self.zero == 1 else "fsdp")
-        if self.p2p != "async" and self.stages > 1:
-            parts.append("blocking p2p")
-        if self.tp_overlap and self.tensor > 1:
-            parts.append("tp overlap")
-        if self.param_gather_overlap and self.zero == 1:
-            parts.append("param gather overlap")
-        if self.grad_reduce != "overlapped" and self.data > 1:
-            parts.append("reduce after backward")
-        return ",".join(parts)
-
-    def device(self, data: int, stage: int, tensor: int, context: int = 0) -> int:
-        """Megatron-LM's order: tensor ranks adjacent (one host), then context, then data,
-        then stages."""
-        return tensor + self.tensor * (context + self.context * (data + self.data * stage))
 
 
 def check_layout(model: LayeredModel, layout: Layout, global_batch: int) -> None:
@@ -317,11 +237,3 @@ def ends_lighter(blocks: int, chunks: int) -> tuple[int, ...]:
         counts = [base + (1 if i < extra else 0) for i in range(chunks)]
     return tuple(counts)
 
-
-def runs(counts: tuple[int, ...]) -> str:
-    """'7,8x14,7': blocks per stage, repeats folded."""
-    out = []
-    for value, group in itertools.groupby(counts):
-        n = len(list(group))
-        out.append(f"{value}x{n}" if n > 2 else ",".join([str(value)] * n))
-    return ",".join(out)

@@ -28,6 +28,7 @@ from importlib import resources
 from typing import Any
 
 from harness.core.errors import SpecError
+from harness.core.layout import Layout
 from harness.sim.api import simulate
 from harness.sim.compute import fit_efficiency
 from harness.sim.device_model import (
@@ -38,7 +39,6 @@ from harness.sim.device_model import (
     optimizer_seconds,
     pass_times,
 )
-from harness.sim.layered import Layout
 from harness.sim.preset import load_preset
 from harness.sim.profile import WorkloadProfile
 from harness.sim.structure import layered

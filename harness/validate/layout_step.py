@@ -8,8 +8,9 @@ its authors ran; how a run is simulated lives here once.
 
 from __future__ import annotations
 
+from harness.core.layout import Layout
 from harness.sim.calibration import Calibration, apply, from_preset, merge
-from harness.sim.layered import LayeredModel, Layout
+from harness.sim.layered import LayeredModel
 from harness.sim.model_parallel_step import StepResult, model_parallel_step
 from harness.sim.spec import parse_topology
 from workloads.precision import Precision

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from harness.core.layout import Layout
 from harness.sim.compute import fit_efficiency
-from harness.sim.layered import LayeredModel, Layout
+from harness.sim.layered import LayeredModel
 from harness.sim.structure import layered
 from harness.validate.layout_step import layout_step
 from workloads.precision import PRECISIONS

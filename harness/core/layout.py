@@ -1,0 +1,153 @@
+"""A model-parallel layout: the one record of how a training job splits its devices.
+
+Parallel degrees (data, pipeline, tensor, context, expert), the pipeline's micro-batches,
+schedule, virtual stages and uneven stages, and the mechanisms a stack runs (sequence
+parallelism, optimizer sharding, when gradients reduce, blocking sends, the overlaps). The
+simulator times it (``harness/sim/model_parallel_step``), memory sizes it, the recommender
+searches over it, and a result row stores it under ``COLUMNS``, read back by ``from_columns``
+(``harness/predict/step``). Precision and recomputation live elsewhere: the device model and
+the step own them. torchtitan's ``ParallelDims`` is the model: one record, every reader.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+#: How the data-parallel axis holds model state: replicated, the optimizer's state sharded
+#: (Megatron-LM's distributed optimizer, ZeRO-1), or everything sharded (FSDP, ZeRO-3).
+SHARDING = {0: "replicated", 1: "distributed optimizer", 3: "fsdp"}
+GRAD_REDUCE = ("overlapped", "after_backward")
+CONTEXT_COMM = ("ring", "all_gather")
+P2P = ("async", "blocking")
+#: a result row's column for each field that runs and the simulator both record; the
+#: older names a stored dataset may still carry are read as aliases
+COLUMNS = {"data": "data_parallel", "stages": "pipeline_stages", "tensor": "tensor_parallel",
+           "microbatches": "microbatches", "schedule": "pipeline_schedule"}
+ALIASES = {"pipeline_stages": ("stages",), "tensor_parallel": ("tensor_parallel_degree",),
+           "pipeline_schedule": ("schedule",)}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How devices are split: ``data`` replicas of a ``stages``-stage pipeline whose stages
+    each span ``tensor`` devices, running ``microbatches`` micro-batches per step."""
+
+    data: int = 1
+    stages: int = 1
+    tensor: int = 1
+    microbatches: int = 1
+    schedule: str = "1f1b"
+    virtual: int = 1  # chunks of layers per device (the interleaved schedule)
+    sequence_parallel: bool = False  # norms and dropout split along the sequence (Megatron)
+    zero: int = 0  # SHARDING of the data-parallel axis
+    # when the data-parallel gradient reduction runs: bucket by bucket during the last
+    # backward (torch DDP, Megatron's overlap_grad_reduce) or after the whole backward
+    # (Megatron-LM 2021's --DDP-impl local)
+    grad_reduce: str = "overlapped"
+    # blocks per pipeline chunk (stages x virtual, in chunk order); (): equal runs
+    stage_blocks: tuple[int, ...] = ()
+    # the sequence split over ``context`` devices (context parallelism): ring attention
+    # passing K/V blocks overlapped with the attention (Megatron-Core's p2p) or K/V
+    # all-gathered before it (Llama 3's)
+    context: int = 1
+    context_comm: str = "ring"
+    # the experts of each MoE layer sharded over ``expert`` ranks of the data-parallel axis
+    # (Megatron-Core's expert parallelism): tokens reach them by all-to-all
+    expert: int = 1
+    # pipeline sends: in the background (torch's isend, Megatron-Core) or waited for by the
+    # sender (Megatron-LM 2021's p2p, synchronised after each exchange)
+    p2p: str = "async"
+    # tensor-parallel collectives: waited for between the GEMMs, or split into chunks that
+    # run under them (Megatron's --tp-comm-overlap, Transformer Engine's userbuffers)
+    tp_overlap: bool = False
+    # with the distributed optimizer (zero=1): the updated parameters' all-gather run under
+    # the next step's first forward (Megatron's --overlap-param-gather), so only the
+    # gradients' reduce-scatter ends the step
+    param_gather_overlap: bool = False
+
+    @property
+    def devices(self) -> int:
+        return self.data * self.stages * self.tensor * self.context
+
+    def describe(self) -> str:
+        parts = [f"dp={self.data}", f"pp={self.stages}", f"tp={self.tensor}"]
+        if self.expert > 1:
+            parts.append(f"ep={self.expert}")
+        if self.context > 1:
+            parts.append(f"cp={self.context}"
+                         + ("" if self.context_comm == "ring" else f" {self.context_comm}"))
+        if self.stages > 1:
+            parts += [f"microbatches={self.microbatches}", self.schedule]
+            if self.virtual > 1:
+                parts.append(f"v={self.virtual}")
+            if self.stage_blocks:
+                parts.append(f"layers={runs(self.stage_blocks)}")
+        if self.sequence_parallel:
+            parts.append("sp")
+        if self.zero:
+            parts.append("zero1" if self.zero == 1 else "fsdp")
+        if self.p2p != "async" and self.stages > 1:
+            parts.append("blocking p2p")
+        if self.tp_overlap and self.tensor > 1:
+            parts.append("tp overlap")
+        if self.param_gather_overlap and self.zero == 1:
+            parts.append("param gather overlap")
+        if self.grad_reduce != "overlapped" and self.data > 1:
+            parts.append("reduce after backward")
+        return ",".join(parts)
+
+    def device(self, data: int, stage: int, tensor: int, context: int = 0) -> int:
+        """Megatron-LM's order: tensor ranks adjacent (one host), then context, then data,
+        then stages."""
+        return tensor + self.tensor * (context + self.context * (data + self.data * stage))
+
+    def to_columns(self) -> dict[str, Any]:
+        """The layout as a result row stores it: ``layout`` (its description) and one
+        column per ``COLUMNS`` field."""
+        return {"layout": self.describe(),
+                **{column: getattr(self, name) for name, column in COLUMNS.items()}}
+
+    def case_options(self) -> dict[str, Any]:
+        """What a case carries of its layout (its options, under ``COLUMNS``): the runners
+        read it back with ``from_columns``, the same as a stored row."""
+        return {column: getattr(self, name) for name, column in COLUMNS.items()
+                if name != "data"}
+
+    @classmethod
+    def from_columns(cls, row: dict[str, Any], replicas: int | None = None) -> Layout | None:
+        """The layout a row recorded (its columns, else its ``extra``, under ``COLUMNS`` or
+        their older aliases); None where it recorded no split. ``data`` defaults to what
+        ``replicas`` leave."""
+        extra: dict[str, Any] = row["extra"] if isinstance(row.get("extra"), dict) else {}
+
+        def value(column: str) -> Any:
+            for name in (column, *ALIASES.get(column, ())):
+                for source in (row, extra):
+                    found = source.get(name)
+                    if found is not None and not (isinstance(found, float)
+                                                  and math.isnan(found)):
+                        return found
+            return None
+
+        stages, tensor = value("pipeline_stages"), value("tensor_parallel")
+        if stages is None and tensor is None:
+            return None
+        stages, tensor = int(stages or 1), int(tensor or 1)
+        replicas = int(replicas if replicas is not None else row.get("replicas") or 1)
+        return cls(data=max(1, replicas // (stages * tensor)), stages=stages, tensor=tensor,
+                   microbatches=int(value("microbatches") or 1),
+                   schedule=str(value("pipeline_schedule") or "1f1b"))
+
+
+def runs(counts: tuple[int, ...]) -> str:
+    """'7,8x14,7': blocks per stage, repeats folded."""
+    out = []
+    for value, group in itertools.groupby(counts):
+        n = len(list(group))
+        out.append(f"{value}x{n}" if n > 2 else ",".join([str(value)] * n))
+    return ",".join(out)
+
+
