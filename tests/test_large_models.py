@@ -502,6 +502,11 @@ def test_recommend_trains_llama3_405b_on_1024_hosts_with_its_mfu():
     pick = frame[frame["rank"] == 1].iloc[0]
     assert bool(pick["fits"]) and pick["memory_per_device_bytes"] < 80e9
     assert 0.2 < pick["mfu"] < 0.8 and "MFU" in verdict["why"]
+    # a step of tens of seconds in ms as people write it (36,715): no e-notation
+    from harness.recommend.recommender import format_table
+
+    table = format_table(frame)
+    assert not re.search(r"\de[+-]\d", table) and re.search(r" \d{1,3},\d{3} ", table), table
 
 
 # Context parallelism ------------------------------------------------------------------------------

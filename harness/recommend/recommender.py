@@ -31,7 +31,14 @@ from harness.calibrate.links import probed_networks
 from harness.calibrate.workload import row_names, workload_facts
 from harness.core.errors import InputError
 from harness.core.strategies import WEIGHT_TOLERANCE
-from harness.core.units import compare, format_bytes, format_duration, format_rate, format_usd
+from harness.core.units import (
+    compare,
+    format_bytes,
+    format_duration,
+    format_rate,
+    format_usd,
+    three_figures,
+)
 from harness.recommend import decide
 from harness.recommend.candidates import (
     Context,
@@ -388,8 +395,8 @@ def recommend_from_store(root: Any, **kwargs: Any) -> pd.DataFrame:
 def _fmt(value: Any, kind: str) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
-    if kind == "ms":
-        return f"{value * 1e3:.3g}"
+    if kind == "ms":  # never e-notation: a 36.7 s step of a huge model reads 36,700
+        return three_figures(value * 1e3)
     if kind == "pct":
         return f"{value:.0%}"
     if kind == "time":
@@ -398,7 +405,7 @@ def _fmt(value: Any, kind: str) -> str:
         return format_usd(value)
     if kind == "gb":
         return format_bytes(value)
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    return three_figures(value) if isinstance(value, float) else str(value)
 
 
 def format_verdicts(verdicts: Sequence[dict[str, Any]]) -> list[str]:
