@@ -12,6 +12,8 @@ from html import escape
 
 from markupsafe import Markup
 
+from harness.core.units import three_figures
+
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")
 WIDTH, HEIGHT = 640, 340
@@ -146,8 +148,9 @@ def chart(series: Sequence[Series], *, title: str, xlabel: str, ylabel: str,
                     and _finite(s.highs[j], logy):
                 out.append(f'<line x1="{tx(x):.1f}" y1="{ty(s.lows[j]):.1f}" x2="{tx(x):.1f}" '
                            f'y2="{ty(s.highs[j]):.1f}" stroke="{color}"/>')
+            # a tick may be compact (2e7); a point's own values are read: three figures
             tip = (s.tips[j] if j < len(s.tips) and s.tips[j]
-                   else f"{s.label}: {xlabel} {_fmt(x)}, {ylabel} {_fmt(y)}")
+                   else f"{s.label}: {xlabel} {three_figures(x)}, {ylabel} {three_figures(y)}")
             out.append(f'<circle cx="{tx(x):.1f}" cy="{ty(y):.1f}" r="3.5" fill="{color}" '
                        f'class="pt"><title>{escape(tip)}</title></circle>')
             if j < len(s.marks) and s.marks[j]:

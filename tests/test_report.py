@@ -408,3 +408,11 @@ def test_a_weight_mismatch_is_flagged_at_the_top_and_in_its_row(tmp_path):
     html = build_report(tmp_path)
     assert "1 synchronous case(s) ended farther than 1e-04 from one device" in html
     assert "torch/parameter_server/mlp:S/local/2" in html and "MISMATCH" in html
+
+
+def test_a_points_title_reads_its_values_never_in_e_notation():
+    """A tick may be compact (2e7), a hovered point is read: 16,777,216 bytes, 0.0123 s."""
+    svg = str(chart([Series("ring", [16777216.0], [0.0123])], title="t", xlabel="bytes",
+                    ylabel="s", logx=True))
+    (tip,) = re.findall(r'class="pt"><title>([^<]*)</title>', svg)
+    assert tip == "ring: bytes 16,777,216, s 0.0123"
