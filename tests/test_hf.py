@@ -40,6 +40,8 @@ def test_experts_compute_through_top_k_and_hold_every_expert():
     router = 2 * 4096 * 4096 * 8
     assert moe.block_forward_flops - dense.block_forward_flops == pytest.approx(mlp + router)
     assert moe.block_params - moe.active_block_params == 6 * 3 * 4096 * 14336
+    skewed = parse_dims(f"hf:{HF / 'mixtral_8x7b_config.json'},seq=4096,imbalance=1.3")
+    assert skewed.imbalance == 1.3 and skewed.block_forward_flops == moe.block_forward_flops
 
 
 @pytest.mark.parametrize("text, said", [
@@ -51,6 +53,8 @@ def test_experts_compute_through_top_k_and_hold_every_expert():
     ("hf:{tmp}/deepseek.json,seq=4096", "multi-head latent attention"),
     ("hf:{tmp}/bert.json,seq=4096", "model_type 'bert' is not read"),
     ("hf:{tmp}/wide.json,seq=4096", "field 'head_dim'"),
+    ("hf:{dir}/mixtral_8x7b_config.json,seq=4096,imbalance=much", "imbalance='much'"),
+    ("hf:{dir}/llama3_8b_config.json,seq=4096,imbalance=1.3", "need experts=E"),
 ])
 def test_a_bad_config_is_one_line_naming_the_field(tmp_path, text, said):
     llama = json.loads((HF / "llama3_8b_config.json").read_text())

@@ -1,6 +1,6 @@
 """A model by its Hugging Face ``config.json``, as users already have it:
 
-    hf:path/to/config.json,seq=8192[,batch=1][,dropout=0.1]
+    hf:path/to/config.json,seq=8192[,batch=1][,dropout=0.1][,imbalance=1.2]
 
 The file gives the architecture (layers, hidden, heads, kv heads, MLP width, vocabulary,
 experts); the training sequence length is given (``seq=``), never taken from
@@ -21,7 +21,7 @@ from workloads.quantities import read_number
 from workloads.spec import WorkloadError
 
 PREFIX = "hf:"
-_OPTIONS = ("seq", "batch", "dropout")
+_OPTIONS = ("seq", "batch", "dropout", "imbalance")  # imbalance: a MoE's busiest expert
 
 # model_type -> the family whose keys and conventions it uses
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe")
@@ -64,10 +64,12 @@ def parse_hf(text: str) -> TransformerDims:
                             f"{', '.join((*_LLAMA_LIKE, *_GPT2, *_NEOX))})")
     seq = _whole(options["seq"], "seq", "hf option")
     batch = _whole(options.get("batch", "1"), "batch", "hf option")
-    dropout = _fraction(options.get("dropout", "0"))
+    dropout = _number(options.get("dropout", "0"), "dropout")
+    imbalance = _number(options.get("imbalance", "1"), "imbalance")
     fields = _gpt2(config, where) if kind in _GPT2 else _neox(config, where) if kind in _NEOX \
         else _llama(config, where)
-    return TransformerDims(seq=seq, batch=batch, dropout=dropout, name=text.strip(), **fields)
+    return TransformerDims(seq=seq, batch=batch, dropout=dropout, imbalance=imbalance,
+                           name=text.strip(), **fields)
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -150,8 +152,8 @@ def _whole(text: str, key: str, what: str) -> int:
     return int(value)
 
 
-def _fraction(text: str) -> float:
+def _number(text: str, key: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise WorkloadError(f"hf option dropout={text!r} is not a number") from None
+        raise WorkloadError(f"hf option {key}={text!r} is not a number") from None
