@@ -656,6 +656,7 @@ def test_an_expert_imbalance_slows_the_step_never_the_flops():
     skewed = layered(MIXTRAL_DIMS + ",imbalance=1.5", PRECISIONS["bf16"])
     assert skewed.flops_per_sample == balanced.flops_per_sample
     assert skewed.params == balanced.params
+    assert skewed.blocks[0].expert_load == 1.5  # and it receives 1.5x in each all-to-all
     layout = Layout(data=8, expert=8)
     steps = [simulate_layout("preset:dgx_h100_ib,hosts=1", model, layout, 8, None,
                              precision=PRECISIONS["bf16"])["step_time_median_s"]

@@ -61,6 +61,9 @@ class Layer:
     # token rows one sample sends to its top-k experts (each all-to-all's bytes)
     expert_params: int = 0
     routed_bytes_per_sample: float = 0.0
+    # the busiest expert's rows over the mean (a router's imbalance): its rank receives that
+    # many times the balanced share in each all-to-all
+    expert_load: float = 1.0
     attention_elementwise_bytes_per_sample: float = 0.0
     attention_activation_bytes_per_sample: float = 0.0
     # the layer's forward operators per sample (workloads.operators): what the device model

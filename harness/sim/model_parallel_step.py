@@ -305,14 +305,15 @@ def _expert_exchange(layout: Layout, colls: _PlacedCollectives, layers: Sequence
     MoE layer dispatches its token rows to the ranks holding their experts and combines
     them back (two all-to-alls forward, two backward, two more when recomputed), over the
     EP ranks of one data-parallel group (Megatron's order: adjacent data ranks), on their
-    real placement. Balanced routing: a rank's rows go to every rank alike."""
+    real placement. A rank's rows go to every rank alike, the busiest receiving
+    ``expert_load`` x its share (1: balanced routing): the all-to-all waits for it."""
     EP, T = layout.expert, layout.tensor
     group = [layout.device(d, stage, 0) for d in range(EP)]
     fwd = bwd = 0.0
     for layer in layers:
         if not layer.routed_bytes_per_sample:
             continue
-        rows = layer.routed_bytes_per_sample * micro / T / layout.context
+        rows = layer.routed_bytes_per_sample * layer.expert_load * micro / T / layout.context
         one = colls.alltoall(EP, rows, group, 4 * layout.microbatches)
         full = again(layer) == "full"
         fwd += 2 * one

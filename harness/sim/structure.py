@@ -65,6 +65,7 @@ def transformer(config: TransformerConfig | TransformerDims, name: str, batch_si
                   kv_bytes_per_sample=float(2 * t * dims.kv_width * E),
                   expert_params=dims.routed_expert_params,
                   routed_bytes_per_sample=float(t * dims.top_k * d * E),
+                  expert_load=dims.imbalance,
                   ops=dims.block_ops())
     head = Layer("head", params=dims.head_params,
                  flops_per_sample=costs.TRAIN_FLOPS_FACTOR * dims.head_forward_flops,
