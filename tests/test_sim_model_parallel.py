@@ -225,16 +225,18 @@ def test_overlapping_the_parameter_gather_is_named_and_never_slower():
 
 # --- the one layout record ------------------------------------------------------------------
 
-@given(st.integers(1, 64), st.integers(1, 16), st.integers(1, 8), st.integers(1, 32),
-       st.sampled_from(["1f1b", "gpipe", "interleaved"]))
-def test_a_layout_reads_back_from_the_columns_it_is_stored_under(data, stages, tensor,
-                                                                   microbatches, schedule):
+@given(st.integers(1, 64), st.integers(1, 16), st.integers(1, 8), st.integers(1, 4),
+       st.integers(1, 8), st.integers(1, 32), st.sampled_from(["1f1b", "gpipe", "interleaved"]),
+       st.integers(1, 4))
+def test_a_layout_reads_back_from_the_columns_it_is_stored_under(
+        data, stages, tensor, context, expert, microbatches, schedule, virtual):
     """harness.core.layout: the simulator writes a row's layout through to_columns, the
     predictions read it back through from_columns, under one set of names."""
     from harness.core.layout import Layout as CoreLayout
 
-    layout = CoreLayout(data=data, stages=stages, tensor=tensor, microbatches=microbatches,
-                        schedule=schedule)
+    layout = CoreLayout(data=data, stages=stages, tensor=tensor, context=context,
+                        expert=expert, microbatches=microbatches, schedule=schedule,
+                        virtual=virtual)
     row = {"replicas": layout.devices, **layout.to_columns()}
     assert CoreLayout.from_columns(row) == layout
     assert row["layout"] == layout.describe()

@@ -25,7 +25,9 @@ P2P = ("async", "blocking")
 #: a result row's column for each field that runs and the simulator both record; the
 #: older names a stored dataset may still carry are read as aliases
 COLUMNS = {"data": "data_parallel", "stages": "pipeline_stages", "tensor": "tensor_parallel",
-           "microbatches": "microbatches", "schedule": "pipeline_schedule"}
+           "context": "context_parallel", "expert": "expert_parallel",
+           "microbatches": "microbatches", "schedule": "pipeline_schedule",
+           "virtual": "virtual_stages"}
 ALIASES = {"pipeline_stages": ("stages",), "tensor_parallel": ("tensor_parallel_degree",),
            "pipeline_schedule": ("schedule",)}
 
@@ -136,10 +138,14 @@ class Layout:
         if stages is None and tensor is None:
             return None
         stages, tensor = int(stages or 1), int(tensor or 1)
+        context = int(value("context_parallel") or 1)
         replicas = int(replicas if replicas is not None else row.get("replicas") or 1)
-        return cls(data=max(1, replicas // (stages * tensor)), stages=stages, tensor=tensor,
+        return cls(data=max(1, replicas // (stages * tensor * context)), stages=stages,
+                   tensor=tensor, context=context,
+                   expert=int(value("expert_parallel") or 1),
                    microbatches=int(value("microbatches") or 1),
-                   schedule=str(value("pipeline_schedule") or "1f1b"))
+                   schedule=str(value("pipeline_schedule") or "1f1b"),
+                   virtual=int(value("virtual_stages") or 1))
 
 
 def runs(counts: tuple[int, ...]) -> str:
