@@ -139,11 +139,15 @@ def published_flops_per_sample(row: Row) -> float:
     return _authors_flops(row, row.published["flops"])
 
 
-#: the other reading of each FLOP formula a row may name, printed beside it
-OTHER_READING = {"nemo_llama_causal": "nemo_llama_full_square",
-                 "nemo_llama_full_square": "nemo_llama_causal",
-                 "megatron_full_square": "megatron_causal",
-                 "megatron_causal": "megatron_full_square"}
+#: each FLOP formula a row may name: whose count it is, and the share of attention's s²
+#: square it counts (0.5: halved for the causal mask)
+FLOP_FORMULAS = {"nemo_llama_causal": ("nemo", 0.5), "nemo_llama_full_square": ("nemo", 1.0),
+                 "megatron_causal": ("megatron", 0.5),
+                 "megatron_full_square": ("megatron", 1.0)}
+#: the other reading of each, printed beside it
+OTHER_READING = {name: other for name, (family, share) in FLOP_FORMULAS.items()
+                 for other, (family2, share2) in FLOP_FORMULAS.items()
+                 if family2 == family and share2 != share}
 
 
 def _authors_flops(row: Row, formula: str) -> float:
@@ -155,12 +159,11 @@ def _authors_flops(row: Row, formula: str) -> float:
     attention until they halved it for the causal mask (NeMo in commit 6251117f, 2025-08):
     ``_causal`` reads it halved."""
     dims = dims_of(row.model)
-    family, _, reading = formula.rpartition("_")
-    family = family.removesuffix("_full")
-    if dims is None or formula not in OTHER_READING:
+    if dims is None or formula not in FLOP_FORMULAS:
         raise SpecError(f"row {row.id}: no FLOP formula {formula!r} for {row.model}")
+    family, share = FLOP_FORMULAS[formula]
     s, n, h = dims.seq, dims.layers, dims.hidden
-    square = s / h * (0.5 if reading == "causal" else 1.0)
+    square = s / h * share
     if family == "megatron":
         mlp = (dims.top_k or 1) * (1.5 if dims.gated else 1.0) * dims.width / h
         return 12 * s * n * h * h * ((1 + dims.groups / dims.heads + square) + mlp
