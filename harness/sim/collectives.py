@@ -278,6 +278,14 @@ def binomial_broadcast(p: int, root: int = 0) -> Schedule:
     return Schedule("broadcast_binomial", "broadcast", p, 1, steps, root=root)
 
 
+def channel_orders(runs: int, k: int) -> list[np.ndarray]:
+    """NCCL's channels over ``runs`` runs of ``k`` consecutive ranks (a host's GPUs with a
+    NIC each): channel c enters every run at its c-th rank and leaves from the one before,
+    so each run's k exits differ and every NIC carries a ring."""
+    local, base = np.arange(k), (np.arange(runs) * k)[:, None]
+    return [(base + (c + local)[None, :] % k).reshape(-1) for c in range(k)]
+
+
 def grouped_ring_allreduce(groups: int, size: int, order: np.ndarray | None = None
                            ) -> Schedule:
     """A ring all-reduce inside each block of ``size`` consecutive ranks, all blocks at once:

@@ -17,7 +17,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from harness.sim.calibration import Calibration, compute_seconds, efficiency_source
-from harness.sim.collectives import all_to_all, grouped_ring_allreduce, point_to_point
+from harness.sim.collectives import (
+    all_to_all,
+    channel_orders,
+    grouped_ring_allreduce,
+    point_to_point,
+)
 from harness.sim.compute import (
     ComputeSplit,
     DeviceRate,
@@ -78,9 +83,7 @@ def _rail_channels(topology: Topology, groups: int, size: int, devices: Sequence
     distinct = all(len(set(row.tolist())) == size // k for row in runs[:, :, 0])
     if not (whole_runs and distinct):
         return [None]  # not equal runs of one host each, in ring order
-    local, base = np.arange(k), (np.arange(size // k) * k)[:, None]
-    return [np.tile((base + (c + local)[None, :] % k).reshape(-1), (groups, 1))
-            for c in range(k)]
+    return [np.tile(order, (groups, 1)) for order in channel_orders(size // k, k)]
 
 
 class _PlacedCollectives:

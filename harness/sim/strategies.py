@@ -20,6 +20,7 @@ from harness.core.strategies import ALLREDUCE_ALGORITHMS, LIBRARIES, SIMULATED_A
 from harness.core.strategies import BASELINES as BASELINE_STRATEGIES
 from harness.sim.collectives import (
     binary_tree_allreduce,
+    channel_orders,
     double_binary_tree_allreduce,
     halving_doubling_allreduce,
     multidim_allreduce,
@@ -152,10 +153,7 @@ def rail_orders(topology: Topology, workers: int) -> list[np.ndarray]:
     if (not isinstance(topology, Hierarchy) or topology.per_host < 2 or topology.nic != "per_device"
             or workers <= topology.per_host or workers % topology.per_host):
         return [np.arange(workers)]
-    g, hosts = topology.per_host, workers // topology.per_host
-    local = np.arange(g)
-    return [(np.arange(hosts)[:, None] * g + (c + local)[None, :] % g).reshape(-1)
-            for c in range(g)]
+    return channel_orders(workers // topology.per_host, topology.per_host)
 
 
 def channel_rings(ring: Callable[[int, np.ndarray], Schedule], topology: Topology,
