@@ -53,8 +53,15 @@ def small_topologies(draw: st.DrawFn) -> Topology:
         spec = (f"two_level:hosts={draw(st.integers(1, 4))},gpus={draw(st.integers(1, 4))},"
                 f"intra=100GB/s,inter={bw},nic={nic},inter_lat={lat}")
     elif kind == "leaf_spine":
-        spec = (f"leaf_spine:hosts={draw(st.integers(2, 6))},gpus={draw(st.integers(1, 2))},"
-                f"intra=100GB/s,hosts_per_leaf={draw(st.integers(1, 3))},inter={bw},"
+        hosts = draw(st.integers(2, 6))
+        if draw(st.booleans()):  # leaves as even as the count allows, or racks built unevenly
+            leaves = f"hosts_per_leaf={draw(st.integers(1, 3))}"
+        else:
+            cuts = sorted(draw(st.sets(st.integers(1, hosts - 1), max_size=3)))
+            sizes = [b - a for a, b in zip([0, *cuts], [*cuts, hosts], strict=True)]
+            leaves = f"leaves={'+'.join(map(str, sizes))}"
+        spec = (f"leaf_spine:hosts={hosts},gpus={draw(st.integers(1, 2))},"
+                f"intra=100GB/s,{leaves},inter={bw},"
                 f"oversub={draw(st.sampled_from([1, 2, 4]))},inter_lat={lat}")
     elif kind == "torus":
         dims = draw(st.lists(st.integers(1, 4), min_size=1, max_size=3))

@@ -13,7 +13,7 @@ from harness.core.errors import InputError, SpecError
 from harness.core.units import parse_bandwidth, parse_duration, parse_size
 from harness.sim.preset import load_preset, preset_names
 from harness.sim.profile import from_spec
-from harness.sim.spec import KINDS, parse_topology
+from harness.sim.spec import KINDS, describe_topology, parse_topology
 from harness.sim.topology import Hierarchy, Torus, link_classes, n_devices
 from workloads.profile import KEYS as PROFILE_KEYS
 from workloads.profile import parse_profile
@@ -61,6 +61,7 @@ def test_sizes():
     ("leaf_spine:hosts=32,gpus=8,hosts_per_leaf=8,intra=450GB/s,inter=400Gbit,oversub=2", 256,
      ["intra", "inter", "spine"]),
     ("leaf_spine:hosts=6,hosts_per_leaf=3,inter=100Gbit", 6, ["inter", "spine"]),
+    ("leaf_spine:hosts=5,leaves=3+2,inter=150Mbit,uplink=100Mbit", 5, ["inter", "spine"]),
     ("torus:dims=4x4x4,bw=50GB/s,lat=1us", 64, ["ici"]),
     ("preset:dgx_h100_ib", 32, ["intra", "inter"]),
     ("preset:dgx_h100_ib,hosts=16", 128, ["intra", "inter"]),
@@ -87,6 +88,10 @@ def test_spec_values_reach_the_topology():
     assert spine.spine.bandwidth == pytest.approx(4 * 4 * 12.5e9 / 2)
     torus = parse_topology("torus:dims=2x3,bw=1GB/s")
     assert isinstance(torus, Torus) and torus.dims == (2, 3)
+    uneven = parse_topology("leaf_spine:hosts=5,leaves=3+2,inter=150Mbit,uplink=100Mbit")
+    assert isinstance(uneven, Hierarchy) and uneven.leaf_hosts == (3, 2)
+    assert uneven.spine is not None and uneven.spine.bandwidth == pytest.approx(12.5e6)
+    assert "3+2 hosts per leaf" in describe_topology(uneven.spec)
 
 
 @pytest.mark.parametrize(("spec", "words"), [
@@ -102,6 +107,10 @@ def test_spec_values_reach_the_topology():
     ("preset:nope", ["unknown preset 'nope'", "dgx_h100_ib"]),
     ("torus:dims=4x0,bw=1GB/s", ["dims=0"]),
     ("switch:n=99999999,bw=1Gbit", ["n=99999999"]),
+    ("leaf_spine:hosts=5,leaves=3+3,inter=1Gbit", ["leaves=3+3", "hosts=5"]),
+    ("leaf_spine:hosts=5,inter=1Gbit", ["hosts_per_leaf=N or leaves="]),
+    ("leaf_spine:hosts=5,leaves=3+2,hosts_per_leaf=3,inter=1Gbit", ["one of"]),
+    ("leaf_spine:hosts=4,leaves=2+2,inter=1Gbit,oversub=2,uplink=1Gbit", ["not both"]),
 ])
 def test_errors_are_one_line_and_name_the_bad_value(spec, words):
     with pytest.raises(SpecError) as info:

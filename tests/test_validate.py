@@ -518,12 +518,34 @@ def test_a_racked_cluster_is_predicted_on_the_topology_it_was_built_as(tmp_path)
     assert (links.racks, links.uplink_bytes_s * 8, links.bandwidth_bytes_s * 8) == \
         (2, 190e6, 760e6)
     topology = emulated_topology(links)
-    assert topology.startswith("leaf_spine:hosts=4,hosts_per_leaf=2,inter=760000000bit")
-    assert "oversub=8" in topology and "spine_lat=30.0us" in topology
+    assert topology.startswith("leaf_spine:hosts=4,leaves=2+2,inter=760000000bit")
+    assert "uplink=190000000bit" in topology and "spine_lat=30.0us" in topology
     parse_topology(topology)  # a topology the simulator takes
     assert bottleneck_bits(links) == 190e6
-    flat = measured_links(store, run_id, cluster)
+    flat = dataclasses.replace(links, racks=1)
     assert emulated_topology(dataclasses.replace(flat, hosts=3)).startswith("switch:n=3")
+
+
+def test_racks_the_emulator_split_unevenly_are_leaves_of_those_hosts():
+    """5 hosts in 2 racks are built 3 + 2 (launch.netns fills racks by core.clusters.rack_of):
+    the prediction's leaves are the same, so a ring of the 5 crosses the uplink, and a
+    scheduler's placement of 4 of them keeps the first rack's 3 and one of the second's."""
+    from harness.calibrate.links import MeasuredLinks, emulated_topology, placed
+    from harness.core.clusters import rack_of, rack_sizes
+    from harness.sim import parse_topology
+    from harness.sim.topology import leaf_of_host
+
+    assert rack_sizes(5, 2) == (3, 2) and rack_sizes(7, 3) == (3, 2, 2)
+    assert [rack_of(h, 5, 2) for h in range(5)] == [0, 0, 0, 1, 1]
+    links = MeasuredLinks(5, 150e6 / 8, 1e-4, 0.0, racks=2, uplink_bytes_s=96e6 / 8,
+                          rack_rtt_s=2e-4)
+    topology = parse_topology(emulated_topology(links))
+    assert leaf_of_host(topology).tolist() == [0, 0, 0, 1, 1]
+    assert topology.spine is not None and topology.spine.bandwidth * 8 == pytest.approx(96e6)
+    four = placed(links, 4)
+    assert four.hosts_per_rack == (3, 1)
+    assert leaf_of_host(parse_topology(emulated_topology(four))).tolist() == [0, 0, 0, 1]
+    assert placed(links, 3).racks == 1
 
 
 PIPELINE_DATA = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-25-pipeline"

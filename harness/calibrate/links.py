@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
-from harness.core.clusters import UNSHAPED_RATE_BITS, parse_cluster
+from harness.core.clusters import UNSHAPED_RATE_BITS, parse_cluster, rack_sizes
 from harness.core.errors import InputError
 from results.store import ResultsStore
 
@@ -29,6 +29,13 @@ class MeasuredLinks:
     racks: int = 1
     uplink_bytes_s: float = 0.0
     rack_rtt_s: float = 0.0
+    # hosts per rack in rack order where a scheduler's placement left them so; else as the
+    # emulator fills racks (core.clusters.rack_sizes)
+    rack_hosts: tuple[int, ...] = ()
+
+    @property
+    def hosts_per_rack(self) -> tuple[int, ...]:
+        return self.rack_hosts or rack_sizes(self.hosts, self.racks)
 
     @property
     def bucket_s(self) -> float:
@@ -43,30 +50,32 @@ def placed(links: MeasuredLinks, hosts: int) -> MeasuredLinks:
     larger one spans as few racks as it can, each keeping its uplink."""
     if links.racks <= 1 or hosts >= links.hosts:
         return dataclasses.replace(links, hosts=hosts)
-    per_rack = max(1, links.hosts // links.racks)
-    racks = -(-hosts // per_rack)
-    return dataclasses.replace(links, hosts=hosts, racks=racks)
+    filled: list[int] = []
+    for size in links.hosts_per_rack:
+        if sum(filled) >= hosts:
+            break
+        filled.append(min(size, hosts - sum(filled)))
+    return dataclasses.replace(links, hosts=hosts, racks=len(filled),
+                               rack_hosts=tuple(filled) if len(filled) > 1 else ())
 
 
 def emulated_topology(links: MeasuredLinks, software: tuple[float, float] = (0.0, 0.0),
                       trips: int = 1) -> str:
     """The topology the emulated hosts were built as, with the measured links: one switch,
     or, for racked clusters, leaves (racks) under a core whose uplinks carry the probed
-    cross-rack rate. Latency is `trips` one-way crossings (RTT/2 each) plus the software's
+    cross-rack rate, racks even or not as the emulator filled them (5 hosts in 2 racks are
+    3 + 2). Latency is `trips` one-way crossings (RTT/2 each) plus the software's
     alpha per message; the bandwidth is slowed by a per-byte software cost beta where that
     cost is serial (1/bw' = 1/bw + beta)."""
     alpha, beta = software
     bw = 1.0 / (1.0 / links.bandwidth_bytes_s + beta)
     lat = links.rtt_s / 2 * trips + alpha
-    per_leaf, rest = divmod(links.hosts, max(1, links.racks))
-    if links.racks > 1 and links.uplink_bytes_s > 0 and not rest:
+    if links.racks > 1 and links.uplink_bytes_s > 0:
         uplink = 1.0 / (1.0 / links.uplink_bytes_s + beta)
-        # the core's share of a leaf: per_leaf host ports over the uplink (>= 1: the
-        # uplink is never faster than the hosts that feed it can use)
-        oversub = max(1.0, per_leaf * bw / uplink)
         spine_lat = max(0.0, (links.rack_rtt_s - links.rtt_s) / 2 * trips)
-        return (f"leaf_spine:hosts={links.hosts},hosts_per_leaf={per_leaf},inter={bw * 8:.0f}bit,"
-                f"inter_lat={lat * 1e6:.1f}us,oversub={oversub:.6g},"
+        leaves = "+".join(map(str, links.hosts_per_rack))
+        return (f"leaf_spine:hosts={links.hosts},leaves={leaves},inter={bw * 8:.0f}bit,"
+                f"inter_lat={lat * 1e6:.1f}us,uplink={uplink * 8:.0f}bit,"
                 f"spine_lat={spine_lat * 1e6:.1f}us")
     return f"switch:n={links.hosts},bw={bw * 8:.0f}bit,lat={lat * 1e6:.1f}us"
 

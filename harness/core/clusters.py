@@ -26,6 +26,20 @@ SLURM_DEFAULT_NODES = 2
 MAX_SLURM_NODES = 4096
 
 
+def rack_of(host: int, hosts: int, racks: int) -> int:
+    """The rack an emulated host sits in: hosts fill racks in order, in blocks as even as the
+    counts allow (5 hosts in 2 racks are 3 + 2, 7 in 3 are 3 + 2 + 2)."""
+    return host * racks // hosts if hosts else 0
+
+
+def rack_sizes(hosts: int, racks: int) -> tuple[int, ...]:
+    """Hosts per rack, in rack order, as `rack_of` fills them."""
+    sizes = [0] * max(1, racks)
+    for host in range(hosts):
+        sizes[rack_of(host, hosts, max(1, racks))] += 1
+    return tuple(sizes)
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """Where cases run: this machine's processes, emulated hosts, or a Slurm allocation."""

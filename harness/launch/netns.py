@@ -21,6 +21,8 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from harness.core.clusters import rack_of
+
 PREFIX = "sbn"
 SUBNET = "10.77.0"  # /24 inside the run's own namespaces only
 TIMEOUT_S = 30
@@ -60,8 +62,7 @@ class Cluster:
         return text
 
     def rack_of(self, host: int) -> int:
-        """Hosts fill racks in order, in blocks as even as the counts allow."""
-        return host * self.racks // len(self.hosts) if self.hosts else 0
+        return rack_of(host, len(self.hosts), self.racks)
 
 
 def unavailable_reason() -> str | None:
@@ -182,7 +183,7 @@ def create(hosts: int, rate_bits: float, racks: int = 1,
             _run(["ip", "netns", "add", ns])
             cluster.created.append(ns)
             _run(_in(ns, "ip", "link", "set", "lo", "up"))
-            rack = rack_switches[i * len(rack_switches) // hosts]
+            rack = rack_switches[rack_of(i, hosts, len(rack_switches))]
             _shaped_link(ns, host_if, rack, f"{tag}s{i}", rate_bits, a_bridged=False)
             address = f"{SUBNET}.{i + 1}"
             _run(_in(ns, "ip", "addr", "add", f"{address}/24", "dev", host_if))

@@ -144,6 +144,7 @@ def _canonical(topology: Topology, devices: Sequence[int]) -> tuple[int, ...]:
     under one switch, a collective takes as long wherever it is placed, so placements that
     differ only by which hosts share one simulation."""
     if not (isinstance(topology, Hierarchy) and not topology.hosts_per_leaf
+            and not topology.leaf_hosts
             and not topology.slow and not topology.servers):
         return tuple(devices)
     hosts: dict[int, int] = {}

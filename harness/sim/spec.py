@@ -9,6 +9,7 @@ Grammar (one line, no spaces needed)::
     ring:n=8,bw=25GB/s,lat=1us
     two_level:hosts=4,gpus=8,intra=450GB/s,inter=400Gbit,nic=per_device
     leaf_spine:hosts=32,gpus=8,hosts_per_leaf=8,intra=450GB/s,inter=400Gbit,oversub=2
+    leaf_spine:hosts=5,leaves=3+2,inter=150Mbit,uplink=100Mbit
     torus:dims=4x4x4,bw=50GB/s,lat=1us
     preset:dgx_h100_ib,hosts=16
 
@@ -41,6 +42,7 @@ from harness.sim.topology import (
     Topology,
     TopologyError,
     Torus,
+    leaf_sizes,
 )
 
 
@@ -101,11 +103,22 @@ def _two_level(o: dict[str, str], spec: str) -> Topology:
 
 
 def _leaf_spine(o: dict[str, str], spec: str) -> Topology:
-    _check_keys("leaf_spine", o, ("hosts", "hosts_per_leaf", "inter"),
-                ("gpus", "intra", "oversub", "nic", "intra_lat", "inter_lat", "spine_lat"))
+    """Leaves of ``hosts_per_leaf`` hosts, or as ``leaves=3+2`` lists them (racks built
+    unevenly); each leaf's uplink is its ports over ``oversub``, or ``uplink=`` as built."""
+    _check_keys("leaf_spine", o, ("hosts", "inter"),
+                ("hosts_per_leaf", "leaves", "gpus", "intra", "oversub", "uplink", "nic",
+                 "intra_lat", "inter_lat", "spine_lat"))
     hosts = parse_count(o["hosts"], "hosts")
     gpus = parse_count(o.get("gpus", "1"), "gpus", high=1024)
-    per_leaf = parse_count(o["hosts_per_leaf"], "hosts_per_leaf")
+    if ("hosts_per_leaf" in o) == ("leaves" in o):
+        raise SpecError("leaf_spine spec needs one of hosts_per_leaf=N or leaves=A+B+...")
+    if "oversub" in o and "uplink" in o:
+        raise SpecError("leaf_spine takes oversub= or uplink=, not both")
+    leaf_hosts = tuple(parse_count(n, "leaves") for n in o.get("leaves", "").split("+") if n)
+    if leaf_hosts and sum(leaf_hosts) != hosts:
+        raise SpecError(f"leaf_spine leaves={o['leaves']} hold {sum(leaf_hosts)} hosts, "
+                        f"not hosts={hosts}")
+    per_leaf = parse_count(o["hosts_per_leaf"], "hosts_per_leaf") if not leaf_hosts else 0
     if hosts * gpus > MAX_DEVICES:
         raise SpecError(f"leaf_spine hosts*gpus = {hosts * gpus} exceeds {MAX_DEVICES}")
     if gpus > 1 and "intra" not in o:
@@ -115,12 +128,14 @@ def _leaf_spine(o: dict[str, str], spec: str) -> Topology:
                       parse_duration(o.get("intra_lat", "2us"))) if gpus > 1 else None
     inter = LinkClass("inter", parse_bandwidth(o["inter"]),
                       parse_duration(o.get("inter_lat", "5us")))
-    oversub = parse_ratio(o.get("oversub", "1"), "oversub")
-    ports = per_leaf * (gpus if nic == "per_device" else 1)
-    spine = LinkClass("spine", ports * inter.bandwidth / oversub,
-                      parse_duration(o.get("spine_lat", "1us")))
+    if "uplink" in o:
+        uplink = parse_bandwidth(o["uplink"])
+    else:
+        ports = (per_leaf or max(leaf_hosts)) * (gpus if nic == "per_device" else 1)
+        uplink = ports * inter.bandwidth / parse_ratio(o.get("oversub", "1"), "oversub")
+    spine = LinkClass("spine", uplink, parse_duration(o.get("spine_lat", "1us")))
     return Hierarchy(devices=hosts * gpus, per_host=gpus, intra=intra, inter=inter, nic=nic,
-                     hosts_per_leaf=per_leaf, spine=spine, spec=spec)
+                     hosts_per_leaf=per_leaf, leaf_hosts=leaf_hosts, spine=spine, spec=spec)
 
 
 _KINDS: dict[str, Callable[[dict[str, str], str], Topology]] = {
@@ -197,6 +212,8 @@ def describe_topology(text: str) -> str:
         parts.append(f"inter={format_rate(h.inter.bandwidth * 8)} per host, shared by its "
                      f"devices (nic=shared)")
     if h.spine is not None:
-        parts.append(f"{h.hosts_per_leaf} hosts per leaf, leaf uplink "
+        sizes = leaf_sizes(h)
+        each = str(sizes[0]) if len(set(sizes)) == 1 else "+".join(map(str, sizes))
+        parts.append(f"{each} hosts per leaf, leaf uplink "
                      f"{format_rate(h.spine.bandwidth * 8)}")
     return lead + "; ".join(parts) + tail

@@ -51,6 +51,9 @@ class Hierarchy:
     ``servers`` extra single-device hosts (dedicated parameter servers) sit after the
     ``devices`` compute devices, each with one NIC of the ``inter`` class. ``spine.bandwidth``
     is the aggregate uplink of one leaf (its ports times the NIC rate over the oversubscription).
+    Leaves hold ``hosts_per_leaf`` hosts each, or as many as ``leaf_hosts`` lists in host
+    order (racks built unevenly, 3 + 2 hosts); hosts past either, server hosts first among
+    them, fill further leaves of the largest size.
     """
 
     devices: int
@@ -60,6 +63,7 @@ class Hierarchy:
     nic: str = "per_device"
     hosts_per_leaf: int = 0
     spine: LinkClass | None = None
+    leaf_hosts: tuple[int, ...] = ()
     servers: int = 0
     slow: tuple[tuple[int, float], ...] = ()
     spec: str = ""
@@ -73,6 +77,10 @@ class Hierarchy:
             raise TopologyError(f"unknown nic mode {self.nic!r} (choose from per_device, shared)")
         if self.devices + self.servers > MAX_DEVICES:
             raise TopologyError(f"{self.devices + self.servers} devices exceed {MAX_DEVICES}")
+        if self.leaf_hosts and (min(self.leaf_hosts) < 1
+                                or sum(self.leaf_hosts) != self.hosts):
+            raise TopologyError(f"leaves of {'+'.join(map(str, self.leaf_hosts))} hosts do not"
+                                f" hold the {self.hosts} hosts")
 
     @property
     def hosts(self) -> int:
@@ -148,7 +156,10 @@ def describe(topo: Topology) -> str:
     else:
         shape = f"{topo.hosts} hosts x {topo.per_host} devices, nic={topo.nic}"
         if _leaves(topo) > 1:
-            shape += f", {_leaves(topo)} leaves of {topo.hosts_per_leaf} hosts"
+            sizes = leaf_sizes(topo)
+            each = (str(sizes[0]) if len(set(sizes)) == 1
+                    else "+".join(map(str, sizes)))
+            shape += f", {len(sizes)} leaves of {each} hosts"
         if topo.servers:
             shape += f", {topo.servers} server hosts"
     return f"{shape} ({classes})"
@@ -159,9 +170,25 @@ def _worker_nics(t: Hierarchy) -> int:
 
 
 def _leaves(t: Hierarchy) -> int:
-    if t.hosts_per_leaf <= 0:
-        return 1
-    return -(-(t.hosts + t.servers) // t.hosts_per_leaf)
+    return int(leaf_of_host(t)[-1]) + 1
+
+
+@lru_cache(maxsize=64)
+def leaf_of_host(t: Hierarchy) -> np.ndarray:
+    """The leaf of every host: the compute hosts in order, then the server hosts."""
+    sizes = list(t.leaf_hosts)
+    step = max(sizes) if sizes else t.hosts_per_leaf
+    total = t.hosts + t.servers
+    if step <= 0:
+        return np.zeros(total, dtype=np.int64)
+    while sum(sizes) < total:
+        sizes.append(step)
+    return np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)[:total]
+
+
+def leaf_sizes(t: Hierarchy) -> tuple[int, ...]:
+    """Hosts per leaf, in order (server hosts counted where they sit)."""
+    return tuple(int(n) for n in np.bincount(leaf_of_host(t)))
 
 
 def _offsets(t: Hierarchy) -> tuple[int, int, int, int]:
@@ -263,7 +290,8 @@ def _route_hierarchy(t: Hierarchy, src: np.ndarray, dst: np.ndarray) -> Routes:
     links[far, 0] = off_nic + _nic(t, src[far])
     links[far, 1] = off_nic + nics + _nic(t, dst[far])
     if leaves > 1 and t.spine is not None:
-        ls, ld = hs // t.hosts_per_leaf, hd // t.hosts_per_leaf
+        leaf = leaf_of_host(t)
+        ls, ld = leaf[hs], leaf[hd]
         cross = far & (ls != ld)
         links[cross, 2] = off_leaf + ls[cross]
         links[cross, 3] = off_leaf + leaves + ld[cross]
@@ -330,7 +358,8 @@ def path(topo: Topology, a: int, b: int) -> tuple[tuple[int, ...], float]:
     links = [off_nic + _nic_scalar(t, a), off_nic + nics + _nic_scalar(t, b)]
     latency = t.inter.latency
     if leaves > 1 and t.spine is not None:
-        leaf_a, leaf_b = host_a // t.hosts_per_leaf, host_b // t.hosts_per_leaf
+        leaf = leaf_of_host(t)
+        leaf_a, leaf_b = int(leaf[host_a]), int(leaf[host_b])
         if leaf_a != leaf_b:
             links += [off_leaf + leaf_a, off_leaf + leaves + leaf_b]
             latency += t.spine.latency
