@@ -256,3 +256,22 @@ def test_a_parameter_server_round_is_timed_from_one_server_where_they_are_alike(
     assert fast.time_s == pytest.approx(slow.time_s, rel=1e-9)
     assert fast.transfers == slow.transfers == 2 * 6 * 3
     assert fast.bytes_sent == pytest.approx(slow.bytes_sent, rel=1e-9)
+
+
+@pytest.mark.parametrize(("beside", "crossing"), [((0, 1), 4), ((0, 3), 5)])
+def test_parameter_servers_push_and_pull_across_the_racks_they_and_their_workers_sit_in(
+        beside, crossing):
+    """5 hosts racked 3 + 2 (as the emulator builds 5 hosts in 2 racks), 2 colocated servers
+    beside the workers a run placed them with: every push from a worker in the other rack
+    than its server's crosses the uplinks (up from its leaf, down into the server's), and its
+    pull crosses them back; the rest stay in their rack."""
+    topo = parse_topology("leaf_spine:hosts=5,leaves=3+2,inter=150Mbit,uplink=100Mbit")
+    shard = 1e6  # bytes per server and direction
+    schedule = ps_sync(5, 2, colocated=True, beside=beside)
+    result = run_collective(schedule, topo, 2 * shard, mode="detailed")
+    leaf = [0, 0, 0, 1, 1]
+    crossings = sum(leaf[w] != leaf[s] for s in beside for w in range(5))
+    assert crossings == crossing
+    # bytes of the messages that crossed each class: a shard pushed and pulled per pair
+    assert result.class_bytes["spine"] == pytest.approx(2 * crossings * shard, rel=1e-6)
+    assert result.class_bytes["inter"] == pytest.approx(2 * 2 * 4 * shard, rel=1e-6)
