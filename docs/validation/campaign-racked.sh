@@ -10,13 +10,16 @@
 # worktree), so that no edit reaches a run in flight.
 #   campaign-racked.sh OUT [local] [sweeps] [HOSTS:RATE:RACKS:UPLINK:WORKLOAD ...]
 # (default: every stage below). Stages run in the order given; a rerun adds runs beside the
-# earlier ones. Then: stratbench validate --results OUT
+# earlier ones. WORKLOADS="recsys:S" makes `local` run that workload only; SWEEP=small
+# skips a cluster's 16 MiB sweeps (taken by an earlier stage on the same cluster).
+# Then: stratbench validate --results OUT
 set -euo pipefail
 out=${1:-$(dirname "$0")/2026-11-27-racked}
 shift || true
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(local 5:150mbit:2:100mbit:recsys:M 4:400mbit:2:100mbit:mlp:M
                                   3:300mbit:2:150mbit:mlp:M sweeps)
+# then, the same day: WORKLOADS=recsys:S ... local; SWEEP=small ... 3:300mbit:2:150mbit:recsys:S
 sb() { python -m harness.cli "$@" --results "$out"; }
 flags() { for s in $1; do printf -- '--strategy\n%s\n' "$s"; done; }
 torch_for() {  # the torch strategies that train this workload across hosts
@@ -32,7 +35,7 @@ common=(--steps 4 --warmup 1 --repeats 1 --timeout 1800)
 for stage in "${stages[@]}"; do
   case $stage in
     local)
-      for workload in recsys:M mlp:M; do
+      for workload in ${WORKLOADS:-recsys:M mlp:M}; do
         mapfile -t torch_strategies < <(flags "$(torch_for "$workload")")
         sb run --framework torch "${torch_strategies[@]}" --workload "$workload" "${common[@]}"
         sb run --framework tf "${tf_strategies[@]}" --workload "$workload" "${common[@]}"
@@ -45,9 +48,11 @@ for stage in "${stages[@]}"; do
       IFS=: read -r hosts rate racks uplink family size <<< "$stage"
       workload=$family:$size
       cluster=netns:hosts=$hosts,rate=$rate,racks=$racks,uplink=$uplink
-      for _ in 1 2 3; do
-        sb comm --framework all --cluster "$cluster" --world "$hosts" --sizes 16MiB:16MiB
-      done
+      if [ "${SWEEP:-1}" != small ]; then
+        for _ in 1 2 3; do
+          sb comm --framework all --cluster "$cluster" --world "$hosts" --sizes 16MiB:16MiB
+        done
+      fi
       mapfile -t torch_strategies < <(flags "$(torch_for "$workload")")
       if [ "$family" = recsys ]; then
         for _ in 1 2 3; do
