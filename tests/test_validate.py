@@ -722,6 +722,65 @@ def test_sparse_step_times_reproduce_from_their_checked_in_runs(monkeypatch):
     assert (errors.max() <= 0.30).all(), errors.max()
 
 
+RACKED_DATA = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-27-racked"
+RACKED_CLUSTERS = ("netns:hosts=5,rate=150mbit,racks=2,uplink=100mbit",  # 3 + 2 hosts
+                   "netns:hosts=4,rate=400mbit,racks=2,uplink=100mbit",  # 2 + 2
+                   "netns:hosts=3,rate=300mbit,racks=2,uplink=150mbit")  # 2 + 1
+
+
+def test_racked_clusters_reproduce_from_their_calibration_alone(monkeypatch):
+    """docs/SIMULATOR.md's racked table (issue 39): every strategy that trains across the
+    hosts of three racked clusters, split as the emulator builds them (3 + 2, 2 + 2, 2 + 1),
+    on a sparse and a dense model, predicted from the directory's calibration alone (local
+    runs, loopback sweeps at each rank count, each cluster's 16 MiB sweeps, torch's small
+    ones where embedding sharding runs; campaign-racked.sh) and scored by `validate`; the
+    clusters' own collective sweeps predicted on the same placed topology."""
+    from harness.validate.score import validate_comm
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    store = ResultsStore(RACKED_DATA)
+    table = validate_steps(store)
+    steps = table[table["kind"] == "step"]
+    assert set(steps["cluster"]) == set(RACKED_CLUSTERS)
+    assert steps["topology"].str.contains("leaves=3\\+2").any()
+    assert len(steps) == 20
+    errors = steps["error"].abs().groupby(steps["what"].str.rsplit("/", n=1).str[0])
+    # read as one flat switch (the racks' uplink seen only where racks divide the hosts),
+    # the parameter servers on the uneven clusters were -21..-47% (docs/SIMULATOR.md)
+    medians = errors.median().round(3).to_dict()
+    assert medians == {"torch/ddp": 0.009, "torch/fsdp": 0.057, "torch/parameter_server": 0.015,
+                       "torch/embedding_sharding": 0.172, "tf/multi_worker_mirrored": 0.049,
+                       "tf/parameter_server": 0.006}
+    # the issue's bounds, 15% median and 30% every point; embedding sharding's two points
+    # (+21% on 5 hosts, -14% on 3) miss the median bound, as before the racks were placed:
+    # the same errors read on a flat switch (docs/SIMULATOR.md says what is left)
+    assert all(m <= 0.15 for w, m in medians.items() if w != "torch/embedding_sharding")
+    assert (errors.max() <= 0.30).all(), errors.max()
+    sweeps = validate_comm(store)
+    sweeps = sweeps[sweeps["cluster"].isin(RACKED_CLUSTERS)]
+    assert set(sweeps["cluster"]) == set(RACKED_CLUSTERS)
+    assert len(sweeps) == 153
+    # 42.7% read as one flat switch where the racks do not divide the hosts
+    assert round(sweeps["error"].abs().median(), 3) == 0.115
+    assert (sweeps.groupby("cluster")["error"].apply(lambda e: e.abs().median()) <= 0.15).all()
+
+
+@pytest.mark.parametrize("cluster", RACKED_CLUSTERS)
+def test_the_racked_clusters_winner_is_named_before_they_ran(cluster):
+    """ranking_check --every, each racked cluster's own runs and probes hidden: the
+    predicted winner is the measured one."""
+    from harness.recommend.ranking_check import ranking_check, winners
+    from results import load
+
+    frame = load(RACKED_DATA)
+    ran = frame[(frame["cluster"] == cluster) & (frame["status"] == "ok")]
+    workloads = sorted(set(ran["workload"] + ":" + ran["size"]))
+    table = ranking_check(str(RACKED_DATA), cluster, workloads, None)
+    for workload in workloads:
+        predicted, measured = winners(table)[workload]
+        assert predicted == measured, (workload, predicted, measured)
+
+
 def test_the_sparse_runs_rank_recsys_l_as_measured_against_the_sparse_baseline():
     """ranking_check --every on recsys:L at 4 hosts, both rates: the predicted winner is
     the measured one, among every strategy run there and the one-device baselines (torch's
