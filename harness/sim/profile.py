@@ -179,7 +179,8 @@ def from_spec(spec: WorkloadSpec, *, sized_by: str = "definition") -> WorkloadPr
     transformer by its dimensions) to the simulator's: its numbers, its operators, and for a
     built-in recommender how its gradient splits into dense layers and embedding rows."""
     dense, row, tables, lookups = _embedding_split(spec)
-    config = spec.config if isinstance(spec.config, RecsysConfig) else None
+    config = spec.config
+    recsys = isinstance(config, RecsysConfig)
     family, _, size = spec.name.partition(":")
     return WorkloadProfile(
         params=max(1, int(spec.params)), batch_per_replica=spec.batch_size,
@@ -187,8 +188,8 @@ def from_spec(spec: WorkloadSpec, *, sized_by: str = "definition") -> WorkloadPr
         gradient_sparsity=spec.expected_sparsity(), name=family, size=size,
         dense_fraction=dense, embedding_row_bytes=row, embedding_tables=tables,
         embedding_lookups=lookups, ops=spec.operators,
-        table_rows=tuple(config.table_rows) if config else (),
-        zipf=float(config.zipf) if config else 0.0,
+        table_rows=tuple(config.table_rows) if recsys else (),
+        zipf=float(config.zipf) if recsys else 0.0,
         bytes_per_element=spec.bytes_per_element, optimizer_s=spec.optimizer_s,
         bucket_bytes=spec.bucket_bytes,
         activation_bytes_per_sample=spec.activation_bytes_per_sample, sized_by=sized_by)
