@@ -190,18 +190,3 @@ def test_each_torch_server_carries_what_its_tables_lookups_move():
     two = torch_ps_traffic("recsys:L", 256, 2, 2)
     assert two is not None and sum(two[1]) < sum(traffic[1]) < 2 * sum(two[1])
     assert torch_ps_traffic("mlp:M", 64, 4, 2) is None
-
-
-@pytest.mark.parametrize("size", ["S", "M", "L"])
-@pytest.mark.parametrize("workers", [2, 3, 6])
-def test_a_workers_pull_is_one_union_whichever_path_counts_it(size, workers):
-    """A synchronous parameter server's pull, counted for the whole step
-    (`WorkloadProfile.pull_bytes`) and per server as the torch runner places its tensors
-    (`sim.sparse_traffic.torch_ps_traffic`), is the same union of the workers' Zipf draws."""
-    from harness.calibrate.workload import workload_facts
-    from harness.sim.sparse_traffic import torch_ps_traffic
-
-    profile = workload_facts(f"recsys:{size}").at(batch=64)
-    traffic = torch_ps_traffic(f"recsys:{size}", 64, workers, 2)
-    assert traffic is not None
-    assert sum(traffic[1]) == pytest.approx(profile.pull_bytes(workers), rel=1e-9)

@@ -147,14 +147,6 @@ def expected_unique_rows(rows: int, exponent: float, draws: int) -> float:
     return float(np.sum(-np.expm1(draws * np.log1p(-p))))
 
 
-def union_rows(rows: int, exponent: float, draws: int, workers: int) -> float:
-    """E[#distinct rows] that ``workers`` replicas of ``draws`` Zipf lookups each touch
-    together: what a synchronous parameter server's pull returns (every row some worker
-    changed). Drawn uniformly (exponent 0) it is rows * (1 - (1 - f)^W), f being one
-    replica's touched fraction."""
-    return expected_unique_rows(rows, exponent, draws * max(1, workers))
-
-
 def _touched_fraction(config: RecsysConfig, touched_rows: list[float]) -> float:
     dense = param_count(config) - config.embedding_params
     touched = dense + config.dim * sum(touched_rows)

@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 
 from harness.core.errors import SpecError
 from workloads.configs import RecsysConfig
-from workloads.costs import union_rows
 from workloads.operators import Op
 from workloads.profile import KEYS as PROFILE_GRAMMAR_KEYS
 from workloads.spec import BYTES_PER_PARAM, DEFAULT_BUCKET, WorkloadSpec
@@ -44,10 +43,6 @@ class WorkloadProfile:
     embedding_row_bytes: float = 0.0
     embedding_tables: int = 1  # sparse gradients a framework exchanges one by one
     embedding_lookups: float = 0.0  # rows looked up per sample, all tables (0: unknown)
-    # a built-in recommender's tables (rows each) and the Zipf law of its lookups: what the
-    # rows W workers touch together come from (workloads.costs.union_rows); () where unknown
-    table_rows: tuple[int, ...] = ()
-    zipf: float = 0.0
     # one worker's (push, pull) bytes per parameter server, where a runner's placement and
     # transport are known (sim.sparse_traffic.torch_ps_traffic); else ps_bytes, by shard size
     ps_traffic: tuple[tuple[float, ...], tuple[float, ...]] | None = None
@@ -114,16 +109,10 @@ class WorkloadProfile:
 
     def pull_bytes(self, workers: int) -> float:
         """What one worker pulls back after a synchronous round: the dense parameters and
-        every row some worker changed, with their indices: the union of the ``workers``
-        replicas' lookups (``workloads.costs.union_rows``, as ``sim.sparse_traffic`` counts
-        each server's), from the tables' Zipf law where it is known, else as uniform draws
-        of the touched fraction f of the rows (1 - (1 - f)^W of them)."""
+        every row some worker changed (the union of ``workers`` independent draws of the
+        touched fraction f of the rows: 1 - (1 - f)^W of them), with their indices."""
         if not self.embedding_row_bytes or self.dense_fraction >= 1:
             return self.touched_bytes
-        if self.table_rows and self.embedding_lookups:
-            draws = round(self.batch_per_replica * self.embedding_lookups / len(self.table_rows))
-            union = sum(union_rows(rows, self.zipf, draws, workers) for rows in self.table_rows)
-            return self.dense_bytes + union * (self.embedding_row_bytes + 8)
         tables = self.gradient_bytes - self.dense_bytes
         touched = max(0.0, self.touched_bytes - self.dense_bytes) / tables
         union = tables * (1 - (1 - min(1.0, touched)) ** max(1, workers))
@@ -179,8 +168,6 @@ def from_spec(spec: WorkloadSpec, *, sized_by: str = "definition") -> WorkloadPr
     transformer by its dimensions) to the simulator's: its numbers, its operators, and for a
     built-in recommender how its gradient splits into dense layers and embedding rows."""
     dense, row, tables, lookups = _embedding_split(spec)
-    config = spec.config
-    recsys = isinstance(config, RecsysConfig)
     family, _, size = spec.name.partition(":")
     return WorkloadProfile(
         params=max(1, int(spec.params)), batch_per_replica=spec.batch_size,
@@ -188,8 +175,6 @@ def from_spec(spec: WorkloadSpec, *, sized_by: str = "definition") -> WorkloadPr
         gradient_sparsity=spec.expected_sparsity(), name=family, size=size,
         dense_fraction=dense, embedding_row_bytes=row, embedding_tables=tables,
         embedding_lookups=lookups, ops=spec.operators,
-        table_rows=tuple(config.table_rows) if recsys else (),
-        zipf=float(config.zipf) if recsys else 0.0,
         bytes_per_element=spec.bytes_per_element, optimizer_s=spec.optimizer_s,
         bucket_bytes=spec.bucket_bytes,
         activation_bytes_per_sample=spec.activation_bytes_per_sample, sized_by=sized_by)

@@ -9,7 +9,7 @@ from harness.core.sharding import assign_shards, plan_shards
 from workloads import WorkloadError
 from workloads.catalog import get_spec
 from workloads.configs import RecsysConfig
-from workloads.costs import expected_unique_rows, union_rows
+from workloads.costs import expected_unique_rows
 from workloads.spec import BYTES_PER_PARAM
 
 
@@ -49,7 +49,7 @@ def torch_ps_traffic(name: str, batch: int, workers: int, shards: int
         lookups = batch * config.hotness
         distinct = expected_unique_rows(w.shape[0], config.zipf, lookups)
         push[owner[n]] += row * (lookups if lookups < 2 * distinct else distinct)
-        pull[owner[n]] += row * union_rows(w.shape[0], config.zipf, lookups, workers)
+        pull[owner[n]] += row * expected_unique_rows(w.shape[0], config.zipf, lookups * workers)
     return tuple(push), tuple(pull)
 
 
