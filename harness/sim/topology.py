@@ -52,8 +52,8 @@ class Hierarchy:
     ``devices`` compute devices, each with one NIC of the ``inter`` class. ``spine.bandwidth``
     is the aggregate uplink of one leaf (its ports times the NIC rate over the oversubscription).
     Leaves hold ``hosts_per_leaf`` hosts each, or as many as ``leaf_hosts`` lists in host
-    order (racks built unevenly, 3 + 2 hosts); hosts past either, server hosts first among
-    them, fill further leaves of the largest size.
+    order (racks built unevenly, 3 + 2 hosts); dedicated server hosts, past those, fill
+    further leaves of the largest size.
     """
 
     devices: int
