@@ -42,7 +42,7 @@ from harness.sim.topology import (
     Topology,
     TopologyError,
     Torus,
-    leaf_sizes,
+    hosts_per_leaf_text,
 )
 
 
@@ -212,8 +212,6 @@ def describe_topology(text: str) -> str:
         parts.append(f"inter={format_rate(h.inter.bandwidth * 8)} per host, shared by its "
                      f"devices (nic=shared)")
     if h.spine is not None:
-        sizes = leaf_sizes(h)
-        each = str(sizes[0]) if len(set(sizes)) == 1 else "+".join(map(str, sizes))
-        parts.append(f"{each} hosts per leaf, leaf uplink "
+        parts.append(f"{hosts_per_leaf_text(h)} hosts per leaf, leaf uplink "
                      f"{format_rate(h.spine.bandwidth * 8)}")
     return lead + "; ".join(parts) + tail

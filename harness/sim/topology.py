@@ -156,10 +156,7 @@ def describe(topo: Topology) -> str:
     else:
         shape = f"{topo.hosts} hosts x {topo.per_host} devices, nic={topo.nic}"
         if _leaves(topo) > 1:
-            sizes = leaf_sizes(topo)
-            each = (str(sizes[0]) if len(set(sizes)) == 1
-                    else "+".join(map(str, sizes)))
-            shape += f", {len(sizes)} leaves of {each} hosts"
+            shape += f", {_leaves(topo)} leaves of {hosts_per_leaf_text(topo)} hosts"
         if topo.servers:
             shape += f", {topo.servers} server hosts"
     return f"{shape} ({classes})"
@@ -189,6 +186,12 @@ def leaf_of_host(t: Hierarchy) -> np.ndarray:
 def leaf_sizes(t: Hierarchy) -> tuple[int, ...]:
     """Hosts per leaf, in order (server hosts counted where they sit)."""
     return tuple(int(n) for n in np.bincount(leaf_of_host(t)))
+
+
+def hosts_per_leaf_text(t: Hierarchy) -> str:
+    """Hosts per leaf as a user reads them: ``8``, or ``3+2`` where the leaves differ."""
+    sizes = leaf_sizes(t)
+    return str(sizes[0]) if len(set(sizes)) == 1 else "+".join(map(str, sizes))
 
 
 def _offsets(t: Hierarchy) -> tuple[int, int, int, int]:
