@@ -115,6 +115,52 @@ def test_an_all_to_all_share_is_read_near_the_exchange_or_not_at_all():
     assert step_shares(points, pd.DataFrame(), "torch", "ddp", links, at, 2, 0.8e6)[1] is None
 
 
+def test_embedding_shardings_dense_all_reduce_reads_the_share_near_its_own_size():
+    """Its only all-reduce is the dense layers' (a few hundred KB for recsys): gloo's share at
+    4 MiB (1/1.1 here) where that was swept within 2x of it, the largest size's (16 MiB)
+    where none was; a ddp step's buckets keep the largest size's."""
+    from harness.calibrate.link_share import step_shares
+
+    links = dataclasses.replace(LINKS, hosts=2)
+    at = "netns:hosts=2,rate=300mbit"
+    wire = {nbytes: simulate_collective(emulated_topology(links, trips=0), 2, "allreduce_ring",
+                                        nbytes)["time_s"] for nbytes in (float(1 << 22), MIB16)}
+    points = pd.DataFrame([{"framework": "torch", "cluster": at, "op": "all_reduce",
+                            "bytes": nbytes, "world": 2, "time_s": wire[nbytes] * k,
+                            "run_id": "s"} for nbytes, k in ((1 << 22, 1.1), (MIB16, 1.0))])
+
+    def share(strategy: str, dense: float) -> float:
+        got = step_shares(points, pd.DataFrame(), "torch", strategy, links, at, 2, 0.8e6,
+                          dense)[0]
+        assert got is not None
+        return got.efficiency
+
+    assert share("embedding_sharding", 3e6) == pytest.approx(1 / 1.1, rel=1e-2)
+    assert share("embedding_sharding", 0.5e6) == pytest.approx(1.0, rel=1e-2)  # 8x away
+    assert share("ddp", 3e6) == pytest.approx(1.0, rel=1e-2)
+
+
+def test_a_lopsided_exchange_moves_what_one_way_carries_beyond_the_other_at_the_full_rate():
+    """``_exchange_time``: an even exchange at the all-to-all's share; one rank's message to
+    another with nothing back at the full rate whatever the share; 2 : 1 between them:
+    the part both ways carry at the share, the rest at the full rate."""
+    import numpy as np
+
+    from harness.sim.spec import parse_topology
+    from harness.sim.step_model import _Collectives, _exchange_time
+
+    colls = _Collectives(parse_topology("switch:n=2,bw=8Mbit,lat=0us"), "fast")
+    one = 1.0  # seconds for 1 MB at the full rate
+
+    def took(matrix: list[list[float]], share: float) -> float:
+        return _exchange_time(colls, np.array(matrix) * 1e6, share)
+
+    assert took([[0, 1], [1, 0]], 0.5) == pytest.approx(2 * took([[0, 1], [1, 0]], 1.0),
+                                                        rel=1e-3)
+    assert took([[0, 1], [0, 0]], 0.5) == pytest.approx(one, rel=1e-3)
+    assert took([[0, 2], [1, 0]], 0.5) == pytest.approx(2 * one + one, rel=1e-3)
+
+
 def test_embedding_sharding_times_its_all_to_alls_at_their_share_and_its_runtime_per_core():
     """The all-to-alls at half the all-reduce's share take about twice as long; the dense
     all-reduce and the rest of the step do not move. Its runtime's own time (tensor work

@@ -283,6 +283,27 @@ def _after_backward_step(env: simpy.Environment, topology: Topology, workers: in
     return lambda: state["end"]
 
 
+def _exchange_time(colls: _Collectives, matrix: np.ndarray, share: float) -> float:
+    """An all-to-all of ``matrix`` (bytes rank i sends rank j): what each pair sends both
+    ways at ``share``, what one of them sends beyond the other at the links' full rate.
+
+    The all-to-all's share is read from a uniform sweep, where every link carries as much
+    both ways and each direction's acknowledgements queue behind the other's data. An
+    exchange of unequal owners is lopsided (5 hosts in racks of 3 + 2, tables 2, 2, 2, 1, 1:
+    the rows cross the uplink twice as heavily one way), and traffic one way reaches the
+    probed rate on these links: the 5- and 4-host racked clusters' broadcasts (0-2% at every
+    size) and parameter servers' pushes and pulls (1-2%) at the full rate, where their
+    all-to-alls, all-gathers and all-reduces, loaded both ways, lose 10-20% from 4 MiB."""
+    moving = np.array(matrix, dtype=float)
+    np.fill_diagonal(moving, 0.0)
+    both = np.minimum(moving, moving.T)
+    took = 0.0
+    for part, at in ((both, share), (moving - both, 1.0)):
+        if part.sum() > 0:
+            took += colls.time(all_to_all(len(part), part), part.sum() / len(part), at)
+    return took
+
+
 def _embedding_step(topology: Topology, workers: int, profile: WorkloadProfile,
                     compute: float, classes: list[tuple[int, float]], colls: _Collectives,
                     share: float = 1.0) -> Callable[[], float]:
@@ -291,7 +312,7 @@ def _embedding_step(topology: Topology, workers: int, profile: WorkloadProfile,
     model's by its runner's placement, else evenly), its own share never leaving it: the
     requests (a (table, id) pair of int64 per row) and the rows' gradients go to the owners,
     the rows come back from them; everything in series, as one rank runs it. ``share``: the
-    links' share the all-to-alls reach against the all-reduce's."""
+    links' share the all-to-alls reach against the all-reduce's (``_exchange_time``)."""
     slowest = compute * max(f for _, f in classes)
     if workers < 2:
         return lambda: slowest
@@ -302,16 +323,15 @@ def _embedding_step(topology: Topology, workers: int, profile: WorkloadProfile,
         f"{profile.name}:{profile.size}", profile.batch_per_replica, workers)
     if shares is not None and len(shares) != workers:
         raise SpecError(f"{len(shares)} owner shares for {workers} workers")
-    if shares is not None:
-        asked = np.tile(np.asarray(shares, dtype=float), (workers, 1))  # row i: to each owner
-        ask, answer = all_to_all(workers, asked), all_to_all(workers, asked.T)
-    else:
-        ask = answer = all_to_all(workers)
+    # row i: what rank i asks of each owner
+    asked = np.tile(np.asarray(shares, dtype=float) if shares is not None
+                    else np.full(workers, 1.0 / workers), (workers, 1))
     took = 0.0
     if rows:
         took += colls.time(all_to_all(workers), 8.0 * workers, share)  # the counts
-        took += colls.time(ask, 16.0 * rows, share) + colls.time(answer, values, share)
-        took += colls.time(ask, values, share)  # the rows' gradients back to the owners
+        took += _exchange_time(colls, asked * 16.0 * rows, share)  # the requests
+        took += _exchange_time(colls, asked.T * values, share)  # the rows
+        took += _exchange_time(colls, asked * values, share)  # their gradients
     if profile.dense_bytes > 0:
         took += colls.time(channel_rings(ring_allreduce, topology, workers), profile.dense_bytes)
     finish = slowest + took

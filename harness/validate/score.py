@@ -287,7 +287,7 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
         profile = facts.at(batch=r["global_batch"] // r["replicas"])
         share, exchange = step_shares(points, fits, r["framework"], r["strategy"], links,
                                       r["cluster"], int(r["replicas"]),
-                                      profile.sparse_rows_bytes)
+                                      profile.sparse_rows_bytes, profile.dense_bytes)
         sim = predict_step(r["framework"], r["strategy"], profile, links, int(r["replicas"]),
                            worker_compute(base.iloc[0], r["framework"], r["strategy"]),
                            fits=fits, cores=cores, ps=ps,
