@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from harness.calibrate import fits as calibrate
 from harness.calibrate.collective_sweep import sweep_sizes
+from harness.core.strategies import library
 
 
 def test_sweep_steps_by_four_and_ends_at_max():
@@ -65,7 +66,7 @@ def test_comm_cli_prints_points_and_fits(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     ops = {p["op"] for p in out["points"]}
-    assert ops == set(calibrate.TERMS)
+    assert ops == set(library("torch").sweep_ops) == set(calibrate.TERMS) - {"rpc"}
     for p in out["points"]:
         assert p["algbw_bytes_s"] == pytest.approx(p["bytes"] / p["time_s"])
         assert p["spread_rel"] >= 0  # the rounds' range: how noisy the machine was
@@ -138,8 +139,9 @@ def test_one_framework_failing_keeps_the_others_sweep_and_exits_1(tmp_path, monk
     assert result.exit_code == 1
     assert "tf comm benchmark failed: worker2 exited with code 1" in result.output
     stored = load_table(tmp_path, "comm")
-    # every torch op (the fits' terms) at 2 sizes
-    assert set(stored["framework"]) == {"torch"} and len(stored) == 2 * len(calibrate.TERMS)
+    # every torch op of its default sweep at 2 sizes
+    assert set(stored["framework"]) == {"torch"}
+    assert len(stored) == 2 * len(library("torch").sweep_ops)
 
 
 def test_rounds_must_be_at_least_one(tmp_path):
@@ -161,3 +163,34 @@ def test_realtime_priority_is_taken_where_allowed_and_inherited_by_threads():
     assert out.returncode == 0, out.stderr
     allowed = _may_run_realtime()
     assert out.stdout.split() == [str(allowed)] * 3
+
+
+def test_ops_names_what_a_sweep_times_and_refuses_what_none_does(tmp_path):
+    """--ops: an unknown name is one line and exit 2, nothing run; torch RPC is torch's
+    only (TF's sweep skips it) and only when named; the default sets are the libraries'."""
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "comm", "--ops", "rpc,bogus",
+                           "--results", str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2
+    assert "unknown operation bogus" in proc.stderr and "rpc" in proc.stderr
+    assert not list(tmp_path.iterdir())
+    assert library("tf").ops(["rpc"]) == ()
+    assert library("torch").ops(["rpc", "all_reduce"]) == ("rpc", "all_reduce")
+    assert "rpc" not in library("torch").ops(None)
+    assert set(library("tf").ops(None)) == {"all_reduce", "all_gather"}
+
+
+@pytest.mark.heavy
+def test_torch_rpc_sweeps_a_buffer_to_the_next_rank_by_tensorpipe(tmp_path):
+    """`comm --ops rpc`: two local ranks, each 1 MiB to the other by torch RPC; its points
+    and fit stored like any op's (bus bandwidth = algbw: one buffer a rank)."""
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "comm", "--ops", "rpc",
+                           "--sizes", "256KiB:1MiB", "--rounds", "1", "--results",
+                           str(tmp_path), "--json"], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [(p["op"], p["bytes"]) for p in out["points"]] == [("rpc", 262144),
+                                                               ("rpc", 1048576)]
+    assert all(p["busbw_bytes_s"] == pytest.approx(p["algbw_bytes_s"]) for p in out["points"])
+    assert [f["op"] for f in out["fits"]] == ["rpc"]

@@ -607,10 +607,13 @@ def test_step_times_per_strategy_reproduce_from_their_checked_in_runs(monkeypatc
     per_strategy = flat["error"].abs().groupby(strategy).median().round(3).to_dict()
     # torch's parameter server at 9.6% before its servers carried the bytes their tables'
     # lookups move (WorkloadProfile.ps_traffic; issue 28): the bytes are right now (the wire
-    # table), and recsys:S's 2-host steps (8-13 ms) come out 18% long
-    assert per_strategy == {"torch/ddp": 0.037, "torch/parameter_server": 0.108,
+    # table), and recsys:S's 2-host steps (8-13 ms) come out 18% long; 10.8% before a round
+    # went worker by worker (sim.ps_round: 2-host mlp:M -19/-20% -> -2/-9%, 4- and 6-host
+    # mlp:M 2-7 points longer)
+    assert per_strategy == {"torch/ddp": 0.037, "torch/parameter_server": 0.099,
                             "tf/multi_worker_mirrored": 0.029, "tf/parameter_server": 0.067}
-    assert round(flat["error"].abs().median(), 3) == 0.052
+    assert max(per_strategy.values()) <= 0.10  # issue 39's bound
+    assert round(flat["error"].abs().median(), 3) == 0.053
     assert round(steps[racked]["error"].abs().median(), 3) == 0.039  # within the flat 10%
     # each library's share of each cluster's links, from its 16 MiB all-reduce swept there
     # (three sweeps); the parameter servers' RPC keeps the probed rate
@@ -717,10 +720,11 @@ def test_sparse_step_times_reproduce_from_their_checked_in_runs(monkeypatch):
     # own size and its lookups' tensor work shared the cores (docs/SIMULATOR.md), 7.9% before
     # its dense all-reduce's share was read near its size and its lopsided messages moved
     # beyond their reverse at the full rate (_exchange_time); torch's
-    # parameter server was 21% before each server carried its own tables' traffic
+    # parameter server was 21% before each server carried its own tables' traffic, 8.6%
+    # before a round went worker by worker (sim.ps_round)
     assert errors.median().round(3).to_dict() == {
         "tf/multi_worker_mirrored": 0.09, "tf/parameter_server": 0.034, "torch/ddp": 0.021,
-        "torch/embedding_sharding": 0.075, "torch/parameter_server": 0.086}
+        "torch/embedding_sharding": 0.075, "torch/parameter_server": 0.092}
     assert (errors.max() <= 0.30).all(), errors.max()
 
 

@@ -51,15 +51,19 @@ class CommResult:
 
 def run_comm(framework: str, cluster: str, sizes: list[int], world: int,
              timeout_s: float, hosts: Cluster | None = None,
-             rounds: int = COMM_ROUNDS, realtime: bool = True) -> CommResult:
+             rounds: int = COMM_ROUNDS, realtime: bool = True,
+             ops: tuple[str, ...] | None = None) -> CommResult:
     """The sweep on loopback, or one rank per emulated host when `hosts` is given; at
     real-time priority where `realtime`, the framework is one of REALTIME_FRAMEWORKS and the
-    system allows it (the points' `realtime` column says whether it did)."""
+    system allows it (the points' `realtime` column says whether it did). ``ops``: the
+    operations to time (the framework's own default set when None)."""
     realtime = realtime and framework in REALTIME_FRAMEWORKS
+    options: dict[str, object] = {"sizes": sizes, "rounds": rounds, "realtime": realtime}
+    if ops:
+        options["ops"] = list(ops)
     case = Case(framework=framework, strategy="comm", workload="", cluster=cluster,
                 replicas=world, steps=0, warmup=0, repeats=1, timeout_s=timeout_s,
-                per_replica_batch=1,
-                options={"sizes": sizes, "rounds": rounds, "realtime": realtime})
+                per_replica_batch=1, options=options)
     workdir = Path(tempfile.mkdtemp(prefix="stratbench-comm-"))
     try:
         case_file = workdir / "case.json"

@@ -25,6 +25,7 @@ TERMS = {
     "ps_push": lambda n: (1, n - 1),  # n-1 workers into one server link
     "ps_pull": lambda n: (1, n - 1),
     "all_to_all": lambda n: (n - 1, (n - 1) / n),  # gloo: a message to every other rank
+    "rpc": lambda n: (1, 1.0),  # torch RPC: every rank's buffer to the next, at once
 }
 # nccl-tests' bus bandwidth factors: busbw = algbw x factor, comparable with link speed.
 BUS_FACTOR = {
@@ -35,6 +36,7 @@ BUS_FACTOR = {
     "ps_push": lambda n: float(n - 1),
     "ps_pull": lambda n: float(n - 1),
     "all_to_all": lambda n: (n - 1) / n,
+    "rpc": lambda n: 1.0,
 }
 
 

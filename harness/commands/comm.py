@@ -11,6 +11,7 @@ from harness.calibrate.collective_sweep import (
     store_comm,
     sweep_sizes,
 )
+from harness.calibrate.fits import TERMS
 from harness.commands.common import NotBuiltError, info, json_option, print_json, results_option
 from harness.commands.run import on_cluster
 from harness.core import clusters
@@ -27,6 +28,18 @@ LIBRARY = {"torch": "torch.distributed (gloo)",
            "tf": "TF collectives (MultiWorkerMirroredStrategy, RING)"}
 
 
+def comm_ops(text: str | None) -> tuple[str, ...] | None:
+    """``--ops``: names the sweep knows (calibrate.fits.TERMS), or None for the default."""
+    if text is None:
+        return None
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in TERMS]
+    if not names or unknown:
+        raise click.BadParameter(f"unknown operation {', '.join(unknown) or repr(text)} "
+                                 f"(choose from {', '.join(TERMS)})", param_hint="--ops")
+    return names
+
+
 @click.command("comm")
 @click.option("--framework", default="torch", show_default=True, help="tf, torch or all.")
 @click.option("--cluster", default="local", show_default=True)
@@ -37,16 +50,22 @@ LIBRARY = {"torch": "torch.distributed (gloo)",
 @click.option("--timeout", type=click.FloatRange(min=1.0), default=900.0, show_default=True)
 @click.option("--rounds", type=click.IntRange(1, 99), default=COMM_ROUNDS, show_default=True,
               help="Interleaved passes over the sweep; a point keeps its median round.")
+@click.option("--ops", default=None, metavar="OP,...",
+              help="Operations to time, comma-separated (default: the framework's set; "
+                   "rpc, torch RPC over TensorPipe as the parameter server moves its "
+                   "tensors, only when named).")
 @click.option("--realtime/--no-realtime", default=True, show_default=True,
               help="Run torch's ranks at real-time priority (SCHED_RR) where allowed, so that "
                    "ranks sharing cores do not wait out each other's time slices.")
 @results_option
 @json_option
 def command(framework: str, cluster: str, sizes: str, world: int, timeout: float,
-            rounds: int, realtime: bool, results: str | None, as_json: bool) -> None:
-    """Time all-reduce, broadcast, reduce-scatter, all-gather and PS push/pull by size
-    (TF: all-reduce and all-gather, what MultiWorkerMirroredStrategy exposes)."""
+            rounds: int, ops: str | None, realtime: bool, results: str | None,
+            as_json: bool) -> None:
+    """Time all-reduce, broadcast, reduce-scatter, all-gather, all-to-all and PS push/pull by
+    size (TF: all-reduce and all-gather, what MultiWorkerMirroredStrategy exposes)."""
     frameworks = strategy_records.frameworks(framework)
+    chosen = comm_ops(ops)
     cluster_spec = clusters.parse_cluster(cluster)
     low, high = parse_size_range(sizes)
     if cluster_spec.kind == "slurm":
@@ -65,9 +84,13 @@ def command(framework: str, cluster: str, sizes: str, world: int, timeout: float
     with on_cluster(cluster_spec, store, run_id) as hosts:
         emulated = hosts if isinstance(hosts, netns.Cluster) else None  # slurm: refused above
         for fw in frameworks:  # one framework failing does not cost the other its sweep
+            timed = strategy_records.library(fw).ops(chosen)
+            if not timed:
+                info(f"{LIBRARY[fw]} times none of {', '.join(chosen or ())}: skipped")
+                continue
             info(f"comm run {run_id}: {LIBRARY[fw]}, {world} ranks, {cluster_spec.text}")
             result = run_comm(fw, cluster_spec.text, sweep_sizes(low, high), world, timeout,
-                              emulated, rounds, realtime)
+                              emulated, rounds, realtime, timed)
             if result.status != "ok":
                 failed.append(f"{fw} comm benchmark {result.status}: {result.reason}")
                 continue

@@ -12,7 +12,7 @@ our runners run it: TF's parameter_server does, since its coordinator joins each
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -206,17 +206,32 @@ class CommLibrary:
     # What a parameter-server worker pulls each step (WorkloadProfile.ps_bytes): torch's
     # runner pulls the rows that changed, TF's workers read whole variables.
     ps_pull: str = "changed"
+    # What `stratbench comm` times for it by default, and what only when named (`--ops`)
+    sweep_ops: tuple[str, ...] = ()
+    named_ops: tuple[str, ...] = ()
 
     def trips(self, collective: str) -> int:
         return self.latency_trips.get(collective, 1)
+
+    def ops(self, asked: Sequence[str] | None) -> tuple[str, ...]:
+        """The operations of ``asked`` (its default set when None) that it can time."""
+        if asked is None:
+            return self.sweep_ops
+        return tuple(o for o in asked if o in self.sweep_ops or o in self.named_ops)
 
 
 LIBRARIES: Mapping[str, CommLibrary] = MappingProxyType({
     "torch": CommLibrary("torch", "gloo", serial_software=False,
                          latency_trips=MappingProxyType(
                              {"allreduce_ring": 2, "all_gather_ring": 2}),
-                         ps_pull="changed"),
-    "tf": CommLibrary("tf", "TF gRPC", serial_software=True, ps_pull="whole"),
+                         ps_pull="changed",
+                         sweep_ops=("all_reduce", "broadcast", "reduce_scatter", "all_gather",
+                                    "all_to_all", "ps_push", "ps_pull"),
+                         # torch RPC (TensorPipe), the parameter server's transport
+                         named_ops=("rpc",)),
+    # what MultiWorkerMirroredStrategy exposes
+    "tf": CommLibrary("tf", "TF gRPC", serial_software=True, ps_pull="whole",
+                      sweep_ops=("all_reduce", "all_gather")),
 })
 
 

@@ -21,9 +21,10 @@ from typing import Any
 import tensorflow as tf
 
 from harness.core.case import COMM_ROUNDS, Case
+from harness.core.strategies import library
 from harness.measure.stats import summarize_rounds
 
-OPS = ("all_reduce", "all_gather")
+OPS = library("tf").sweep_ops
 BYTES_PER_POINT = 16 * 2**20  # about this many bytes moved per point and round
 MIN_ITERS, MAX_ITERS = 1, 10
 

@@ -18,12 +18,14 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.distributed.rpc as rpc
 
 from harness.core.case import COMM_ROUNDS, Case
+from harness.core.strategies import library
 from harness.measure.stats import summarize_rounds
 
-OPS = ("all_reduce", "broadcast", "reduce_scatter", "all_gather", "all_to_all", "ps_push",
-       "ps_pull")
+OPS = library("torch").sweep_ops
+RPC_OPS = ("rpc",)  # each rank's buffer to the next rank at once, by torch RPC
 BUDGET_S = 0.05  # per point and round
 MIN_ITERS, MAX_ITERS = 1, 25
 
@@ -57,7 +59,14 @@ def _op(name: str, nbytes: int, rank: int, world: int) -> Any:
             else:
                 (dist.send if push else dist.recv)(buf, 0)
         return exchange
+    if name == "rpc":  # a push's shape: the tensor goes, nothing but an ack comes back
+        peer = f"comm{(rank + 1) % world}"
+        return lambda: rpc.rpc_sync(peer, _received, args=(buf,))
     raise ValueError(f"unknown collective {name!r}")
+
+
+def _received(tensor: torch.Tensor) -> None:
+    """An RPC's target: the tensor has arrived; the caller waits for this answer."""
 
 
 def _agreed_max(*values: float) -> list[float]:
@@ -95,12 +104,21 @@ def run(case: Case, rank: int) -> dict[str, Any]:
             for nbytes in case.options["sizes"]]
     rounds: dict[tuple[str, int], list[tuple[float, float]]] = {key: [] for key in grid}
     iters: dict[tuple[str, int], int] = {}
-    for _ in range(int(case.options.get("rounds", COMM_ROUNDS))):
-        for key in grid:  # buffers live for one point only: sweeps can be large
-            fn = _op(*key, rank, world)
-            if key not in iters:
-                iters[key] = _iterations(fn)
-            rounds[key].append(_round(fn, iters[key]))
+    uses_rpc = any(name in RPC_OPS for name, _ in grid)
+    if uses_rpc:
+        from harness.runners.torch_ps import init_rpc
+
+        init_rpc(case, f"comm{rank}", rank, world, rendezvous=".rpc")
+    try:
+        for _ in range(int(case.options.get("rounds", COMM_ROUNDS))):
+            for key in grid:  # buffers live for one point only: sweeps can be large
+                fn = _op(*key, rank, world)
+                if key not in iters:
+                    iters[key] = _iterations(fn)
+                rounds[key].append(_round(fn, iters[key]))
+    finally:
+        if uses_rpc:
+            rpc.shutdown()  # waits for every rank's calls
     points = [{"op": name, "bytes": nbytes, "world": world,
                **summarize_rounds([m for m, _ in got], [q for _, q in got])}
               for (name, nbytes), got in rounds.items()]

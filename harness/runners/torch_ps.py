@@ -165,9 +165,11 @@ def _rpc_stop() -> None:
     _STOP.set()
 
 
-def _init_rpc(case: Case, name: str, rank: int, world: int) -> None:
+def init_rpc(case: Case, name: str, rank: int, world: int, rendezvous: str = "") -> None:
+    """TensorPipe over the hosts' sockets, meeting through the rendezvous file (with
+    ``rendezvous`` appended: a second meeting beside a process group's)."""
     options = rpc.TensorPipeRpcBackendOptions(
-        init_method=f"file://{os.environ['STRATBENCH_RENDEZVOUS']}",
+        init_method=f"file://{os.environ['STRATBENCH_RENDEZVOUS']}{rendezvous}",
         rpc_timeout=max(60.0, case.timeout_s),
         num_worker_threads=max(16, 4 * world),
         # Sockets only: TensorPipe's shared-memory and cross-memory-attach paths would move
@@ -193,7 +195,7 @@ def run_server(case: Case, index: int) -> dict[str, Any]:
     mine = {n: p.detach().clone() for n, p in params.items() if owner[n] == index}
     _SERVER = ShardServer(mine, tw.sparse_parameter_names(model) & set(mine), workers,
                           synchronous=case.strategy == "parameter_server")
-    _init_rpc(case, f"ps{index}", index, shards + workers)
+    init_rpc(case, f"ps{index}", index, shards + workers)
     rpc.shutdown()  # waits until every worker has shut down too
     # ps0 hosts the rendezvous store that the workers' shutdown still reads: stay until the
     # launcher, seeing every worker done, ends this process.
@@ -273,7 +275,7 @@ def run_worker(case: Case, index: int, workdir: Path) -> dict[str, Any]:
     model = tw.build(spec, case.seed, sparse_embeddings=True)
     params = dict(model.named_parameters())
     owner = assign_shards({n: p.numel() for n, p in params.items()}, shards)
-    _init_rpc(case, f"worker{index}", shards + index, shards + workers)
+    init_rpc(case, f"worker{index}", shards + index, shards + workers)
     servers = [f"ps{k}" for k in range(shards)]
     times: list[float] = []
     losses: list[float] = []

@@ -41,6 +41,7 @@ import numpy as np
 import simpy
 
 from harness.core.errors import SpecError
+from harness.sim import ps_round
 from harness.sim.calibration import Calibration, compute_seconds
 from harness.sim.collectives import (
     all_to_all,
@@ -383,18 +384,26 @@ def _ps_step(env: simpy.Environment, exchange: tuple[Schedule, Schedule],
              nbytes: tuple[float, float], compute: float, classes: list[tuple[int, float]],
              colls: _Collectives, server_optimizer: float) -> Callable[[], float]:
     """Compute, then each worker's push (``nbytes[0]``) by ``exchange[0]``, the servers'
-    update, and its pull (``nbytes[1]``) by ``exchange[1]``, all in series."""
+    update, and its pull (``nbytes[1]``) by ``exchange[1]``: in series as two bulk phases, or
+    worker by worker up to ps_round.MAX_WORKERS (``ps_round``: where workers are not alike,
+    one's push overlaps another's pull). The phases are timed either way: their bytes are
+    the step's."""
     state = {"end": 0.0}
     workers = sum(count for count, _ in classes)
 
     def run() -> Process:
-        yield env.timeout(compute * max(f for _, f in classes))
         if workers > 1:
-            yield env.timeout(colls.time(exchange[0], nbytes[0]))
-            yield env.timeout(server_optimizer)
-            yield env.timeout(colls.time(exchange[1], nbytes[1]))
+            push, pull = colls.time(exchange[0], nbytes[0]), colls.time(exchange[1], nbytes[1])
+            if workers <= ps_round.MAX_WORKERS:
+                yield env.timeout(ps_round.round_time(
+                    colls.topology, colls.devices, exchange[0], exchange[1], nbytes,
+                    [compute * f for count, f in classes for _ in range(count)],
+                    server_optimizer))
+            else:
+                yield env.timeout(compute * max(f for _, f in classes) + push
+                                  + server_optimizer + pull)
         else:
-            yield env.timeout(server_optimizer)
+            yield env.timeout(compute * max(f for _, f in classes) + server_optimizer)
         state["end"] = env.now
 
     env.process(run())
