@@ -142,8 +142,9 @@ def test_embedding_shardings_dense_all_reduce_reads_the_share_near_its_own_size(
 
 def test_a_lopsided_exchange_moves_what_one_way_carries_beyond_the_other_at_the_full_rate():
     """``_exchange_time``: an even exchange at the all-to-all's share; one rank's message to
-    another with nothing back at the full rate whatever the share; 2 : 1 between them:
-    the part both ways carry at the share, the rest at the full rate."""
+    another with nothing back at the one-way rate whatever the share; 2 : 1 between them:
+    the part both ways carry at the share, the rest at the one-way rate (the probed rate:
+    1 / the link share against links scaled by it)."""
     import numpy as np
 
     from harness.sim.spec import parse_topology
@@ -159,6 +160,8 @@ def test_a_lopsided_exchange_moves_what_one_way_carries_beyond_the_other_at_the_
                                                         rel=1e-3)
     assert took([[0, 1], [0, 0]], 0.5) == pytest.approx(one, rel=1e-3)
     assert took([[0, 2], [1, 0]], 0.5) == pytest.approx(2 * one + one, rel=1e-3)
+    lopsided = _exchange_time(colls, np.array([[0, 2], [1, 0]]) * 1e6, 0.5, 1 / 0.8)
+    assert lopsided == pytest.approx(2 * one + one * 0.8, rel=1e-3)
 
 
 def test_embedding_sharding_times_its_all_to_alls_at_their_share_and_its_runtime_per_core():

@@ -154,6 +154,7 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
         profile, step_compute_s=compute, **stated), None, library="gloo",
         ps_pull=lib.ps_pull, runtime_s=runtime_s,
         exchange_share=exchange_share / link_share if collective and exchange_share else 1.0,
+        oneway_share=1.0 / link_share if collective else 1.0,
         **options)
     row.update(topology=topology, model=model, framework=framework, strategy=strategy,
                link_share=link_share if collective else 1.0,

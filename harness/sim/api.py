@@ -68,7 +68,8 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
              ps_beside: Sequence[int] | None = None,
              ps_shard_weights: Sequence[float] | None = None,
              library: str = "nccl", ps_pull: str = "changed",
-             runtime_s: float = 0.0, exchange_share: float = 1.0) -> list[dict[str, Any]]:
+             runtime_s: float = 0.0, exchange_share: float = 1.0,
+             oneway_share: float = 1.0) -> list[dict[str, Any]]:
     """Simulate one training step of each strategy; one results row per strategy.
 
     ``strategy``: 'all', a simulator name (allreduce_ring, allreduce_tree,
@@ -82,7 +83,9 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
     rows or "whole" variables (TF's ParameterServerStrategy). ``runtime_s``: the framework
     runtime's own time per synchronous step, where it was measured (harness/predict/step.py).
     ``exchange_share``: how much of the links an all-to-all reaches against the other
-    collectives (embedding sharding's exchange; harness/calibrate/link_share.py).
+    collectives (embedding sharding's exchange; harness/calibrate/link_share.py), and
+    ``oneway_share`` what traffic one way reaches against them (the probed rate, where the
+    links carry a library's share of it).
     """
     if profile is None:
         raise SpecError("simulate needs a workload profile (e.g. params=25M,batch=32,"
@@ -112,7 +115,8 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
                                    ps_beside=ps_beside,
                                    ps_shard_weights=ps_shard_weights, library=library,
                                    ps_pull=ps_pull, runtime_s=runtime_s,
-                                   exchange_share=exchange_share)
+                                   exchange_share=exchange_share,
+                                   oneway_share=oneway_share)
         except TopologyError as exc:
             rows.append(base | _unavailable(str(exc)))
             continue

@@ -111,7 +111,8 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
                   ps_beside: Sequence[int] | None = None,
                   ps_shard_weights: Sequence[float] | None = None,
                   library: str = "nccl", ps_pull: str = "changed",
-                  runtime_s: float = 0.0, exchange_share: float = 1.0) -> StepResult:
+                  runtime_s: float = 0.0, exchange_share: float = 1.0,
+                  oneway_share: float = 1.0) -> StepResult:
     """Simulate one step of ``strategy`` (a simulator name) on the first ``workers`` devices.
 
     ``library``: whose collectives run them, "nccl" (GPUs) or "gloo" (CPUs, emulated hosts),
@@ -124,7 +125,8 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
     ``runtime_s``: the framework runtime's own time per synchronous step beyond what the
     model times (RPC, Python bookkeeping, launch costs: harness/predict/step.py measures it on
     loopback), in series with the rest. ``exchange_share``: the links' share an all-to-all
-    reaches against the topology's (embedding sharding's exchange).
+    reaches against the topology's (embedding sharding's exchange), ``oneway_share`` what its
+    messages one way beyond their reverse reach (``_exchange_time``).
 
     The topology should already carry the calibration's link costs (calibration.apply);
     here the calibration only supplies the compute time.
@@ -139,8 +141,9 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
                                  colocated=ps_colocated, stragglers=stragglers,
                                  straggler_factor=straggler_factor,
                                  shard_weights=ps_shard_weights, pull=ps_pull)
-    if not (math.isfinite(exchange_share) and exchange_share > 0):
-        raise SpecError(f"exchange_share {exchange_share} must be a positive number")
+    for name, value in (("exchange_share", exchange_share), ("oneway_share", oneway_share)):
+        if not (math.isfinite(value) and value > 0):
+            raise SpecError(f"{name} {value} must be a positive number")
     started = time.perf_counter()
     compute, source = compute_seconds(profile, calibration)
     classes = worker_classes(workers, stragglers, straggler_factor)
@@ -155,7 +158,7 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
         finish = _after_backward_step(env, topology, workers, profile, compute, classes, colls)
     elif strategy == EMBEDDING_SHARDING:
         finish = _embedding_step(topology, workers, profile, compute, classes, colls,
-                                 exchange_share)
+                                 exchange_share, oneway_share)
     elif strategy == "fsdp":
         optimizer = after = profile.optimizer_s / workers  # each rank updates its shard
         finish = _fsdp_step(env, topology, workers, profile, compute, classes, colls, library)
@@ -284,22 +287,25 @@ def _after_backward_step(env: simpy.Environment, topology: Topology, workers: in
     return lambda: state["end"]
 
 
-def _exchange_time(colls: _Collectives, matrix: np.ndarray, share: float) -> float:
+def _exchange_time(colls: _Collectives, matrix: np.ndarray, share: float,
+                   oneway: float = 1.0) -> float:
     """An all-to-all of ``matrix`` (bytes rank i sends rank j): what each pair sends both
-    ways at ``share``, what one of them sends beyond the other at the links' full rate.
+    ways at ``share``, what one of them sends beyond the other at ``oneway`` (each against
+    the topology's links; ``oneway``: the probed rate where they carry a library's share).
 
     The all-to-all's share is read from a uniform sweep, where every link carries as much
-    both ways and each direction's acknowledgements queue behind the other's data. An
+    both ways (each direction's acknowledgements, we take it, queue behind the other's data
+    in the shaper's 100 ms queue). An
     exchange of unequal owners is lopsided (5 hosts in racks of 3 + 2, tables 2, 2, 2, 1, 1:
     the rows cross the uplink twice as heavily one way), and traffic one way reaches the
     probed rate on these links: the 5- and 4-host racked clusters' broadcasts (0-2% at every
-    size) and parameter servers' pushes and pulls (1-2%) at the full rate, where their
+    size) and parameter servers' pushes and pulls (1-2%) at the probed rate, where their
     all-to-alls, all-gathers and all-reduces, loaded both ways, lose 10-20% from 4 MiB."""
     moving = np.array(matrix, dtype=float)
     np.fill_diagonal(moving, 0.0)
     both = np.minimum(moving, moving.T)
     took = 0.0
-    for part, at in ((both, share), (moving - both, 1.0)):
+    for part, at in ((both, share), (moving - both, oneway)):
         if part.sum() > 0:
             took += colls.time(all_to_all(len(part), part), part.sum() / len(part), at)
     return took
@@ -307,13 +313,14 @@ def _exchange_time(colls: _Collectives, matrix: np.ndarray, share: float) -> flo
 
 def _embedding_step(topology: Topology, workers: int, profile: WorkloadProfile,
                     compute: float, classes: list[tuple[int, float]], colls: _Collectives,
-                    share: float = 1.0) -> Callable[[], float]:
+                    share: float = 1.0, oneway: float = 1.0) -> Callable[[], float]:
     """Each replica's distinct rows (``sparse_rows_bytes``: their values and an int64 id
     each) asked of their owners in the owners' shares (``owner_shares``, else a built-in
     model's by its runner's placement, else evenly), its own share never leaving it: the
     requests (a (table, id) pair of int64 per row) and the rows' gradients go to the owners,
     the rows come back from them; everything in series, as one rank runs it. ``share``: the
-    links' share the all-to-alls reach against the all-reduce's (``_exchange_time``)."""
+    links' share the all-to-alls reach against the all-reduce's, ``oneway`` what traffic one
+    way reaches (``_exchange_time``)."""
     slowest = compute * max(f for _, f in classes)
     if workers < 2:
         return lambda: slowest
@@ -330,9 +337,9 @@ def _embedding_step(topology: Topology, workers: int, profile: WorkloadProfile,
     took = 0.0
     if rows:
         took += colls.time(all_to_all(workers), 8.0 * workers, share)  # the counts
-        took += _exchange_time(colls, asked * 16.0 * rows, share)  # the requests
-        took += _exchange_time(colls, asked.T * values, share)  # the rows
-        took += _exchange_time(colls, asked * values, share)  # their gradients
+        took += _exchange_time(colls, asked * 16.0 * rows, share, oneway)  # the requests
+        took += _exchange_time(colls, asked.T * values, share, oneway)  # the rows
+        took += _exchange_time(colls, asked * values, share, oneway)  # their gradients
     if profile.dense_bytes > 0:
         took += colls.time(channel_rings(ring_allreduce, topology, workers), profile.dense_bytes)
     finish = slowest + took
