@@ -605,6 +605,34 @@ def test_expert_parallelism_shards_the_experts_and_pays_all_to_alls():
     assert eight["bytes_per_step"] != one["bytes_per_step"]
 
 
+def test_routed_experts_reduce_their_gradients_only_among_ranks_holding_them(monkeypatch):
+    """Megatron-Core's expert-data-parallel group: on 8 data ranks with EP 4, data rank d
+    holds expert shard d mod 4, so the experts' gradients (1/4 of them a rank) reduce over
+    the 2 ranks that hold each shard, 4 such groups at once, and everything else over all 8;
+    with EP 8 no two ranks hold the same experts and only the rest is reduced."""
+    from harness.sim import model_parallel_step as mps
+
+    model = layered(MIXTRAL_DIMS, PRECISIONS["bf16"])
+    calls: list[tuple[int, int, float]] = []
+    real = mps._PlacedCollectives.allreduce
+
+    def spy(self, groups, size, nbytes, devices, times=1):
+        calls.append((groups, size, nbytes))
+        return real(self, groups, size, nbytes, devices, times)
+
+    monkeypatch.setattr(mps._PlacedCollectives, "allreduce", spy)
+    for ep in (4, 8):
+        calls.clear()
+        simulate_layout("preset:dgx_h100_ib,hosts=1", model, Layout(data=8, expert=ep), 8,
+                        None, precision=PRECISIONS["bf16"])
+        experts = sum(layer.expert_params for layer in model.layers) * model.bytes_per_element
+        rest = model.params * model.bytes_per_element - experts
+        if ep == 4:
+            assert calls == [(1, 8, pytest.approx(rest)), (4, 2, pytest.approx(experts / 4))]
+        else:
+            assert calls == [(1, 8, pytest.approx(rest))]
+
+
 def test_recommend_lists_an_expert_parallel_row_for_mixtral_on_8_hosts():
     from harness.recommend.recommender import recommend
 

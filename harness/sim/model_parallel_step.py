@@ -249,15 +249,17 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
     for s in range(P):
         mine = range(s, P * V, P)  # the device's chunks
         params = sum(held_params(layer, layout.expert) for q in mine for layer in stages[q])
+        experts = (sum(layer.expert_params for q in mine for layer in stages[q])
+                   / layout.expert if layout.expert > 1 else 0.0)
         blocks = max(1, sum(len(stages[q]) for q in mine))
         last = max((timing.spans[(q, BACKWARD, p.microbatch)] for q in mine
                     for p in order[s][-1:]), key=lambda span: span[1])
         end = timing.ends_s[s]
         if D * C > 1:  # gradients reduce over data x context: every rank saw other tokens
-            groups = [layout.device(d, s, t, c) for t in range(T) for d in range(D)
-                      for c in range(C)]
-            reduce_s = colls.allreduce(T, D * C, params * model.bytes_per_element / T, groups,
-                                       M if layout.zero == 3 else 1)
+            reduce_s = _gradient_reduce(colls, layout, s,
+                                        (params - experts) * model.bytes_per_element / T,
+                                        experts * model.bytes_per_element / T,
+                                        M if layout.zero == 3 else 1)
             if layout.zero == 3:  # every micro-batch gathers the weights twice, then reduces
                 reduce_s *= M + 0.5
                 busy = timing.busy_s[s]
@@ -300,6 +302,24 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
         collectives=colls.count, events=colls.events, mode=mode,
         wall_s=time.perf_counter() - started, compute_source=source,
         layout=layout.describe(), bubble=timing.bubble, notes=(notes,))
+
+
+def _gradient_reduce(colls: _PlacedCollectives, layout: Layout, stage: int,
+                     dense_bytes: float, expert_bytes: float, times: int) -> float:
+    """A stage's gradients all-reduced over data x context (every replica saw other
+    tokens), a rank's routed experts only among the ranks that hold the same experts:
+    Megatron-Core's expert-data-parallel group, the data ranks d with d mod EP alike (EP
+    groups are adjacent data ranks, ``_expert_exchange``), D / EP of them x context. Summed
+    over every data rank, the experts' gradients would add different experts together."""
+    D, T, C, EP = layout.data, layout.tensor, layout.context, layout.expert
+    groups = [layout.device(d, stage, t, c) for t in range(T) for d in range(D)
+              for c in range(C)]
+    took = colls.allreduce(T, D * C, dense_bytes, groups, times)
+    if expert_bytes > 0 and D * C // EP > 1:
+        peers = [layout.device(d, stage, t, c) for t in range(T) for e in range(EP)
+                 for d in range(e, D, EP) for c in range(C)]
+        took += colls.allreduce(T * EP, D * C // EP, expert_bytes, peers, times)
+    return took
 
 
 def _expert_exchange(layout: Layout, colls: _PlacedCollectives, layers: Sequence[Layer],
