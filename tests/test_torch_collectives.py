@@ -169,3 +169,28 @@ def test_parameter_server_aggregate_is_the_mean_of_pushed_gradients(workers, row
         _, updates = server.pull(0)
         assert [(n, r.tolist()) for n, r, _ in updates if r is not None] == [("table", [0])]
 
+
+
+def test_a_parameter_server_counts_the_pushes_and_rows_each_pull_spans():
+    """What settles how many rows a pull carries (one union of how many pushes): after a
+    worker's first pull (everything), each pull records the updates applied since that
+    worker's last and the distinct table rows it carries; dense tensors are not rows."""
+    import torch
+
+    from harness.runners.torch_ps import ShardServer
+
+    server = ShardServer({"dense": torch.zeros(2), "table": torch.zeros((10, 2))}, {"table"},
+                         2, synchronous=False)
+    server.pull(0)
+    server.pull(1)
+    for worker, rows in ((1, [1, 2]), (1, [2, 3]), (0, [3])):
+        server.push(worker, [("dense", None, torch.ones(2)),
+                             ("table", torch.tensor(rows), torch.ones((len(rows), 2)))])
+    server.pull(0)  # three pushes since, rows {1, 2, 3}
+    server.pull(1)  # the same three
+    server.push(0, [("table", torch.tensor([5]), torch.ones((1, 2)))])
+    server.pull(0)  # one push, one row
+    stats = server.stats()
+    assert server.pull_spans == [3, 3, 1] and server.pull_rows == [3, 3, 1]
+    assert stats["pull_span_mean"] == pytest.approx(7 / 3)
+    assert stats["pull_rows_mean"] == pytest.approx(7 / 3)

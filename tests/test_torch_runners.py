@@ -65,6 +65,11 @@ def test_recsys_parameter_server_moves_fewer_bytes_than_all_reduce(store):
     assert by["ddp"].status == "ok", by["ddp"].reason
     assert by["parameter_server"].bytes_sent_per_step < 0.5 * by["ddp"].bytes_sent_per_step
     assert by["parameter_server"].max_weight_diff < 1e-4
+    # each server counted its pulls: a synchronous round is one update, and both servers
+    # hold tables whose touched rows the pulls carry
+    extra = by["parameter_server"].extra
+    assert extra["ps_pull_span_mean"] == [1.0, 1.0]
+    assert len(extra["ps_pull_rows_mean"]) == 2 and min(extra["ps_pull_rows_mean"]) > 0
 
 
 def test_a_killed_worker_ends_as_a_failed_row_and_the_run_goes_on(store, tmp_path):

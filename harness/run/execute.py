@@ -270,6 +270,11 @@ def execute_case(case: Case, run_id: str, workdir: Path,
         for key in ("staleness_mean", "staleness_max"):
             extra[key] = max(extra.get(key, 0), server[key])
         extra.setdefault("ps_shard_bytes", []).append(server["shard_bytes"])
+        # per server, over the run's pulls after each worker's first: how many pushes a
+        # pull spans and how many table rows it carries (the union it pulls)
+        for key in ("pull_span_mean", "pull_rows_mean"):
+            if key in server:
+                extra.setdefault(f"ps_{key}", []).append(server[key])
     if strat.weights_match and strat.exchange != "none" and weights:
         ref = run_group([layout.reference(case, case_file)], workdir / "reference",
                         case.timeout_s)

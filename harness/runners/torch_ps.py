@@ -53,6 +53,11 @@ class ShardServer:
             {n: None for n in params} for _ in range(workers)]
         self.pulled_version = [0] * workers
         self.staleness: list[int] = []
+        # every pull after a worker's first (which takes everything): the updates it spans
+        # (the pushes applied since that worker last pulled) and the table rows it carries
+        self.pulled: set[int] = set()
+        self.pull_spans: list[int] = []
+        self.pull_rows: list[int] = []
 
     def _apply(self, grads: list[Grad], scale: float) -> None:
         touched: dict[str, set[int] | None] = {}
@@ -76,6 +81,11 @@ class ShardServer:
 
     def pull(self, worker: int) -> tuple[int, list[Grad]]:
         with self.lock:
+            if worker in self.pulled:
+                self.pull_spans.append(self.version - self.pulled_version[worker])
+                self.pull_rows.append(sum(len(rows) for name, rows in self.dirty[worker].items()
+                                          if name in self.sparse and rows is not None))
+            self.pulled.add(worker)
             out: list[Grad] = []
             for name, rows in self.dirty[worker].items():
                 param = self.params[name]
@@ -116,7 +126,11 @@ class ShardServer:
             return {"updates": self.version, "staleness_mean": float(np.mean(s)) if s else 0.0,
                     "staleness_max": int(max(s)) if s else 0,
                     "shard_bytes": sum(p.numel() * p.element_size()
-                                       for p in self.params.values())}
+                                       for p in self.params.values()),
+                    "pull_span_mean": float(np.mean(self.pull_spans)) if self.pull_spans
+                    else 0.0,
+                    "pull_rows_mean": float(np.mean(self.pull_rows)) if self.pull_rows
+                    else 0.0}
 
 
 def _summed(pushes: list[tuple[int, list[Grad]]]) -> list[Grad]:
