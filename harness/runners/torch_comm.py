@@ -25,7 +25,7 @@ from harness.core.strategies import library
 from harness.measure.stats import summarize_rounds
 
 OPS = library("torch").sweep_ops
-RPC_OPS = ("rpc",)  # each rank's buffer to the next rank at once, by torch RPC
+RPC_OPS = library("torch").named_ops  # torch RPC: each rank's buffer to the next at once
 BUDGET_S = 0.05  # per point and round
 MIN_ITERS, MAX_ITERS = 1, 25
 

@@ -295,12 +295,12 @@ def _exchange_time(colls: _Collectives, matrix: np.ndarray, share: float,
 
     The all-to-all's share is read from a uniform sweep, where every link carries as much
     both ways (each direction's acknowledgements, we take it, queue behind the other's data
-    in the shaper's 100 ms queue). An
-    exchange of unequal owners is lopsided (5 hosts in racks of 3 + 2, tables 2, 2, 2, 1, 1:
-    the rows cross the uplink twice as heavily one way), and traffic one way reaches the
-    probed rate on these links: the 5- and 4-host racked clusters' broadcasts (0-2% at every
-    size) and parameter servers' pushes and pulls (1-2%) at the probed rate, where their
-    all-to-alls, all-gathers and all-reduces, loaded both ways, lose 10-20% from 4 MiB."""
+    in the shaper's 100 ms queue). An exchange of unequal owners is lopsided (5 hosts in
+    racks of 3 + 2, tables 2, 2, 2, 1, 1: the rows cross the uplink twice as heavily one
+    way), and traffic one way reaches the probed rate on these links: the 5- and 4-host
+    racked clusters' broadcasts (0-2% at every size) and parameter servers' pushes and pulls
+    (1-2%) at the probed rate, where their all-to-alls, all-gathers and all-reduces, loaded
+    both ways, lose 10-20% from 4 MiB."""
     moving = np.array(matrix, dtype=float)
     np.fill_diagonal(moving, 0.0)
     both = np.minimum(moving, moving.T)
