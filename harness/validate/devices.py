@@ -86,6 +86,9 @@ class Row:
     grad_reduce: str = "overlapped"  # or after_backward (DeepSpeed after the flush)
     stage_layers: tuple[int, ...] = ()  # blocks per pipeline stage where uneven
     param_gather_overlap: bool = False  # Megatron's --overlap-param-gather, where stated
+    # (padded length, share of micro-batches) where the loader bins sequences by length,
+    # resolved from the file's ``lengths`` entry the row names (``padded_lengths``)
+    padded: tuple[tuple[int, float], ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -176,17 +179,41 @@ def corpus() -> tuple[list[Row], dict[str, Any]]:
     """The rows and the file (its conventions, assumptions, exclusions and fit rows)."""
     text = (resources.files("harness.validate") / "published" / CORPUS).read_text("utf-8")
     data = json.loads(text)
-    known = {f for f in Row.__dataclass_fields__ if f != "extra"}
+    known = {f for f in Row.__dataclass_fields__ if f not in ("extra", "padded")}
     rows = [Row(**{k: v for k, v in r.items() if k in known},
+                padded=padded_lengths(r, data.get("lengths", {})),
                 extra={k: v for k, v in r.items() if k not in known}) for r in data["rows"]]
     return rows, data
 
 
-def row_ops(row: Row) -> tuple[Op, ...]:
-    """One sample's operators of the row's model at the row's sequence length."""
+def row_ops(row: Row, seq: int | None = None) -> tuple[Op, ...]:
+    """One sample's operators of the row's model at ``seq`` tokens (the row's length)."""
     if row.model == "bert_large":
-        return bert_large_ops(row.seq or 512)
+        return bert_large_ops(seq or row.seq or 512)
     return get_known(row.model).ops
+
+
+def padded_lengths(row: dict[str, Any], lengths: dict[str, Any]
+                   ) -> tuple[tuple[int, float], ...]:
+    """(padded length, share of micro-batches) of the length distribution a row names.
+
+    A binning loader (NVIDIA's LDDL) draws each micro-batch from one length bin, chosen with
+    the bin's share of the data, and pads it to its longest sequence, so the padded length
+    depends on the batch: the entry gives it per batch size. The mean step is the shares'
+    weighted sum of the steps at those lengths, not the step at the mean length (attention's
+    s² and the GEMMs' shapes are not linear in it)."""
+    name = row.get("lengths")
+    if not name:
+        return ()
+    if name not in lengths:
+        raise SpecError(f"row {row['id']}: no length distribution {name!r}")
+    entry = lengths[name]
+    padded = entry["padded_at_batch"].get(str(row["batch_per_gpu"]))
+    if padded is None:
+        raise SpecError(f"row {row['id']}: {name!r} has no padded lengths at batch "
+                        f"{row['batch_per_gpu']}")
+    return tuple((round(length), share)
+                 for length, share in zip(padded, entry["share"], strict=True))
 
 
 def updated_params(row: Row) -> float:
@@ -212,9 +239,12 @@ def predict_step(row: Row, efficiency: float | None = None) -> dict[str, float |
     if row.model_parallel:
         return _model_parallel_step(row, efficiency)
     rate = rate_of(row, efficiency)
-    ops = row_ops(row)
-    passes = pass_times(ops, row.batch_per_gpu, rate)
-    micro = max(passes.device_s, launch_floor(passes.kernels, rate))
+    micro, launch_bound = 0.0, True
+    for seq, share in row.padded or ((row.seq or 0, 1.0),):
+        passes = pass_times(row_ops(row, seq or None), row.batch_per_gpu, rate)
+        floor = launch_floor(passes.kernels, rate)
+        micro += share * max(passes.device_s, floor)
+        launch_bound = launch_bound and floor >= passes.device_s
     params = updated_params(row)
     slots = SLOTS[row.optimizer]
     shard = row.gpus if row.sharded_optimizer else 1
@@ -230,8 +260,7 @@ def predict_step(row: Row, efficiency: float | None = None) -> dict[str, float |
     step = (row.accumulation * micro + update + exposed + rate.device.step_overhead_s)
     return {"step_s": step, "micro_s": micro, "optimizer_s": update, "exposed_comm_s": exposed,
             "samples_per_gpu": row.batch_per_gpu * row.accumulation / step,
-            "bound": "launch" if launch_floor(passes.kernels, rate) >= passes.device_s
-            else "device"}
+            "bound": "launch" if launch_bound else "device"}
 
 
 def _model_parallel_step(row: Row, efficiency: float | None) -> dict[str, float | str]:
