@@ -72,6 +72,7 @@ class Row:
     channels_last: bool | None = None
     fused_attention: bool | None = None
     sharded_optimizer: bool = False
+    fsdp: bool = False  # parameters, gradients and optimizer state sharded (ZeRO-3)
     sparse_embeddings: bool = False
     # a model-parallel run (Megatron-Core, NeMo): its degrees as published; data-parallel
     # is what the GPUs leave, micro-batches per pipeline are ``accumulation``
@@ -95,7 +96,7 @@ class Row:
     def model_parallel(self) -> bool:
         """Timed by the layout's step: split models, and any run beyond one host."""
         return (self.tensor * self.pipeline * self.context * self.expert > 1
-                or self.gpus > PER_HOST)
+                or self.gpus > PER_HOST or self.fsdp)
 
     @property
     def data(self) -> int:
@@ -112,7 +113,7 @@ class Row:
                       microbatches=self.accumulation, context=self.context,
                       expert=self.expert, virtual=self.virtual,
                       schedule="interleaved" if self.virtual > 1 else "1f1b",
-                      sequence_parallel=self.tensor > 1, zero=int(self.sharded_optimizer),
+                      sequence_parallel=self.tensor > 1, zero=3 if self.fsdp else int(self.sharded_optimizer),
                       tp_overlap=self.tp_overlap, p2p=self.p2p,
                       grad_reduce=self.grad_reduce, stage_blocks=tuple(self.stage_layers),
                       param_gather_overlap=self.param_gather_overlap)
@@ -179,11 +180,29 @@ def corpus() -> tuple[list[Row], dict[str, Any]]:
     """The rows and the file (its conventions, assumptions, exclusions and fit rows)."""
     text = (resources.files("harness.validate") / "published" / CORPUS).read_text("utf-8")
     data = json.loads(text)
+    return [_row(r, data) for r in data["rows"]], data
+
+
+def _row(entry: dict[str, Any], data: dict[str, Any]) -> Row:
     known = {f for f in Row.__dataclass_fields__ if f not in ("extra", "padded")}
-    rows = [Row(**{k: v for k, v in r.items() if k in known},
-                padded=padded_lengths(r, data.get("lengths", {})),
-                extra={k: v for k, v in r.items() if k not in known}) for r in data["rows"]]
-    return rows, data
+    return Row(**{k: v for k, v in entry.items() if k in known},
+               padded=padded_lengths(entry, data.get("lengths", {})),
+               extra={k: v for k, v in entry.items() if k not in known})
+
+
+def system_file_fits() -> dict[str, tuple[str, float]]:
+    """Each system-file efficiency taken from a published run outside the corpus (the file's
+    ``system_sources``): (the run's id, the efficiency fitted on it with this device model).
+    A test holds the system files to these, so a change to the device model that moves a fit
+    shows as a stale system file rather than as a quietly better table."""
+    _, data = corpus()
+    out = {}
+    for entry in data.get("system_sources", []):
+        row = _row({k: v for k, v in entry.items() if k != "sets"}, data)
+        target = row.global_batch / row.gpus / row.published_samples_per_gpu
+        for group in entry["sets"]:
+            out[group] = (row.id, fit_efficiency(_step_at(row), target))
+    return out
 
 
 def row_ops(row: Row, seq: int | None = None) -> tuple[Op, ...]:
@@ -408,10 +427,21 @@ def format_gains(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def format_system_fits(fits: dict[str, tuple[str, float]]) -> str:
+    lines = ["system files' efficiencies fitted on published runs outside the corpus:"]
+    for group, (rid, efficiency) in fits.items():
+        system, precision = group.split("/")
+        stated = load_preset(system).device.efficiency(precision)
+        lines.append(f"  {group:<20}{efficiency:>7.1%} on {rid} (the system file: "
+                     f"{stated:.1%})")
+    return "\n".join(lines)
+
+
 def main() -> None:
     fitted, records = compare()
     print(format_comparison(fitted, records))
     print(format_gains(compare_gains()))
+    print(format_system_fits(system_file_fits()))
     if not all(math.isfinite(r["out_of_box_error"]) for r in records):
         raise SystemExit(1)
 
