@@ -101,8 +101,7 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadProfile
             links, latency = path(topo, a, b)
             for c in {int(table.klass[link]) for link in links}:
                 crossed[c] += nbytes
-            yield net.send(links, nbytes)
-            yield env.timeout(latency)
+            yield from net.deliver(links, nbytes, latency)
 
     def push(worker: int, shard: int, read: int) -> Process:
         yield from move(worker, server_devices[shard], shard_bytes[shard])

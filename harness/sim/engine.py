@@ -185,10 +185,6 @@ def _detailed(env: simpy.Environment, schedule: Schedule, topology: Topology, nb
     chunk = nbytes / schedule.n_chunks if schedule.n_chunks else 0.0
     klass = table.klass.tolist()
 
-    def transfer(links: tuple[int, ...], size: float, latency: float) -> Process:
-        yield net.send(links, size)
-        yield env.timeout(latency)
-
     for s, _k in schedule.instances():
         procs = []
         for i in range(len(s)):
@@ -197,7 +193,7 @@ def _detailed(env: simpy.Environment, schedule: Schedule, topology: Topology, nb
                 continue
             links, latency = path(topology, a, b)
             size = float(s.size[i]) * chunk
-            procs.append(env.process(transfer(links, size, latency)))
+            procs.append(env.process(net.deliver(links, size, latency)))
             stats.transfers += 1
             stats.bytes_sent += size
             classes = [klass[link] for link in links]

@@ -7,7 +7,7 @@ finishes at the same instant are batched into one re-computation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 import simpy
@@ -60,6 +60,14 @@ class FluidNetwork:
             self.link_bytes[link] += nbytes
         self._dirty()
         return done
+
+    def deliver(self, links: Sequence[int], nbytes: float, latency: float
+                ) -> Generator[simpy.Event, object, None]:
+        """A message over ``links``: its bytes share the links with every other flow, and it
+        arrives ``latency`` after its last byte leaves (the path's propagation and switch
+        delays, paid once per message, not per byte). Run it as a process or ``yield from``."""
+        yield self.send(links, nbytes)
+        yield self.env.timeout(latency)
 
     def _advance(self) -> None:
         dt = self.env.now - self._last

@@ -63,8 +63,7 @@ def round_time(topology: Topology, devices: Sequence[int] | None, push: Schedule
         a, b = device(src), device(dst)
         if a != b and size > 0:  # a colocated server's own worker moves nothing
             links, latency = path(topology, a, b)
-            yield net.send(links, size)
-            yield env.timeout(latency)
+            yield from net.deliver(links, size, latency)
 
     def landed(server: int, flow: simpy.Process) -> Process:
         yield flow

@@ -113,7 +113,8 @@ class Row:
                       microbatches=self.accumulation, context=self.context,
                       expert=self.expert, virtual=self.virtual,
                       schedule="interleaved" if self.virtual > 1 else "1f1b",
-                      sequence_parallel=self.tensor > 1, zero=3 if self.fsdp else int(self.sharded_optimizer),
+                      sequence_parallel=self.tensor > 1,
+                      zero=3 if self.fsdp else int(self.sharded_optimizer),
                       tp_overlap=self.tp_overlap, p2p=self.p2p,
                       grad_reduce=self.grad_reduce, stage_blocks=tuple(self.stage_layers),
                       param_gather_overlap=self.param_gather_overlap)
