@@ -446,7 +446,7 @@ def test_one_measured_step_calibrates_the_device_for_every_other_configuration(t
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 200), st.integers(1, 200))
 def test_uneven_stages_cover_every_layer_once_and_lighten_the_ends(blocks, chunks):
-    from harness.sim.layered import ends_lighter
+    from harness.core.layout import ends_lighter
 
     if chunks > blocks:
         return
@@ -460,7 +460,8 @@ def test_llama3_405b_on_16_uneven_stages_as_meta_trained_it():
     """126 layers on 16 stages: 7 on the first and last, 8 on the others (Llama 3 paper,
     section 3.3.2); simulate answers with its memory per device and whether it fits, and
     a count that does not divide says what to give."""
-    from harness.sim.layered import ends_lighter, runs, stage_layers
+    from harness.core.layout import ends_lighter, runs
+    from harness.sim.layered import stage_layers
 
     assert runs(ends_lighter(126, 16)) == "7,8x14,7"
     base = ["simulate", "--topology", "preset:dgx_h100_ib,hosts=1024", "--workers", "8192",

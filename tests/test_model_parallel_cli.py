@@ -17,8 +17,12 @@ def _run(tmp_path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--strategy", "pipeline", "--workload", "transformer:M", "--stages", "3"],
-     "3 stages do not divide the 4 blocks of transformer:M"),
+    (["--strategy", "pipeline", "--workload", "transformer:M", "--stages", "5"],
+     "5 stages cannot split the 4 blocks of transformer:M"),
+    (["--strategy", "pipeline", "--workload", "transformer:M", "--stages", "3",
+      "--stage-layers", "3,1"], "--stage-layers 3,1: 3 counts of at least 1 summing to"),
+    (["--strategy", "ddp", "--workload", "mlp:S", "--stage-layers", "ends"],
+     "--stage-layers applies to --strategy pipeline"),
     (["--strategy", "pipeline", "--workload", "transformer:M", "--stages", "2",
       "--microbatches", "3"], "3 micro-batches do not divide the pipeline's batch of 16"),
     (["--strategy", "pipeline", "--workload", "mlp:S"],
@@ -48,6 +52,8 @@ def test_a_slurm_dry_run_script_carries_the_layout(tmp_path):
     script = tmp_path / "job.sbatch"
     proc = _run(tmp_path, "--strategy", "pipeline", "--workload", "transformer:M",
                 "--cluster", "slurm:nodes=4", "--stages", "4", "--microbatches", "8",
-                "--schedule", "gpipe", "--dry-run", "--script", str(script))
+                "--schedule", "gpipe", "--stage-layers", "1,1,1,1", "--dry-run",
+                "--script", str(script))
     assert proc.returncode == 0, proc.stderr
-    assert "--stages 4 --microbatches 8 --schedule gpipe" in script.read_text()
+    assert ("--stages 4 --microbatches 8 --schedule gpipe --stage-layers 1,1,1,1"
+            in script.read_text())

@@ -34,8 +34,26 @@ def test_a_pipeline_case_carries_its_stages_micro_batches_and_schedule():
     assert emulated.replicas == 4  # one stage per host
 
 
+def test_stages_that_do_not_divide_the_blocks_take_fewer_on_the_first_and_last():
+    """Issue 37: a 4-block transformer on 3 stages runs 1, 2, 1 (the shortfall off the
+    ends, which also hold the embedding and the head), or the counts asked."""
+    from harness.core.layout import Layout
+
+    (case,) = _plan("transformer:M", stages=3)
+    assert case.options["stage_layers"] == "1,2,1"
+    assert Layout.from_columns(case.options, case.replicas).stage_blocks == (1, 2, 1)
+    assert "layers=1,2,1" in Layout.from_columns(case.options, case.replicas).describe()
+    (asked,) = _plan("transformer:M", stages=3, stage_layers="2,1,1")
+    assert asked.options["stage_layers"] == "2,1,1"
+    (equal,) = _plan("transformer:M", stages=2)
+    assert "stage_layers" not in equal.options  # equal runs: nothing to carry
+
+
 @pytest.mark.parametrize("workload, asked, hosts, message", [
-    ("transformer:M", {"stages": 3}, 1, "3 stages do not divide the 4 blocks"),
+    ("transformer:M", {"stages": 5}, 1, "5 stages cannot split the 4 blocks"),
+    ("transformer:M", {"stages": 3, "stage_layers": "2,2,1"}, 1,
+     "3 counts of at least 1 summing to the 4 blocks"),
+    ("transformer:M", {"stages": 3, "stage_layers": "a,b"}, 1, "is not a count"),
     ("transformer:M", {"stages": 2, "microbatches": 3}, 1,
      "3 micro-batches do not divide the pipeline's batch of 16"),
     ("mlp:S", {}, 1, "pipeline splits a model by its blocks"),
@@ -50,10 +68,10 @@ def test_all_means_data_parallel_and_the_cli_refuses_a_bad_split_with_exit_2(tmp
     assert "pipeline" not in {s.name for s in catalog.strategies("torch", [])}
     bad = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--framework", "torch",
                           "--strategy", "pipeline", "--workload", "transformer:M",
-                          "--stages", "3", "--results", str(tmp_path)],
+                          "--stages", "5", "--results", str(tmp_path)],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0, bad.stderr
-    assert "3 stages do not divide the 4 blocks" in bad.stderr
+    assert "5 stages cannot split the 4 blocks" in bad.stderr
 
 
 def _beside_one_device(tmp_path, strategy: str, *options: str):
@@ -81,6 +99,24 @@ def test_a_pipeline_trains_to_one_devices_weights_and_measures_its_bubble(tmp_pa
     assert 0 < pipe["extra"]["bubble_fraction"] < 1
     assert pipe["extra"]["pipeline_stages"] == 2 and pipe["extra"]["microbatches"] == 4
     assert pipe["grad_bytes"] == rows.loc["single_device", "grad_bytes"]  # the whole model
+
+
+@pytest.mark.heavy
+def test_uneven_stages_train_to_one_devices_weights(tmp_path):
+    """Issue 37: 3 stages of a 4-block transformer (1, 2, 1 blocks) train the same weights
+    as one device, and the row records the split the prediction reads back."""
+    from results.store import load
+
+    run = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--framework", "torch",
+                          "--strategy", "single_device", "--strategy", "pipeline",
+                          "--workload", "transformer:M", "--stages", "3", "--steps", "2",
+                          "--warmup", "1", "--repeats", "1", "--results", str(tmp_path)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    pipe = load(tmp_path).set_index("strategy").loc["pipeline"]
+    assert pipe["status"] == "ok", pipe["reason"]
+    assert pipe["max_weight_diff"] <= 1e-5
+    assert pipe["extra"]["stage_layers"] == "1,2,1"
 
 
 def test_qkv_rows_are_reordered_so_each_rank_holds_its_heads_q_k_and_v():

@@ -110,6 +110,10 @@ def run_cases(cases: list[Case], store: ResultsStore, run_id: str, skip: set[str
               help="Pipeline micro-batches per step (default: one per stage).")
 @click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), default=None,
               help="Pipeline schedule (default: 1f1b).")
+@click.option("--stage-layers", default=None, metavar="COUNTS|ends",
+              help="Blocks per pipeline stage: 1,2,1 (8x14 repeats a count) or 'ends' "
+                   "(default: equal runs where the stages divide the blocks, else the "
+                   "shortfall off the first and last stages).")
 @click.option("--tensor-parallel", "tensor", type=click.IntRange(min=1), default=None,
               help="tensor_parallel's degree (default: one rank per emulated host, else 2).")
 @click.option("--tf-loop", "tf_loop", type=click.Choice(["custom", "fit"]), default=None,
@@ -119,14 +123,16 @@ def run_cases(cases: list[Case], store: ResultsStore, run_id: str, skip: set[str
 def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
             workloads: tuple[str, ...], cluster: str, steps: int, warmup: int, repeats: int,
             timeout: float, resume: bool, dry_run: bool, script: str, stages: int | None,
-            microbatches: int | None, schedule: str | None, tensor: int | None,
-            tf_loop: str | None, results: str | None, as_json: bool) -> None:
+            microbatches: int | None, schedule: str | None, stage_layers: str | None,
+            tensor: int | None, tf_loop: str | None, results: str | None,
+            as_json: bool) -> None:
     """Train workloads under each strategy and store one row per case."""
     store = ResultsStore(results_dir(results))
     if dry_run:
         write_batch_script(clusters.parse_cluster(cluster), framework, strategy_names,
                            workloads, suite, steps, warmup, repeats, timeout, store, script,
-                           CaseOptions(stages, microbatches, schedule, tensor, tf_loop))
+                           CaseOptions(stages, microbatches, schedule, tensor, tf_loop,
+                                       stage_layers))
         return
     if resume:
         run_id, cases = _resume_target(store)
@@ -139,7 +145,8 @@ def command(suite: str | None, framework: str, strategy_names: tuple[str, ...],
         names = list(workloads) or list(SUITES[suite or "quick"])
         cases = plan(strategies, resolve_workloads(names), cluster_spec.text, steps, warmup,
                      repeats, timeout, hosts=cluster_spec.hosts,
-                     pipeline=CaseOptions(stages, microbatches, schedule, tensor, tf_loop))
+                     pipeline=CaseOptions(stages, microbatches, schedule, tensor, tf_loop,
+                                          stage_layers))
         run_id = start_run(store, cases)
         skip = set()
     with on_cluster(cluster_spec, store, run_id) as emulated:
@@ -175,7 +182,8 @@ def write_batch_script(cluster_spec: clusters.ClusterSpec, framework: str,
                                    ("--microbatches", layout.microbatches),
                                    ("--schedule", layout.schedule),
                                    ("--tensor-parallel", layout.tensor),
-                                   ("--tf-loop", layout.tf_loop))
+                                   ("--tf-loop", layout.tf_loop),
+                                   ("--stage-layers", layout.stage_layers))
              if value is not None for a in (flag, str(value))]
     text = slurm.batch_script(cases, SlurmTarget(cluster_spec), argv)
     path = Path(script)

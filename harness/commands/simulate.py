@@ -273,6 +273,7 @@ def _simulate_layout(topology: str, workload: str | None, profile: str | None, r
                      stage_layers: str | None = None) -> dict[str, Any]:
     from dataclasses import replace
 
+    from harness.core.layout import parse_stage_layers
     from harness.sim import simulate_layout
     from harness.sim.structure import layered
     from workloads import WorkloadError
@@ -302,23 +303,6 @@ def _simulate_layout(topology: str, workload: str | None, profile: str | None, r
             precision=bytes_at)["step_time_median_s"])
     return simulate_layout(topology, model, layout, batch, calib, step_compute_s=compute,
                            optimizer=optimizer, recompute=recompute, precision=bytes_at)
-
-
-def parse_stage_layers(text: str, blocks: int, chunks: int) -> tuple[int, ...]:
-    """``--stage-layers``: counts per stage ('7,8,8,...,7', repeats as '8x14'), or 'ends'
-    (the shortfall off the first and last stages, harness.sim.layered.ends_lighter)."""
-    from harness.sim.layered import ends_lighter
-
-    if text.strip().lower() == "ends":
-        return ends_lighter(blocks, chunks)
-    counts: list[int] = []
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        value, _, times = item.lower().partition("x")
-        if not value.isdigit() or (times and not times.isdigit()):
-            raise InputError(f"--stage-layers {text!r}: {item!r} is not a count (7) or a "
-                             f"repeated count (8x14)")
-        counts += [int(value)] * (int(times) if times else 1)
-    return tuple(counts)
 
 
 def expand(names: list[str] | str) -> list[tuple[str, str]]:

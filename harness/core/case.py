@@ -87,11 +87,14 @@ def replicas_for(strategy: Strategy, hosts: int = 1) -> int:
 
 @dataclass(frozen=True)
 class CaseOptions:
-    """`run --stages/--microbatches/--schedule/--tensor-parallel/--tf-loop`: how a
-    model-parallel case splits its model, and how a TF case trains."""
+    """`run --stages/--microbatches/--schedule/--tensor-parallel/--tf-loop/--stage-layers`:
+    how a model-parallel case splits its model, and how a TF case trains."""
 
     stages: int | None = None  # default: one per emulated host, else this machine's 2
     microbatches: int | None = None  # default: one per stage
     schedule: str | None = None  # default 1f1b; None tells a schedule nobody asked for
     tensor: int | None = None  # tensor_parallel's degree (same default as stages)
     tf_loop: str | None = None  # TF cases: custom (the default) or Keras fit
+    # blocks per pipeline stage ('1,2,1', '8x14' repeats, or 'ends'); default: equal runs
+    # where the stages divide the blocks, else the shortfall off the first and last
+    stage_layers: str | None = None

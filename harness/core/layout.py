@@ -28,6 +28,8 @@ COLUMNS = {"data": "data_parallel", "stages": "pipeline_stages", "tensor": "tens
            "context": "context_parallel", "expert": "expert_parallel",
            "microbatches": "microbatches", "schedule": "pipeline_schedule",
            "virtual": "virtual_stages"}
+#: uneven stages' blocks per stage, '1,2,1' (absent where the stages are equal runs)
+STAGE_LAYERS = "stage_layers"
 ALIASES = {"pipeline_stages": ("stages",), "tensor_parallel": ("tensor_parallel_degree",),
            "pipeline_schedule": ("schedule",)}
 
@@ -113,10 +115,14 @@ class Layout:
                 **{column: getattr(self, name) for name, column in COLUMNS.items()}}
 
     def case_options(self) -> dict[str, Any]:
-        """What a case carries of its layout (its options, under ``COLUMNS``): the runners
-        read it back with ``from_columns``, the same as a stored row."""
-        return {column: getattr(self, name) for name, column in COLUMNS.items()
-                if name != "data"}
+        """What a case carries of its layout (its options, under ``COLUMNS``, and uneven
+        stages as ``stage_layers``, '1,2,1'): the runners read it back with
+        ``from_columns``, the same as a stored row."""
+        options = {column: getattr(self, name) for name, column in COLUMNS.items()
+                   if name != "data"}
+        if self.stage_blocks:
+            options[STAGE_LAYERS] = ",".join(map(str, self.stage_blocks))
+        return options
 
     @classmethod
     def from_columns(cls, row: dict[str, Any], replicas: int | None = None) -> Layout | None:
@@ -145,7 +151,16 @@ class Layout:
                    expert=int(value("expert_parallel") or 1),
                    microbatches=int(value("microbatches") or 1),
                    schedule=str(value("pipeline_schedule") or "1f1b"),
-                   virtual=int(value("virtual_stages") or 1))
+                   virtual=int(value("virtual_stages") or 1),
+                   stage_blocks=_counts(value(STAGE_LAYERS)))
+
+
+def _counts(text: Any) -> tuple[int, ...]:
+    """'1,2,1' (or a stored list) -> (1, 2, 1); () for nothing stored."""
+    if text is None or text == "":
+        return ()
+    items = text.split(",") if isinstance(text, str) else list(text)
+    return tuple(int(x) for x in items)
 
 
 def runs(counts: tuple[int, ...]) -> str:
@@ -157,3 +172,37 @@ def runs(counts: tuple[int, ...]) -> str:
     return ",".join(out)
 
 
+def ends_lighter(blocks: int, chunks: int) -> tuple[int, ...]:
+    """Blocks per chunk when ``chunks`` does not divide ``blocks``: the middle chunks a
+    whole share rounded up, the shortfall taken off the first and the last in turn (they
+    also hold the embedding and the head). Llama 3 405B: 126 layers on 16 stages ->
+    7, 8 x 14, 7 (Meta trained it with fewer layers on the first and last stages;
+    Megatron-LM's --decoder-first/last-pipeline-num-layers and torchtitan's split do as much)."""
+    per = -(-blocks // chunks)
+    counts = [per] * chunks
+    short = per * chunks - blocks
+    ends = [0, chunks - 1]
+    for i in range(short):
+        counts[ends[i % 2] if chunks > 1 else 0] -= 1
+    if min(counts) < 1 or short > 2 * per - 2:  # the ends cannot absorb it: spread it
+        base, extra = divmod(blocks, chunks)
+        counts = [base + (1 if i < extra else 0) for i in range(chunks)]
+    return tuple(counts)
+
+
+def parse_stage_layers(text: str, blocks: int, chunks: int) -> tuple[int, ...]:
+    """``--stage-layers``: counts per stage ('7,8,8,...,7', repeats as '8x14'), or 'ends'
+    (``ends_lighter``); InputError (one line) for text that is neither. Whether the counts
+    fit the model is the reader's check (the simulator's ``check_layout``, a run's plan)."""
+    from harness.core.errors import InputError
+
+    if text.strip().lower() == "ends":
+        return ends_lighter(blocks, chunks)
+    counts: list[int] = []
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        value, _, times = item.lower().partition("x")
+        if not value.isdigit() or (times and not times.isdigit()):
+            raise InputError(f"--stage-layers {text!r}: {item!r} is not a count (7) or a "
+                             f"repeated count (8x14)")
+        counts += [int(value)] * (int(times) if times else 1)
+    return tuple(counts)

@@ -148,7 +148,8 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("torch", "pipeline", "pipeline", True, True,
              "torch.distributed.pipelining: one stage per process, GPipe or 1F1B over "
              "micro-batches (transformer family; named, never part of 'all').",
-             waits_every_step=True, options=("stages", "microbatches", "schedule")),
+             waits_every_step=True,
+             options=("stages", "microbatches", "schedule", "stage_layers")),
     Strategy("torch", "tensor_parallel", "tensor", True, True,
              "DTensor tensor parallelism: each block's attention heads and MLP split over "
              "the ranks (transformer family; named, never part of 'all').",

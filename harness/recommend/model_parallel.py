@@ -17,10 +17,10 @@ from dataclasses import replace
 from typing import Any
 
 from harness.core.errors import SpecError
-from harness.core.layout import Layout
+from harness.core.layout import Layout, ends_lighter
 from harness.recommend.targets import Target, device_counts
 from harness.sim.calibration import Calibration
-from harness.sim.layered import RECOMPUTE, LayeredModel, check_layout, ends_lighter
+from harness.sim.layered import RECOMPUTE, LayeredModel, check_layout
 from harness.sim.memory import model_parallel_memory
 from workloads.precision import FP32, Precision
 

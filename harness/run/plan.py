@@ -18,7 +18,7 @@ from harness.core.case import (
     replicas_for,
 )
 from harness.core.errors import InputError
-from harness.core.layout import Layout
+from harness.core.layout import Layout, ends_lighter, parse_stage_layers, runs
 from harness.core.strategies import STRATEGIES, Strategy
 
 
@@ -29,7 +29,8 @@ def _refuse_unused(strategies: list[Strategy], asked: CaseOptions) -> None:
     flags = {"--tf-loop": (asked.tf_loop, "tf_loop"), "--stages": (asked.stages, "stages"),
              "--microbatches": (asked.microbatches, "microbatches"),
              "--schedule": (asked.schedule, "schedule"),
-             "--tensor-parallel": (asked.tensor, "tensor")}
+             "--tensor-parallel": (asked.tensor, "tensor"),
+             "--stage-layers": (asked.stage_layers, "stage_layers")}
     for flag, (value, option) in flags.items():
         if value is None or any(option in s.options for s in strategies):
             continue
@@ -122,17 +123,33 @@ def _pipeline_options(choice: WorkloadChoice, hosts: int, asked: CaseOptions,
     if hosts > 1 and stages != hosts:
         raise InputError(f"on emulated hosts a pipeline runs one stage per host: --stages "
                          f"{stages} must be the cluster's hosts={hosts}")
-    if stages < 2 or config.layers % stages:
-        raise InputError(f"{stages} stages do not divide the {config.layers} blocks of "
-                         f"{choice.ref} (choose a divisor of {config.layers} from 2)")
+    if stages < 2 or stages > config.layers:
+        raise InputError(f"{stages} stages cannot split the {config.layers} blocks of "
+                         f"{choice.ref} (give from 2 to {config.layers} stages)")
+    blocks = stage_blocks(asked.stage_layers, config.layers, stages)
     microbatches = asked.microbatches or stages
     batch = choice.batch * stages  # each stage brings its share, as a data replica would
     if batch % microbatches:
         raise InputError(f"{microbatches} micro-batches do not divide the pipeline's batch "
                          f"of {batch} ({choice.batch} per stage x {stages} stages)")
     options.update(Layout(stages=stages, microbatches=microbatches,
-                          schedule=asked.schedule or "1f1b").case_options())
+                          schedule=asked.schedule or "1f1b", stage_blocks=blocks)
+                   .case_options())
     return stages
+
+
+def stage_blocks(asked: str | None, blocks: int, stages: int) -> tuple[int, ...]:
+    """Blocks per stage: as asked (``--stage-layers``), else () where the stages divide the
+    blocks (equal runs) and the shortfall off the first and last stages where they do not
+    (``core.layout.ends_lighter``, as Megatron-LM and torchtitan split); InputError (one
+    line) for counts that do not split this model."""
+    if not asked:
+        return () if blocks % stages == 0 else ends_lighter(blocks, stages)
+    counts = parse_stage_layers(asked, blocks, stages)
+    if len(counts) != stages or sum(counts) != blocks or min(counts) < 1:
+        raise InputError(f"--stage-layers {asked}: {stages} counts of at least 1 summing to "
+                         f"the {blocks} blocks are needed (got {runs(counts) or 'none'})")
+    return counts
 
 
 @dataclass(frozen=True)

@@ -33,16 +33,19 @@ from harness.runners import torch_workload as tw
 
 
 class StagePart(nn.Module):
-    """Stage ``index`` of ``stages`` of a built-in Transformer (workloads/torch_models.py)."""
+    """Stage ``index`` of ``stages`` of a built-in Transformer (workloads/torch_models.py):
+    its run of blocks, equal runs or ``counts`` per stage (uneven stages)."""
 
-    def __init__(self, full: nn.Module, index: int, stages: int) -> None:
+    def __init__(self, full: nn.Module, index: int, stages: int,
+                 counts: tuple[int, ...] = ()) -> None:
         super().__init__()
         blocks = list(full.blocks)
-        per = len(blocks) // stages
+        counts = counts or (len(blocks) // stages,) * stages
+        start = sum(counts[:index])
         self.first, self.last = index == 0, index == stages - 1
         if self.first:
             self.tok_emb, self.pos_emb = full.tok_emb, full.pos_emb
-        self.blocks = nn.ModuleList(blocks[index * per:(index + 1) * per])
+        self.blocks = nn.ModuleList(blocks[start:start + counts[index]])
         if self.last:
             self.ln_f = full.ln_f
             weight = full.tok_emb.weight
@@ -86,7 +89,7 @@ def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
     full = tw.build(spec, case.seed)
     names = {id(p): n for n, p in full.named_parameters()}
     model_bytes = tw.grad_bytes(full)
-    part = StagePart(full, index, stages)
+    part = StagePart(full, index, stages, layout.stage_blocks)
     del full
     was_reset = memory.reset_peak()
     micro = case.global_batch // microbatches

@@ -17,7 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.core.errors import SpecError
-from harness.core.layout import CONTEXT_COMM, GRAD_REDUCE, P2P, SHARDING, Layout, runs
+from harness.core.layout import (
+    CONTEXT_COMM,
+    GRAD_REDUCE,
+    P2P,
+    SHARDING,
+    Layout,
+    ends_lighter,
+    runs,
+)
 from harness.sim.pipeline import SCHEDULES
 from workloads.operators import Op
 
@@ -221,22 +229,4 @@ def stage_layers(model: LayeredModel, stages: int, counts: tuple[int, ...] = ()
     out[0] = (*model.pre, *out[0])
     out[-1] = (*out[-1], *model.post)
     return out
-
-
-def ends_lighter(blocks: int, chunks: int) -> tuple[int, ...]:
-    """Blocks per chunk when ``chunks`` does not divide ``blocks``: the middle chunks a
-    whole share rounded up, the shortfall taken off the first and the last in turn (they
-    also hold the embedding and the head). Llama 3 405B: 126 layers on 16 stages ->
-    7, 8 x 14, 7 (Meta trained it with fewer layers on the first and last stages;
-    Megatron-LM's --decoder-first/last-pipeline-num-layers and torchtitan's split do as much)."""
-    per = -(-blocks // chunks)
-    counts = [per] * chunks
-    short = per * chunks - blocks
-    ends = [0, chunks - 1]
-    for i in range(short):
-        counts[ends[i % 2] if chunks > 1 else 0] -= 1
-    if min(counts) < 1 or short > 2 * per - 2:  # the ends cannot absorb it: spread it
-        base, extra = divmod(blocks, chunks)
-        counts = [base + (1 if i < extra else 0) for i in range(chunks)]
-    return tuple(counts)
 
