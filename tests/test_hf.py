@@ -80,3 +80,21 @@ def test_simulate_reads_an_hf_config(tmp_path):
         "--precision", "bf16"])
     assert result.exit_code == 0, result.output
     assert "fsdp" in result.output
+
+
+def test_the_catalogs_moe_models_are_their_published_shapes():
+    """Issue 37: Mixtral 8x7B and a DeepSeek-V3-shaped model by name, with cited dimensions:
+    Mixtral's count is its config's (46.7B total, 12.9B active); the DeepSeek-V3 shape routes
+    every layer and uses multi-head attention, and says how far that puts it from 671B/37B."""
+    from workloads.known import DIMS_MODELS, get_known
+
+    mixtral = parse_dims(f"hf:{HF / 'mixtral_8x7b_config.json'},seq=4096")
+    known = DIMS_MODELS["mixtral_8x7b"]
+    assert (known.params, known.active_params) == (mixtral.params, mixtral.active_params)
+    assert get_known("Mixtral-8x7B").params == mixtral.params
+    v3 = DIMS_MODELS["deepseek_v3"]
+    assert v3.params == pytest.approx(671e9, rel=0.06)
+    assert v3.active_params == pytest.approx(37e9, rel=0.06)
+    notes = get_known("deepseek_v3").notes
+    assert "5% high" in notes and "MLA" in notes
+    assert any("arXiv:2412.19437" in s for s in get_known("deepseek_v3").source)

@@ -86,6 +86,16 @@ DIMS_MODELS = {
     "llama3_405b": TransformerDims(layers=126, hidden=16384, heads=128, kv_heads=8,
                                    ffn=53248, vocab=128256, seq=8192, mlp="swiglu",
                                    tied=False, positions="rope", name="llama3_405b"),
+    "mixtral_8x7b": TransformerDims(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336,
+                                    vocab=32000, seq=4096, mlp="swiglu", tied=False,
+                                    positions="rope", experts=8, top_k=2,
+                                    name="mixtral_8x7b"),
+    # DeepSeek-V3's shape in the dims' terms: every layer routed (V3's first 3 are dense)
+    # and multi-head attention (V3's is latent, MLA); the notes give what that moves
+    "deepseek_v3": TransformerDims(layers=61, hidden=7168, heads=128, ffn=18432,
+                                   vocab=129280, seq=4096, mlp="swiglu", tied=False,
+                                   positions="rope", experts=256, top_k=8, shared=1,
+                                   expert_ffn=2048, name="deepseek_v3"),
 }
 
 TORCHVISION_MODELS = "https://github.com/pytorch/vision/blob/main/torchvision/models/"
@@ -353,9 +363,41 @@ def _llama3(name: str, released: str) -> KnownModel:
                    f"on 16M-token batches.")
 
 
+MIXTRAL_SOURCE = ("Jiang et al. 2024, Mixtral of Experts, arXiv:2401.04088, Table 1 (dim 4096, "
+                  "32 layers, head_dim 128, hidden_dim 14336, 32 heads, 8 KV heads, vocab "
+                  "32000, 8 experts, top-2); 46.7B total and 12.9B active parameters "
+                  "(Mistral AI, https://mistral.ai/news/mixtral-of-experts)",
+                  "https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json")
+DEEPSEEK_V3_SOURCE = ("DeepSeek-AI 2024, DeepSeek-V3 Technical Report, arXiv:2412.19437, "
+                      "section 4.2 (61 layers, hidden 7168, 128 heads of 128, MLA; every FFN "
+                      "but the first 3 a MoE of 1 shared and 256 routed experts of width "
+                      "2048, 8 routed per token; 671B total, 37B activated; 4K pre-training "
+                      "sequence)",
+                      "https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json "
+                      "(vocab_size 129280, intermediate_size 18432, moe_intermediate_size "
+                      "2048, first_k_dense_replace 3)")
+
+
+def _moe(name: str, source: tuple[str, ...], published: str, shape: str) -> KnownModel:
+    dims = DIMS_MODELS[name]
+    return by_dims(dims, name, source,
+                   f"{dims.describe()}; {dims.params / 1e9:.1f}e9 parameters, "
+                   f"{dims.active_params / 1e9:.1f}e9 active per token counted (published: "
+                   f"{published}).{shape} The training sequence is not the config's "
+                   f"max_position_embeddings; batch 1 sequence per device.")
+
+
 _MODELS: dict[str, KnownModel] = {m.name: m for m in (
     _resnet50(), _vgg16(), _inception_v3(), _bert_large(), _gpt2_xl(), _gpt3_175b(),
     _llama3("llama3_8b", "8B"), _llama3("llama3_70b", "70B"), _llama3("llama3_405b", "405B"),
+    _moe("mixtral_8x7b", MIXTRAL_SOURCE, "46.7B total, 12.9B active",
+         " Sequence 4,096 as Megatron-Core's Mixtral benchmark ran it (Mistral AI published "
+         "no training length)."),
+    _moe("deepseek_v3", DEEPSEEK_V3_SOURCE, "671B total, 37B activated",
+         " DeepSeek-V3-shaped, not DeepSeek-V3: all 61 layers routed (V3's first 3 are "
+         "dense FFNs of width 18,432) and multi-head attention in place of MLA, which puts "
+         "the count 5% high (and the active count 5% high); the multi-token-prediction "
+         "module (14B) is left out."),
     _dlrm())}
 
 
