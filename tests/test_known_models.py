@@ -32,7 +32,7 @@ from workloads.spec import choices_message
 
 REPO = Path(__file__).resolve().parents[1]
 NAMES = ("resnet50", "vgg16", "inception_v3", "bert_large", "gpt2_xl", "gpt3_175b", "llama3_8b",
-         "llama3_70b", "llama3_405b", "dlrm")
+         "llama3_70b", "llama3_405b", "mixtral_8x7b", "deepseek_v3", "dlrm")
 
 
 def test_catalog_names():
