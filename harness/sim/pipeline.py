@@ -190,12 +190,37 @@ def run_pipeline(orders: Sequence[Sequence[Pass]], forward_s: Sequence[float],
             and len(backward_s) == len(fwd_comm) == len(bwd_comm) == stages
             and len(send_s) == len(send_back_s) == stages - 1):
         raise SpecError("one forward and backward time per stage, one send per boundary")
-    links = _Links(send_s, send_back_s, devices)
     if cores is not None and cores < devices:
         if blocking:
             raise SpecError("blocking sends are modelled where every stage has its own "
                             "device, not on shared cores")
-        return _run_shared(orders, (forward_s, backward_s), (fwd_comm, bwd_comm), links, cores)
+        return _run_shared(orders, (forward_s, backward_s), (fwd_comm, bwd_comm),
+                           _Links(send_s, send_back_s, devices), cores)
+    return _run_dedicated(orders, forward_s, backward_s, fwd_comm, bwd_comm, send_s,
+                          send_back_s, blocking)
+
+
+def _run_dedicated(orders: Sequence[Sequence[Pass]], forward_s: Sequence[float],
+                   backward_s: Sequence[float], fwd_comm: Sequence[float],
+                   bwd_comm: Sequence[float], send_s: Sequence[float],
+                   send_back_s: Sequence[float], blocking: bool) -> PipelineTiming:
+    """List scheduling where every stage has its own device: the rules ``_Links`` and
+    ``_input_time`` state, with the passes' inputs in flat per-stage tables instead of dicts
+    (a recommender times pipelines of thousands of micro-batches on tens of stages, pass by
+    pass: this loop is its hot path)."""
+    devices, stages = len(orders), len(forward_s)
+    last = stages - 1
+    micro = 1 + max((p.microbatch for order in orders for p in order), default=0)
+    # per stage and micro-batch: when its forward input / backward input arrives (None: not
+    # yet sent), and when its own forward ended (the last stage's backward starts from it)
+    came_f: list[list[float | None]] = [[None] * micro for _ in range(stages)]
+    came_b: list[list[float | None]] = [[None] * micro for _ in range(stages)]
+    ended_f: list[list[float | None]] = [[None] * micro for _ in range(stages)]
+    for m in range(micro):
+        came_f[0][m] = 0.0
+    link_free = [[0.0] * devices for _ in range(devices)]  # (from, to) device -> free at
+    plans = [[(p.kind == FORWARD, p.microbatch, p.chunk * devices + s, p.kind)
+              for p in order] for s, order in enumerate(orders)]
     spans: dict[tuple[int, str, int], tuple[float, float]] = {}
     free = [0.0] * devices
     busy = [0.0] * devices
@@ -204,23 +229,46 @@ def run_pipeline(orders: Sequence[Sequence[Pass]], forward_s: Sequence[float],
     while remaining:
         progressed = False
         for s in range(devices):
-            while nxt[s] < len(orders[s]):
-                p = orders[s][nxt[s]]
-                q = p.chunk * devices + s
-                ready = _input_time(q, p, stages, links.arrival, spans)
+            plan, i, clock = plans[s], nxt[s], free[s]
+            while i < len(plan):
+                forward, m, q, kind = plan[i]
+                if forward:
+                    ready = came_f[q][m]
+                elif ended_f[q][m] is None:
+                    ready = None
+                else:
+                    ready = ended_f[q][m] if q == last else came_b[q][m]
                 if ready is None:
                     break
-                start = max(free[s], ready)
-                duration = (forward_s[q] + fwd_comm[q] if p.kind == FORWARD
+                start = clock if clock > ready else ready
+                duration = (forward_s[q] + fwd_comm[q] if forward
                             else backward_s[q] + bwd_comm[q])
-                spans[(q, p.kind, p.microbatch)] = (start, start + duration)
-                free[s] = start + duration
+                end = start + duration
+                spans[(q, kind, m)] = (start, end)
                 busy[s] += duration
-                arrives = links.send(q, p, start + duration)
-                if blocking and arrives is not None:
-                    free[s] = max(free[s], arrives)
-                nxt[s] += 1
-                remaining -= 1
+                clock = end
+                if forward:
+                    ended_f[q][m] = end
+                    if q < last:  # activations on to stage q + 1
+                        row = link_free[s]
+                        to = (q + 1) % devices
+                        arrives = (end if end > row[to] else row[to]) + send_s[q]
+                        row[to] = arrives
+                        came_f[q + 1][m] = arrives
+                        if blocking and arrives > clock:
+                            clock = arrives
+                elif q > 0:  # gradients back to stage q - 1
+                    row = link_free[s]
+                    to = (q - 1) % devices
+                    arrives = (end if end > row[to] else row[to]) + send_back_s[q - 1]
+                    row[to] = arrives
+                    came_b[q - 1][m] = arrives
+                    if blocking and arrives > clock:
+                        clock = arrives
+                i += 1
+            if i > nxt[s]:
+                remaining -= i - nxt[s]
+                nxt[s], free[s] = i, clock
                 progressed = True
         if not progressed:
             raise SpecError(DEADLOCK)
