@@ -181,3 +181,23 @@ def test_a_blocking_send_never_finishes_sooner_and_costs_nothing_when_free(
     if send >= 0.01 and microbatches > 1 and schedule == "gpipe":
         # the first stage's forwards now queue behind their sends
         assert waited.makespan_s > background.makespan_s
+
+
+@settings(max_examples=100, deadline=None)
+@given(pipelines(), st.lists(st.floats(0.0, 2.0), min_size=12, max_size=12))
+def test_the_dedicated_loop_and_the_event_loop_agree_when_no_core_is_shared(case, comm):
+    """Two implementations of one rule: the flat-table loop every model-parallel step runs,
+    and the event loop emulated hosts on shared cores run, given a core per stage."""
+    from harness.sim.pipeline import _Links, _run_shared
+
+    schedule, stages, microbatches, forward, backward, send, back = case
+    fcomm, bcomm = comm[:stages], comm[6:6 + stages]
+    order = stage_order(schedule, stages, microbatches)
+    dedicated = run_pipeline(order, forward, backward, send, back, None, fcomm, bcomm)
+    shared = _run_shared(order, (forward, backward), (fcomm, bcomm),
+                         _Links(send, back, stages), float(stages))
+    scale = max(dedicated.makespan_s, 1.0)
+    assert dedicated.makespan_s == pytest.approx(shared.makespan_s, abs=1e-9 * scale)
+    for key, (start, end) in dedicated.spans.items():
+        assert start == pytest.approx(shared.spans[key][0], abs=1e-9 * scale)
+        assert end == pytest.approx(shared.spans[key][1], abs=1e-9 * scale)
