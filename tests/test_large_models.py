@@ -643,6 +643,21 @@ def test_recommend_lists_an_expert_parallel_row_for_mixtral_on_8_hosts():
     assert not rows.empty
     row = rows.iloc[0]
     assert row["step_time_s"] > 0 and bool(row["fits"]) and row["runs_as"] == ""
+    # a layout whose data axis shards everything is run as FSDP, not DDP, with its TP
+    sharded = frame[frame["layout"].fillna("").str.contains(",fsdp")
+                    & frame["layout"].fillna("").str.contains("tp=")
+                    & ~frame["layout"].fillna("").str.contains("ep=")]
+    assert not sharded.empty
+    assert set(sharded["runs_as"]) == {"torch fsdp + tensor_parallel"}
+
+
+def test_a_layouts_framework_strategies_follow_how_its_data_axis_holds_state():
+    from harness.recommend.candidates import runs_as
+
+    assert runs_as("data+tensor", "gpu", 8, zero=3) == "torch fsdp + tensor_parallel"
+    assert runs_as("data+tensor", "gpu", 8, zero=1) == "torch ddp + tensor_parallel"
+    assert runs_as("data+pipeline+tensor", "gpu", 8) == "torch ddp + pipeline + tensor_parallel"
+    assert runs_as("data+tensor+expert", "gpu", 8, zero=3) == ""
 
 
 def test_expert_parallelism_needs_experts():

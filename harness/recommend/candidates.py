@@ -77,17 +77,19 @@ def exchange_kind(framework: str, strategy: str) -> str:
     return record.exchange if record else "allreduce"
 
 
-def runs_as(model: str, device: str, hosts: int = 1) -> str:
+def runs_as(model: str, device: str, hosts: int = 1, zero: int = 0) -> str:
     """The framework strategies a user would run for the simulator's ``model`` on
     ``device``s (cpu, gpu, tpu) of ``hosts`` hosts: those that train there and do what was
-    simulated."""
+    simulated. ``zero``: how the layout's data axis holds model state (3: sharded, so its
+    data-parallel part is FSDP, not DDP)."""
     from harness.core.strategies import running
 
     if {"context", "expert"} & set(model.split("+")):
         return ""  # context and expert parallelism: Megatron-Core's and torchtitan's, not
         # run here
     if model in ("pipeline", "tensor_parallel") or "+" in model:
-        parts = {"data": "ddp", "pipeline": "pipeline", "tensor": "tensor_parallel"}
+        parts = {"data": "fsdp" if zero == 3 else "ddp", "pipeline": "pipeline",
+                 "tensor": "tensor_parallel"}
         dims = model.split("+") if "+" in model else [
             "pipeline" if model == "pipeline" else "tensor"]
         return "torch " + " + ".join(parts[d] for d in dims if d in parts) \
@@ -362,7 +364,7 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
                            compute_note=compute_note)
         point.update(layout=row["layout"] + _recomputed(row["recompute"]),
                      memory_per_device_bytes=row["memory_per_device_bytes"],
-                     bubble=row["bubble_fraction"])
+                     bubble=row["bubble_fraction"], zero=int(row.get("zero", 0) or 0))
         out.append(point)
     peak = _dense_peak(calibration)
     needed = model_flops(facts)
@@ -373,7 +375,7 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
     kind = device_kind(target, ctx.device)
     for point in out[1:]:
         hosts = -(-int(point["replicas"]) // max(1, target.per_host))
-        point["runs_as"] = runs_as(point["strategy"], kind, hosts)
+        point["runs_as"] = runs_as(point["strategy"], kind, hosts, int(point.get("zero", 0)))
         point["device_kind"] = kind
     return out
 
