@@ -190,6 +190,12 @@ def ends_lighter(blocks: int, chunks: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
+def splits(counts: tuple[int, ...], blocks: int, chunks: int) -> bool:
+    """Whether ``counts`` give each of ``chunks`` chunks at least one of ``blocks`` blocks,
+    all of them: the one rule a run's plan and the simulator hold uneven stages to."""
+    return len(counts) == chunks and sum(counts) == blocks and min(counts, default=0) >= 1
+
+
 def parse_stage_layers(text: str, blocks: int, chunks: int) -> tuple[int, ...]:
     """``--stage-layers``: counts per stage ('7,8,8,...,7', repeats as '8x14'), or 'ends'
     (``ends_lighter``); InputError (one line) for text that is neither. Whether the counts

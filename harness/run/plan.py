@@ -18,7 +18,7 @@ from harness.core.case import (
     replicas_for,
 )
 from harness.core.errors import InputError
-from harness.core.layout import Layout, ends_lighter, parse_stage_layers, runs
+from harness.core.layout import Layout, ends_lighter, parse_stage_layers, runs, splits
 from harness.core.strategies import STRATEGIES, Strategy
 
 
@@ -146,7 +146,7 @@ def stage_blocks(asked: str | None, blocks: int, stages: int) -> tuple[int, ...]
     if not asked:
         return () if blocks % stages == 0 else ends_lighter(blocks, stages)
     counts = parse_stage_layers(asked, blocks, stages)
-    if len(counts) != stages or sum(counts) != blocks or min(counts) < 1:
+    if not splits(counts, blocks, stages):
         raise InputError(f"--stage-layers {asked}: {stages} counts of at least 1 summing to "
                          f"the {blocks} blocks are needed (got {runs(counts) or 'none'})")
     return counts

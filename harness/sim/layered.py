@@ -25,6 +25,7 @@ from harness.core.layout import (
     Layout,
     ends_lighter,
     runs,
+    splits,
 )
 from harness.sim.pipeline import SCHEDULES
 from workloads.operators import Op
@@ -170,7 +171,7 @@ def check_layout(model: LayeredModel, layout: Layout, global_batch: int) -> None
             f"{layout.stages} stages x {layout.virtual} virtual stages")
     if layout.stage_blocks:
         given = layout.stage_blocks
-        if len(given) != chunks or sum(given) != blocks or min(given) < 1:
+        if not splits(given, blocks, chunks):
             raise SpecError(f"stage layers {runs(given)} must be {chunks} counts of at least "
                             f"1 ({what}) summing to the {blocks} layers of {model.name}")
     elif blocks % chunks:
