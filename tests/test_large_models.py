@@ -558,9 +558,9 @@ def test_context_parallelism_needs_a_sequence_it_can_split(workload, context, sa
 
 def test_a_131k_token_sequence_gets_context_parallel_candidates_with_time_and_memory():
     """Where the sequence is long the recommender splits it too: a CP > 1 row with its step
-    and memory. Nothing here runs context parallelism, so the row stays below the line,
-    named as the simulator's (Megatron-Core and torchtitan run it)."""
-    from harness.recommend.recommender import recommend
+    and memory. No runner here runs context parallelism; the answer names the stacks that
+    do and the options that set it, and can pick it (here it is the fastest)."""
+    from harness.recommend.recommender import format_table, recommend
 
     frame = recommend(pd.DataFrame(), workloads=[LONG.replace("seq=65536", "seq=131072")],
                       targets=["preset:dgx_h100_ib,hosts=8"], precision="bf16")
@@ -568,9 +568,13 @@ def test_a_131k_token_sequence_gets_context_parallel_candidates_with_time_and_me
     assert not rows.empty
     row = rows.iloc[0]
     assert row["step_time_s"] > 0 and 0 < row["memory_per_device_bytes"] < 80e9
-    assert row["runs_as"] == "" and 0 < row["mfu"] < 1
+    assert row["runs_as"] == "Megatron-Core or torchtitan" and 0 < row["mfu"] < 1
     (verdict,) = frame.attrs["verdicts"]
-    assert verdict["decided_by"]["rule"] in ("only_simulated", "fastest_efficient")
+    assert verdict["status"] == "ok" and verdict["pick"]["strategy"].endswith("+context")
+    assert verdict["headline"].startswith("use Megatron-Core or torchtitan (simulated as sim/")
+    text = format_table(frame)
+    assert "Megatron-Core --context-parallel-size" in text
+    assert "torchtitan --parallelism.context_parallel_degree" in text
 
 
 # Expert parallelism -------------------------------------------------------------------------------
@@ -642,7 +646,8 @@ def test_recommend_lists_an_expert_parallel_row_for_mixtral_on_8_hosts():
     rows = frame[frame["layout"].fillna("").str.contains("ep=")]
     assert not rows.empty
     row = rows.iloc[0]
-    assert row["step_time_s"] > 0 and bool(row["fits"]) and row["runs_as"] == ""
+    assert row["step_time_s"] > 0 and bool(row["fits"])
+    assert row["runs_as"] == "Megatron-Core or torchtitan"
     # a layout whose data axis shards everything is run as FSDP, not DDP, with its TP
     sharded = frame[frame["layout"].fillna("").str.contains(",fsdp")
                     & frame["layout"].fillna("").str.contains("tp=")
@@ -657,7 +662,9 @@ def test_a_layouts_framework_strategies_follow_how_its_data_axis_holds_state():
     assert runs_as("data+tensor", "gpu", 8, zero=3) == "torch fsdp + tensor_parallel"
     assert runs_as("data+tensor", "gpu", 8, zero=1) == "torch ddp + tensor_parallel"
     assert runs_as("data+pipeline+tensor", "gpu", 8) == "torch ddp + pipeline + tensor_parallel"
-    assert runs_as("data+tensor+expert", "gpu", 8, zero=3) == ""
+    # expert and context parallelism: other stacks run them, on GPUs
+    assert runs_as("data+tensor+expert", "gpu", 8, zero=3) == "Megatron-Core or torchtitan"
+    assert runs_as("data+context", "tpu", 8) == ""
 
 
 def test_expert_parallelism_needs_experts():

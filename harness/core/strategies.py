@@ -247,6 +247,30 @@ MODEL_PARALLEL = tuple(s.name for s in STRATEGIES if s.exchange in ("pipeline", 
 NAMED_ONLY = (*MODEL_PARALLEL,
               *(s.name for s in STRATEGIES if s.exchange == "embedding"))
 
+#: Parallel dimensions the simulator models that no runner here runs, and the training stacks
+#: that run them on GPUs, each with the option that sets the degree (Megatron-LM's
+#: megatron/training/arguments.py; torchtitan's [parallelism] config): a layout with one of
+#: them is what a user runs in such a stack, and the answer names it so.
+STACKS_FOR: Mapping[str, tuple[tuple[str, str], ...]] = MappingProxyType({
+    "context": (("Megatron-Core", "--context-parallel-size"),
+                ("torchtitan", "--parallelism.context_parallel_degree")),
+    "expert": (("Megatron-Core", "--expert-model-parallel-size"),
+               ("torchtitan", "--parallelism.expert_parallel_degree")),
+})
+
+
+def stacks_running(dims: Sequence[str], device: str) -> tuple[str, str]:
+    """(the stacks that run every one of ``dims`` on ``device``s, in words; how to set
+    them): ('', '') where none of ``dims`` needs another stack, or none runs them there."""
+    needed = [d for d in dims if d in STACKS_FOR]
+    if not needed or device != GPU:
+        return "", ""
+    names = [name for name, _ in STACKS_FOR[needed[0]]]
+    options = "; ".join(f"{name} {', '.join(dict(STACKS_FOR[d])[name] for d in needed)}"
+                        for name in names)
+    return " or ".join(names), options
+
+
 #: `run --tf-loop`: TensorFlow's two ways to train under a strategy.
 TF_LOOPS = ("custom", "fit")
 #: Why Keras 3's `model.fit` cannot train under these strategies on TF 2.21 (checked here,

@@ -82,11 +82,12 @@ def runs_as(model: str, device: str, hosts: int = 1, zero: int = 0) -> str:
     ``device``s (cpu, gpu, tpu) of ``hosts`` hosts: those that train there and do what was
     simulated. ``zero``: how the layout's data axis holds model state (3: sharded, so its
     data-parallel part is FSDP, not DDP)."""
-    from harness.core.strategies import running
+    from harness.core.strategies import running, stacks_running
 
-    if {"context", "expert"} & set(model.split("+")):
-        return ""  # context and expert parallelism: Megatron-Core's and torchtitan's, not
-        # run here
+    if stacks_running(model.split("+"), "gpu")[0]:
+        # context and expert parallelism: run by other stacks (Megatron-Core, torchtitan),
+        # not by a runner here
+        return stacks_running(model.split("+"), device)[0]
     if model in ("pipeline", "tensor_parallel") or "+" in model:
         parts = {"data": "fsdp" if zero == 3 else "ddp", "pipeline": "pipeline",
                  "tensor": "tensor_parallel"}

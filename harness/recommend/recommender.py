@@ -30,7 +30,7 @@ import pandas as pd
 from harness.calibrate.links import probed_networks
 from harness.calibrate.workload import row_names, workload_facts
 from harness.core.errors import InputError
-from harness.core.strategies import WEIGHT_TOLERANCE
+from harness.core.strategies import GPU, WEIGHT_TOLERANCE, stacks_running
 from harness.core.units import (
     compare,
     format_bytes,
@@ -459,6 +459,9 @@ def format_table(frame: pd.DataFrame) -> str:
             lines.append("  (what to run: " + "; ".join(
                 f"{sim}: {real or 'no framework strategy on these devices'}"
                 for sim, real in runs.items()) + ")")
+            options = dict.fromkeys(stacks_running(sim.removeprefix("sim/").split("+"), GPU)[1]
+                                    for sim, real in runs.items() if real)
+            lines += [f"  (set in those stacks: {o})" for o in options if o]
         lines.append("")
     lines.append("source: measured (a real run of that workload and strategy), estimated "
                  "(from another workload's run: the compute note says which), predicted (an "
