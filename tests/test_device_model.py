@@ -86,6 +86,23 @@ def test_fp32_means_what_each_framework_computes_by_default():
     assert gemm_precision("fp32", "tf", conv=True, device=v100) == "fp32"
 
 
+def test_the_loss_computes_in_fp32_whatever_the_training_precision():
+    """Autocast runs log_softmax and nll_loss in fp32 and Megatron-LM casts the logits up:
+    in half precision the loss moves 4-byte values plus the casts, in fp32 the same values
+    and no cast."""
+    from harness.sim.device_model import op_times
+    from workloads.operators import cross_entropy
+
+    loss = cross_entropy("loss", 4096, 131072)
+    logits = 4096 * 131072
+    bandwidth = device_rate(A100, "bf16").bytes_per_s
+    half = op_times(loss, 1, device_rate(A100, "bf16"))
+    full = op_times(loss, 1, device_rate(A100, "fp32"))
+    assert full.device_s == pytest.approx(5 * logits * 4 / bandwidth)
+    assert half.device_s == pytest.approx(full.device_s + 2 * logits * (2 + 4) / bandwidth)
+    assert half.kernels == full.kernels + 2
+
+
 def test_fp8_is_refused_where_the_system_states_no_fp8_peak():
     with pytest.raises(SpecError, match="no fp8 peak"):
         device_rate(A100, "fp8")

@@ -58,6 +58,11 @@ class Op:
     # the busiest rank's share over the mean (a router's expert imbalance): its time, never
     # its FLOPs, which stay the balanced model's
     load: float = 1.0
+    # elementwise: computes in fp32 whatever the training precision, on an input of this
+    # many values per sample cast up from it (and its gradient cast back): the loss, as
+    # torch's autocast runs log_softmax and nll_loss in fp32 and Megatron-LM casts the
+    # logits with .float() before its cross-entropy
+    fp32_input: float = 0.0
     # attention
     heads: int = 0
     seq: int = 0
@@ -161,10 +166,11 @@ def dense_stack(widths: tuple[int, ...], name: str = "dense", relu_last: bool = 
 
 
 def cross_entropy(name: str, rows: float, classes: int) -> Op:
-    """Softmax cross-entropy over ``classes`` per row: log-softmax reads the logits twice
-    and writes them; backward reads the probabilities and writes the logits' gradient."""
-    return elementwise(name, 3 * rows * classes, 2 * rows * classes, kernels=2,
-                       backward_kernels=2)
+    """Softmax cross-entropy over ``classes`` per row, in fp32 (``Op.fp32_input``):
+    log-softmax reads the logits twice and writes them; backward reads the probabilities and
+    writes the logits' gradient."""
+    return replace(elementwise(name, 3 * rows * classes, 2 * rows * classes, kernels=2,
+                               backward_kernels=2), fp32_input=float(rows * classes))
 
 
 def transformer_block(seq: int, hidden: int, heads: int, kv_width: int, ffn: int, *,

@@ -69,6 +69,7 @@ FUSES_ATTENTION = {"torch": True, "tf": False}
 #: https://docs.mosaicml.com/projects/composer/en/stable/method_cards/channels_last.html).
 CHANNELS_LAST = {"torch": False, "tf": True}
 FRAMEWORKS = ("torch", "tf")
+FP32_BYTES = 4
 
 
 def fuses_attention(framework: str | None, stated: bool | None = None) -> bool:
@@ -281,10 +282,15 @@ def op_times(op: Op, samples: float, rate: DeviceRate, tensor: int = 1,
                        gemm_s=forward + backward, memory_s=transposed)
     if op.kind in (ELEMENTWISE, GATHER):
         share = samples * op.load / (tensor if split_elementwise else 1)
-        forward = op.values * share * rate.value_bytes / rate.bytes_per_s
-        backward = op.backward_values * share * rate.value_bytes / rate.bytes_per_s
-        return OpTimes(forward, backward, op.kernels + op.backward_kernels,
-                       memory_s=forward + backward)
+        width = FP32_BYTES if op.fp32_input else rate.value_bytes
+        forward = op.values * share * width / rate.bytes_per_s
+        backward = op.backward_values * share * width / rate.bytes_per_s
+        kernels = op.kernels + op.backward_kernels
+        if op.fp32_input and rate.value_bytes < FP32_BYTES:
+            # the input cast up forward and its gradient cast back: each read and written
+            cast_s = op.fp32_input * share * (rate.value_bytes + FP32_BYTES) / rate.bytes_per_s
+            forward, backward, kernels = forward + cast_s, backward + cast_s, kernels + 2
+        return OpTimes(forward, backward, kernels, memory_s=forward + backward)
     if op.kind == ATTENTION:
         return _attention(op, samples, rate, tensor)
     raise SpecError(f"operator {op.name}: no timing for kind {op.kind!r}")

@@ -69,7 +69,10 @@ def transformer(config: TransformerConfig | TransformerDims, name: str, batch_si
                   ops=dims.block_ops())
     head = Layer("head", params=dims.head_params,
                  flops_per_sample=costs.TRAIN_FLOPS_FACTOR * dims.head_forward_flops,
-                 activation_bytes_per_sample=dims.head_activations * E,
+                 # the final norm's input and output in the training precision, the
+                 # softmax over the vocabulary in fp32 (the loss computes in fp32:
+                 # workloads.operators.cross_entropy)
+                 activation_bytes_per_sample=float(t * 2 * d * E + t * v * FP32.value_bytes),
                  output_bytes_per_sample=0.0, input_bytes_per_sample=stream,
                  replicated_activation_bytes_per_sample=float(t * 2 * d * E),
                  elementwise_bytes_per_sample=float(2 * t * v * E),
