@@ -433,7 +433,7 @@ def test_a_model_no_device_holds_gets_the_model_parallel_layout_that_fits():
     top = frame.iloc[0]
     assert top["exchange"] == "model_parallel" and bool(top["fits"])
     assert "pp=" in top["layout"] and top["memory_per_device_bytes"] <= 16e9
-    assert top["reason"].startswith("one replica does not fit a device")
+    assert top["reason"].startswith("split, as one replica does not fit a device")
     assert f"[{top['layout']}]" in verdict["headline"]
     data_parallel = frame[frame["exchange"] != "model_parallel"]
     fitting = data_parallel[data_parallel["fits"]]

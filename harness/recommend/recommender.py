@@ -151,7 +151,7 @@ def _split_reason(row: dict[str, Any], at: str) -> str:
     layout = row.get("layout")
     if isinstance(layout, str) and layout:
         bubble = row.get("bubble", NAN)
-        return (f"one replica does not fit a device: {layout} needs "
+        return (f"split, as one replica does not fit a device: {layout}, "
                 f"{format_bytes(row['memory_per_device_bytes'])} per device"
                 + (f"; pipeline bubble {bubble:.0%}" if math.isfinite(bubble) and bubble > 0
                    else ""))
