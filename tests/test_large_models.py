@@ -516,6 +516,43 @@ def test_recommend_trains_llama3_405b_on_1024_hosts_with_its_mfu():
     assert not re.search(r"\de[+-]\d", table) and re.search(r" \d{1,3},\d{3} ", table), table
 
 
+@pytest.mark.parametrize("workload, hosts", [
+    ("transformer:layers=30,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=128256,seq=8192",
+     4),
+    ("transformer:layers=26,hidden=8192,heads=64,ffn=28672,vocab=32000,seq=4096",
+     16),
+])
+def test_skipping_layouts_by_their_step_bound_gives_the_exhaustive_answer(workload, hosts):
+    """The recommender skips simulating a layout whose lower bound already exceeds the best
+    step of its kind: the bound never exceeds the simulated step, and the rows kept are the
+    ones simulating every layout picks (the same layout, to the bit)."""
+    from harness.recommend import model_parallel as mp
+    from harness.recommend.targets import parse_targets
+    from harness.sim import layout_step_bound
+    from harness.sim.model_parallel_step import layout_name
+
+    bf16 = PRECISIONS["bf16"]
+    model = layered(workload, bf16)
+    (target,) = parse_targets([f"preset:dgx_h100_ib,hosts={hosts}"])
+    n = 8 * hosts
+    options = [(layout, how) for layout in mp.candidate_layouts(model, n, 8, n)
+               for how in ("none", "full")]
+    kept = mp._fastest_per_kind(options, model, target, n, None, None, "adam", bf16)
+    best: dict[str, dict] = {}
+    for layout, how in options:
+        row = simulate_layout(target.spec, model, layout, n, None, recompute=how,
+                              precision=bf16)
+        assert layout_step_bound(target.spec, model, layout, n, None, recompute=how,
+                                 precision=bf16) <= row["step_time_median_s"] * (1 + 1e-12)
+        kind = layout_name(layout)
+        if kind not in best or row["step_time_median_s"] < best[kind]["step_time_median_s"]:
+            best[kind] = row
+    assert [(r["strategy"], r["layout"], r["recompute"]) for r in kept] == [
+        (r["strategy"], r["layout"], r["recompute"]) for r in best.values()]
+    assert [r["step_time_median_s"] for r in kept] == [
+        r["step_time_median_s"] for r in best.values()]
+
+
 # Context parallelism ------------------------------------------------------------------------------
 
 LONG = "transformer:layers=8,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=128256,seq=65536"

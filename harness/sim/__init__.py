@@ -8,6 +8,7 @@ rest is here for the recommender, the calibrator and the tests.
 from harness.core.errors import SpecError
 from harness.sim.api import (
     COLLECTIVE_ALGORITHMS,
+    layout_step_bound,
     simulate,
     simulate_collective,
     simulate_layout,
@@ -51,6 +52,7 @@ __all__ = [
     "from_preset",
     "from_spec",
     "from_topology",
+    "layout_step_bound",
     "load_preset",
     "parse_topology",
     "preset_names",

@@ -27,7 +27,7 @@ from harness.sim.collectives import (
 from harness.sim.engine import MODES, run_collective
 from harness.sim.layered import LayeredModel, Layout, recompute_mode
 from harness.sim.memory import model_parallel_memory, optimizer_slots
-from harness.sim.model_parallel_step import model_parallel_step
+from harness.sim.model_parallel_step import model_parallel_step, step_lower_bound
 from harness.sim.profile import WorkloadProfile
 from harness.sim.ps import central_storage, ps_sync
 from harness.sim.schedule import Schedule
@@ -177,6 +177,19 @@ def simulate_layout(topology_spec: str, model: LayeredModel, layout: Layout,
     if not fit.fits:
         row |= {"status": "does not fit", "reason": fit.reason}
     return row
+
+
+def layout_step_bound(topology_spec: str, model: LayeredModel, layout: Layout,
+                      global_batch: int | None = None,
+                      calibration: cal.Calibration | None = None, *,
+                      step_compute_s: float | None = None, recompute: str | bool = False,
+                      precision: Precision | None = None) -> float:
+    """What ``simulate_layout`` with the same arguments cannot answer below
+    (``model_parallel_step.step_lower_bound``), without scheduling the pipeline."""
+    _, calib = _setup(topology_spec, layout.devices, calibration)
+    batch = global_batch if global_batch is not None else model.batch_size * layout.data
+    return step_lower_bound(model, layout, batch, calib, step_compute_s=step_compute_s,
+                            recompute=recompute, precision=precision)
 
 
 @dataclass(frozen=True)

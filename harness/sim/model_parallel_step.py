@@ -189,17 +189,9 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
     rate = _device_rate(calibration, step_compute_s, precision)
     stages = stage_layers(model, P * V, layout.stage_blocks)
     again = recomputed(model, how)
-    if rate is not None:
-        splits = [layers_split(layers, rate, micro, T, layout.sequence_parallel, again)
-                  for layers in stages]
-        source = (f"{rate.device.name} at {rate.gemm_peak(False)[1]:.1%} of its "
-                  f"{rate.precision or 'training'} peak ({rate.source})")
-    else:
-        splits, source = _shared_splits(model, stages, micro, T, how, calibration,
-                                        step_compute_s)
-    if C > 1:  # each context rank computes 1/C of the sequence (causal load balanced)
-        splits = [ComputeSplit(c.forward_s / C, c.backward_s / C, c.recompute_s / C)
-                  for c in splits]
+    splits, source = chunk_compute(model, layout, global_batch, calibration,
+                                   step_compute_s=step_compute_s, recompute=how,
+                                   precision=precision)
     forward = [c.forward_s + pass_overhead_s for c in splits]
     backward = [c.backward_s + c.recompute_s + pass_overhead_s for c in splits]
     colls = _PlacedCollectives(topology, mode)
@@ -295,13 +287,60 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
              + ("" if how == "none" else f", {how} recomputation")
              + ("" if precision in (None, FP32) else f", {precision.name} mixed precision"))
     return StepResult(
-        strategy=_layout_name(layout), workers=layout.devices, step_time_s=step_time,
+        strategy=layout_name(layout), workers=layout.devices, step_time_s=step_time,
         compute_s=slowest, optimizer_s=update, comm_s=colls.time_s,
         exposed_comm_s=max(0.0, step_time - slowest - update),
         bytes_per_step=colls.bytes_sent, throughput_samples_s=global_batch / step_time,
         collectives=colls.count, events=colls.events, mode=mode,
         wall_s=time.perf_counter() - started, compute_source=source,
         layout=layout.describe(), bubble=timing.bubble, notes=(notes,))
+
+
+def chunk_compute(model: LayeredModel, layout: Layout, global_batch: int,
+                  calibration: Calibration | None = None, *,
+                  step_compute_s: float | None = None, recompute: str | bool = False,
+                  precision: Precision | None = None) -> tuple[list[ComputeSplit], str]:
+    """Each pipeline chunk's compute for one micro-batch on one of its ranks, and where the
+    figures came from: what ``model_parallel_step`` schedules, and what bounds it below."""
+    how = recompute_mode(recompute)
+    T, C = layout.tensor, layout.context
+    micro = global_batch // (layout.data * layout.microbatches)
+    rate = _device_rate(calibration, step_compute_s, precision)
+    stages = stage_layers(model, layout.stages * layout.virtual, layout.stage_blocks)
+    if rate is not None:
+        again = recomputed(model, how)
+        splits = [layers_split(layers, rate, micro, T, layout.sequence_parallel, again)
+                  for layers in stages]
+        source = (f"{rate.device.name} at {rate.gemm_peak(False)[1]:.1%} of its "
+                  f"{rate.precision or 'training'} peak ({rate.source})")
+    else:
+        splits, source = _shared_splits(model, stages, micro, T, how, calibration,
+                                        step_compute_s)
+    if C > 1:  # each context rank computes 1/C of the sequence (causal load balanced)
+        splits = [ComputeSplit(c.forward_s / C, c.backward_s / C, c.recompute_s / C)
+                  for c in splits]
+    return splits, source
+
+
+def step_lower_bound(model: LayeredModel, layout: Layout, global_batch: int,
+                     calibration: Calibration | None = None, *,
+                     step_compute_s: float | None = None, recompute: str | bool = False,
+                     precision: Precision | None = None) -> float:
+    """No step of ``layout`` is shorter than this, computed without scheduling it: device s
+    can start nothing before the first micro-batch's forward has crossed the chunks before
+    its first (chunk s), it must then run all its chunks' passes for every micro-batch, and
+    each of them ends before the last chunk-s backward, which the backward of the chunks
+    before s must still follow. So the step is at least the largest, over devices, of
+    (chunks before s, forward and backward) + M x (its chunks, forward and backward): with
+    equal stages, (M + S - 1) passes, 1F1B's bubble. ``model_parallel_step`` adds the
+    transfers, the exposed collectives and the update to that, never takes from it. Cheap:
+    the recommender skips simulating a layout this already shows slower than one it has."""
+    splits, _ = chunk_compute(model, layout, global_batch, calibration,
+                              step_compute_s=step_compute_s, recompute=recompute,
+                              precision=precision)
+    passes = [c.forward_s + c.backward_s + c.recompute_s for c in splits]
+    P = layout.stages
+    return max(sum(passes[:s]) + layout.microbatches * sum(passes[s::P]) for s in range(P))
 
 
 def _gradient_reduce(colls: _PlacedCollectives, layout: Layout, stage: int,
@@ -425,7 +464,8 @@ def _shared_splits(model: LayeredModel, stages: list[tuple[Layer, ...]], micro: 
             again = whole * attention / model.flops_per_sample / tensor
         out.append(ComputeSplit(f / 3, 2 * f / 3, again))
     return out, source
-def _layout_name(layout: Layout) -> str:
+def layout_name(layout: Layout) -> str:
+    """The simulator's name of a layout's kind of split (data+pipeline+tensor, ...)."""
     parallel = [name for name, degree in (("data", layout.data), ("pipeline", layout.stages),
                                           ("tensor", layout.tensor),
                                           ("context", layout.context),
