@@ -544,3 +544,89 @@ def test_no_measured_label_without_a_run_of_that_workload_and_strategy():
     assert all("estimated from FLOPs" in note for note in baselines["compute_note"])
     ran = recommend(measured, workloads=["mlp:M"], targets=["netns:hosts=4,rate=250mbit"])
     assert "measured" in set(ran[ran["replicas"] == 1]["source"])
+
+
+# A global batch -----------------------------------------------------------------------------
+
+
+def test_accumulating_micro_batches_adds_compute_or_whole_steps_for_fsdp():
+    """DDP, all-reduce and parameter-server workers sum their micro-batches' gradients and
+    exchange once; FSDP gathers and reduce-scatters with every micro-batch."""
+    from harness.sim.step_model import accumulated_step
+
+    assert accumulated_step("allreduce_ring", 1.0, 0.6, 0.1, 4) == pytest.approx(1.0 + 3 * 0.6)
+    assert accumulated_step("parameter_server", 1.0, 0.6, 0.1, 4) == pytest.approx(2.8)
+    assert accumulated_step("fsdp", 1.0, 0.6, 0.1, 4) == pytest.approx(4 * 0.9 + 0.1)
+    assert accumulated_step("fsdp", 1.0, 0.6, 0.1, 1) == 1.0
+
+
+def test_a_global_batch_is_every_data_parallel_candidates_step():
+    """With --global-batch every configuration trains G samples a step: a replica's share
+    in micro-batches of the workload's batch (resnet50: 32), accumulated, DDP exchanging
+    once a step and FSDP with every micro-batch; a count that does not divide G has no
+    data-parallel row."""
+    def sweep(g: int) -> pd.DataFrame:
+        frame = recommend(pd.DataFrame(), workloads=["resnet50"],
+                          targets=["preset:dgx_a100,hosts=4"], global_batch=g)
+        (verdict,) = frame.attrs["verdicts"]
+        assert f"global batch {g}" in verdict["constraint"]
+        points = pd.DataFrame(frame.attrs["sweep"])
+        ok = points[points["status"] == "ok"]
+        steps = ok[ok["strategy"] != "parameter_server_async"]  # no step: workers' own pace
+        assert (steps["throughput_samples_s"] * steps["step_time_s"]).round(6).eq(g).all()
+        return ok.set_index(["strategy", "replicas"])
+
+    once, sixteen = sweep(1024), sweep(16384)  # 32 devices: 1 and 16 micro-batches of 32
+    ddp, ddp16 = once.loc[("allreduce_ring", 32)], sixteen.loc[("allreduce_ring", 32)]
+    assert ddp16["layout"] == "16 micro-batches of 32 accumulated"
+    assert ddp16["step_time_s"] > 10 * ddp["step_time_s"]
+    exposed = ddp["comm_fraction"] * ddp["step_time_s"]
+    assert ddp16["comm_fraction"] * ddp16["step_time_s"] == pytest.approx(exposed)
+    fsdp, fsdp16 = once.loc[("fsdp", 32)], sixteen.loc[("fsdp", 32)]
+    assert fsdp16["comm_fraction"] * fsdp16["step_time_s"] == pytest.approx(
+        16 * fsdp["comm_fraction"] * fsdp["step_time_s"])
+    odd = pd.DataFrame(recommend(pd.DataFrame(), workloads=["resnet50"],
+                                 targets=["preset:dgx_a100,hosts=4"],
+                                 global_batch=1000).attrs["sweep"])
+    assert set(odd[odd["strategy"] != "single_device"]["replicas"]) <= {2, 4, 8}
+
+
+def test_a_global_batch_is_every_layouts_step():
+    from harness.recommend.recommender import recommend as answer
+
+    long = "transformer:layers=8,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=32000,seq=8192"
+    frame = answer(pd.DataFrame(), workloads=[long], targets=["preset:dgx_h100_ib,hosts=4"],
+                   precision="bf16", global_batch=64)
+    sweep = pd.DataFrame(frame.attrs["sweep"])
+    split = sweep[sweep["strategy"].str.contains("pipeline|tensor")]
+    assert not split.empty
+    assert (split["throughput_samples_s"] * split["step_time_s"]).round(6).eq(64).all()
+
+
+@pytest.mark.parametrize("kwargs, said", [
+    ({"global_batch": 0}, "--global-batch must be a whole number of samples >= 1"),
+    ({"global_batch": 8, "targets": ["local"]},
+     "--global-batch applies to described clusters"),
+])
+def test_a_bad_global_batch_is_one_line(kwargs, said):
+    from harness.core.errors import InputError
+
+    with pytest.raises(InputError, match=said) as err:
+        recommend(pd.DataFrame(), **({"workloads": ["resnet50"],
+                                      "targets": ["preset:dgx_a100,hosts=1"]} | kwargs))
+    assert "\n" not in str(err.value)
+
+
+def test_a_project_target_may_name_its_global_batch(tmp_path):
+    from harness.core.errors import InputError
+    from harness.core.project import load_project
+
+    path = tmp_path / "stratbench.toml"
+    path.write_text('workloads = ["resnet50"]\n'
+                    'targets = [{ target = "preset:dgx_a100,hosts=1", global_batch = 256 }]\n')
+    (goal,) = load_project(path).targets
+    assert goal.global_batch == 256 and "global batch 256" in goal.describe()
+    path.write_text('workloads = ["resnet50"]\n'
+                    'targets = [{ target = "preset:dgx_a100,hosts=1", global_batch = 0 }]\n')
+    with pytest.raises(InputError, match="global_batch must be > 0"):
+        load_project(path)

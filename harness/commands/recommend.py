@@ -45,13 +45,19 @@ from workloads.precision import PRECISIONS as PRECISION_NAMES
               help="What a described device computes in (as `simulate --precision`): the "
                    "compute, the bytes exchanged and the memory. Default: the device's "
                    "training precision for compute, fp32 bytes for the exchange.")
+@click.option("--global-batch", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Samples per optimizer step over all devices (a described cluster's): "
+                   "every candidate trains at it, data-parallel replicas accumulating "
+                   "micro-batches of the workload's batch, model-parallel layouts splitting "
+                   "it into micro-batches. Default: the workload's batch per device, so the "
+                   "step grows with the devices.")
 @results_option
 @json_option
 def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple[str, ...],
             budget: float | None,
             deadline: float | None, min_efficiency: float, device: str | None,
             samples: float | None, price: float | None, precision: str | None,
-            results: str | None, as_json: bool) -> None:
+            global_batch: int | None, results: str | None, as_json: bool) -> None:
     """Which strategy, on how many devices, within your budget, and why."""
     from harness.recommend.recommender import (
         DEFAULT_SAMPLES,
@@ -68,7 +74,7 @@ def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple
                                  price=price, budget=budget,
                                  deadline_s=None if deadline is None else deadline * 3600,
                                  min_efficiency=min_efficiency, device=device,
-                                 precision=precision)
+                                 precision=precision, global_batch=global_batch)
     if as_json:
         print_json({"verdicts": frame.attrs.get("verdicts", []),
                     "ranking": to_records(frame),

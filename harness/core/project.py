@@ -52,6 +52,7 @@ class TargetGoal:
     device: str | None = None
     samples: float | None = None
     precision: str | None = None  # what a described device computes in (simulate's)
+    global_batch: int | None = None  # samples per optimizer step (recommend --global-batch)
 
     def describe(self) -> str:
         parts = [self.target]
@@ -61,6 +62,8 @@ class TargetGoal:
             parts.append(f"deadline {self.deadline_hours:g} h")
         if self.precision is not None:
             parts.append(self.precision)
+        if self.global_batch is not None:
+            parts.append(f"global batch {self.global_batch}")
         return ", ".join(parts)
 
 
@@ -84,7 +87,8 @@ class Project:
         body = asdict(self) | {"path": "", "results": None}
         body.pop("id")
         # a key added later counts only where it is set: older projects keep their identity
-        body["targets"] = [{k: v for k, v in t.items() if not (k == "precision" and v is None)}
+        body["targets"] = [{k: v for k, v in t.items()
+                            if not (k in ("precision", "global_batch") and v is None)}
                            for t in body["targets"]]
         return body
 
@@ -110,7 +114,7 @@ _KEYS: dict[str, tuple[type, ...]] = {
     "id": (str,)}
 _TARGET_KEYS: dict[str, tuple[type, ...]] = {
     "target": (str,), "budget": (int, float), "deadline": (int, float), "device": (str,),
-    "samples": (int, float), "precision": (str,)}
+    "samples": (int, float), "precision": (str,), "global_batch": (int,)}
 #: what a target's ``precision`` may name: workloads.precision's
 TARGET_PRECISIONS = tuple(PRECISIONS)
 
@@ -203,7 +207,7 @@ def parse_project(data: dict[str, Any], path: Path, table: str) -> Project:
         _check(item, _TARGET_KEYS, where, f"targets[{i}].")
         if "target" not in item:
             raise InputError(f"{where}: targets[{i}]: missing key 'target'")
-        for key in ("budget", "deadline", "samples"):
+        for key in ("budget", "deadline", "samples", "global_batch"):
             if key in item and not item[key] > 0:
                 raise InputError(f"{where}: targets[{i}].{key} must be > 0, not {item[key]}")
         if "precision" in item and item["precision"] not in TARGET_PRECISIONS:
@@ -211,7 +215,8 @@ def parse_project(data: dict[str, Any], path: Path, table: str) -> Project:
                              f"from {', '.join(TARGET_PRECISIONS)})")
         targets.append(TargetGoal(item["target"], _opt(item.get("budget")),
                                   _opt(item.get("deadline")), item.get("device"),
-                                  _opt(item.get("samples")), item.get("precision")))
+                                  _opt(item.get("samples")), item.get("precision"),
+                                  item.get("global_batch")))
     for key in ("samples", "steps", "repeats"):
         if key in data and not data[key] > 0:
             raise InputError(f"{where}: {key} must be > 0, not {data[key]}")

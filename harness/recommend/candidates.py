@@ -57,6 +57,9 @@ class Context:
     precision: str | None = None  # what a described device computes in (None: its training
     # precision for compute, fp32 bytes for the exchange)
     runtimes: dict[tuple[str, str, str], float] = field(default_factory=dict)  # computed once
+    # samples per optimizer step over all devices (described clusters only); None: each
+    # replica takes the workload's batch per step, so the step grows with the devices
+    global_batch: int | None = None
 
 
 def exchange_kind(framework: str, strategy: str) -> str:
@@ -331,36 +334,42 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
         from workloads.precision import precision as find_precision
 
         profile = replace(profile, bytes_per_element=find_precision(ctx.precision).value_bytes)
-    single_s = compute_seconds(profile, calibration)[0] + profile.optimizer_s
+    one = _per_replica(facts, profile, ctx.global_batch, 1)
+    assert one is not None  # one device takes every sample of a step
+    single_facts, single_profile, single_times = one
+    single_compute = compute_seconds(single_profile, calibration)[0]
+    single_s = single_times * single_compute + profile.optimizer_s
+    batch = ctx.global_batch or facts.batch_per_replica  # the single device's samples a step
     out = [_point(facts, framework="sim", strategy="single_device", replicas=1,
-                  step_time_s=single_s, batch=facts.batch_per_replica,
-                  throughput_samples_s=facts.batch_per_replica / single_s, scaling_efficiency=1.0,
+                  step_time_s=single_s, batch=batch,
+                  throughput_samples_s=batch / single_s, scaling_efficiency=1.0,
                   source="simulated", device_memory_bytes=device_memory(target, ctx, 1),
-                  price_per_device_hour=price, price_basis=basis, compute_note=compute_note)]
+                  price_per_device_hour=price, price_basis=basis, compute_note=compute_note)
+           | _accumulation(single_facts, single_times)]
     checkpointed = _checkpointed_activations(facts)
     for n in [c for c in device_counts(target) if c > 1]:
-        fitting, too_big = _fitting_strategies(ctx, facts, target, n)
-        rows = _stored(ctx, facts, target, n) or (simulate(
-            target.spec, n, fitting, profile, calibration, workload=facts.label)
+        share = _per_replica(facts, profile, ctx.global_batch, n)
+        if share is None:  # the global batch does not split over n replicas
+            continue
+        at_n, profile_n, times = share
+        fitting, too_big = _fitting_strategies(ctx, at_n, target, n)
+        rows = (None if ctx.global_batch else _stored(ctx, facts, target, n)) or (simulate(
+            target.spec, n, fitting, profile_n, calibration, workload=facts.label)
             if fitting else [])
         rows += too_big
-        for row in rows:
+        wrapped = (_checkpointed_fsdp(ctx, at_n, target, n, profile_n, calibration,
+                                      checkpointed)
+                   if "fsdp" not in fitting and checkpointed is not None else None)
+        for row, extra in [*((r, {}) for r in rows), *([wrapped] if wrapped else [])]:
+            row = _accumulated(row, times, at_n.batch_per_replica * n * times)
             out.append(_sim_point(ctx, facts, target, row, framework="sim",
                                   strategy=row["strategy"], model=row["strategy"],
-                                  batch=facts.batch_per_replica, single_s=single_s, price=price,
-                                  basis=basis, source="simulated", compute_note=compute_note))
-        if "fsdp" not in fitting and checkpointed is not None:
-            wrapped = _checkpointed_fsdp(ctx, facts, target, n, profile, calibration,
-                                         checkpointed)
-            if wrapped is not None:
-                out.append(_sim_point(ctx, facts, target, wrapped[0], framework="sim",
-                                      strategy="fsdp", model="fsdp", batch=facts.batch_per_replica,
-                                      single_s=single_s, price=price, basis=basis,
-                                      source="simulated", compute_note=compute_note)
-                           | wrapped[1])
+                                  batch=batch, single_s=single_s, price=price,
+                                  basis=basis, source="simulated", compute_note=compute_note)
+                       | extra | _accumulation(at_n, times, extra.get("layout")))
     for row in _model_parallel_rows(ctx, facts, target, calibration, compute_s):
         point = _sim_point(ctx, facts, target, row, framework="sim", strategy=row["strategy"],
-                           model=row["strategy"], batch=facts.batch_per_replica, single_s=single_s,
+                           model=row["strategy"], batch=batch, single_s=single_s,
                            price=price, basis=basis, source="simulated",
                            compute_note=compute_note)
         point.update(layout=row["layout"] + _recomputed(row["recompute"]),
@@ -379,6 +388,56 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
         point["runs_as"] = runs_as(point["strategy"], kind, hosts, int(point.get("zero", 0)))
         point["device_kind"] = kind
     return out
+
+
+def _per_replica(facts: WorkloadProfile, profile: WorkloadProfile, global_batch: int | None,
+                 n: int) -> tuple[WorkloadProfile, WorkloadProfile, int] | None:
+    """What one of ``n`` data-parallel replicas runs per step: (the workload and its profile
+    at the micro-batch, micro-batches per step). Without a global batch, one micro-batch of
+    the workload's batch; with one, its share of the samples in micro-batches of the
+    workload's batch, or of the largest smaller one that divides the share (gradient
+    accumulation). None where the global batch does not split over ``n`` replicas."""
+    if global_batch is None:
+        return facts, profile, 1
+    if global_batch % n:
+        return None
+    share = global_batch // n
+    micro = max(d for d in range(1, min(share, facts.batch_per_replica) + 1) if share % d == 0)
+    if micro == profile.batch_per_replica:
+        return facts, profile, share // micro
+    from dataclasses import replace
+
+    measured = profile.step_compute_s
+    return (facts.at(batch=micro),
+            replace(profile, batch_per_replica=micro,
+                    step_compute_s=(measured * micro / profile.batch_per_replica
+                                    if measured is not None else None)),
+            share // micro)
+
+
+def _accumulated(row: dict[str, Any], times: int, samples: int) -> dict[str, Any]:
+    """A simulated row of one micro-batch per replica as a step of ``times`` of them
+    (``sim.step_model.accumulated_step``), ``samples`` over all replicas."""
+    if times <= 1 or row.get("status") != "ok":
+        return row
+    from harness.sim.step_model import accumulated_step
+
+    step = accumulated_step(str(row["strategy"]), float(row["step_time_median_s"]),
+                            float(row["compute_s"]), float(row["optimizer_s"]), times)
+    return row | {"step_time_median_s": step, "throughput_samples_s": samples / step,
+                  "exposed_comm_s": step - times * float(row["compute_s"])
+                  - float(row["optimizer_s"])}
+
+
+def _accumulation(facts: WorkloadProfile, times: int, layout: Any = None) -> dict[str, Any]:
+    """A data-parallel point's samples in memory at once (its micro-batch), and its layout
+    column where it accumulates several per step."""
+    batch = {"batch": facts.batch_per_replica}
+    if times <= 1:
+        return batch
+    said = f"{times} micro-batches of {facts.batch_per_replica} accumulated"
+    return batch | {"layout": f"{layout}, {said}" if isinstance(layout, str) and layout
+                    else said}
 
 
 def model_flops(facts: WorkloadProfile) -> float:
@@ -505,7 +564,7 @@ def _model_parallel_rows(ctx: Context, facts: WorkloadProfile, target: Target,
     optimizer = next((name for name, slots in OPTIMIZER_SLOTS.items()
                       if slots == ctx.optimizer_slots), "adam")
     return best_layouts(model, target, facts.batch_per_replica, calibration, compute_s, cap,
-                        optimizer, at)
+                        optimizer, at, global_batch=ctx.global_batch)
 
 
 def _stored(ctx: Context, facts: WorkloadProfile, target: Target, n: int

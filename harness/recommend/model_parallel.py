@@ -94,17 +94,20 @@ def _uneven(blocks: int, chunks: int) -> tuple[int, ...]:
 def best_layouts(model: LayeredModel, target: Target, batch_per_device: int,
                  calibration: Calibration | None, step_compute_s: float | None,
                  device_memory: float, optimizer: str,
-                 precision: Precision | None = None) -> list[dict[str, Any]]:
+                 precision: Precision | None = None, *,
+                 global_batch: int | None = None) -> list[dict[str, Any]]:
     """Per device count and kind of split, the simulated row of the fastest layout that fits
     (else the one that needs the least memory), ``recompute`` saying what it recomputes: for
     each layout the least recomputation that fits (none, then selective, then full), as less
-    is always faster. Memory is a formula, so only the layouts that fit are simulated."""
+    is always faster. Memory is a formula, so only the layouts that fit are simulated.
+    ``global_batch``: the samples of every step at every device count (else
+    ``batch_per_device`` per device)."""
     from harness.sim.api import fuses_attention
 
     fused = fuses_attention(calibration) if calibration is not None else True
     out: list[dict[str, Any]] = []
     for n in device_counts(target):
-        batch = batch_per_device * n
+        batch = global_batch or batch_per_device * n
         options = []
         for layout in candidate_layouts(model, n, max(1, target.per_host), batch):
             micro = batch // (layout.data * layout.microbatches)

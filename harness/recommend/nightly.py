@@ -50,7 +50,7 @@ def card_frame(measured: pd.DataFrame, tables: dict[str, Any], project: Project,
     return recommend(
         measured, workloads=[resolved_workload(workload, project)], targets=[goal.target],
         samples=goal.samples or project.samples, budget=goal.budget_usd, device=goal.device,
-        precision=goal.precision,
+        precision=goal.precision, global_batch=goal.global_batch,
         deadline_s=None if goal.deadline_hours is None else goal.deadline_hours * 3600,
         **tables)
 
@@ -214,7 +214,7 @@ def project_edits(old: Project, new: Project, workload: str, target: str) -> lis
     if was is not None and now is not None:
         for key, name in (("budget_usd", "budget"), ("deadline_hours", "deadline"),
                           ("device", "device"), ("samples", "samples"),
-                          ("precision", "precision")):
+                          ("precision", "precision"), ("global_batch", "global batch")):
             a, b = getattr(was, key), getattr(now, key)
             if a != b:
                 out.append(f"{name} {_said(name, a)} -> {_said(name, b)}")

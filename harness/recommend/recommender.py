@@ -62,7 +62,8 @@ COLUMNS = ("workload", "target", "rank", "framework", "strategy", "runs_as", "re
            "reason")
 SWEEP_COLUMNS = ("workload", "target", "framework", "strategy", "runs_as", "replicas", "status",
                  "train_time_s", "cost_usd", "scaling_efficiency", "throughput_samples_s",
-                 "source", "validation_error", "pareto", "picked")
+                 "step_time_s", "comm_fraction", "layout", "source", "validation_error",
+                 "pareto", "picked")
 __all__ = ["DEFAULT_SAMPLES", "Target", "format_duration", "parse_targets", "recommend"]
 
 
@@ -224,7 +225,8 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
               device: str | None = None, fits: pd.DataFrame | None = None,
               networks: Sequence[dict[str, Any]] = (),
               sweeps: pd.DataFrame | None = None,
-              precision: str | None = None) -> pd.DataFrame:
+              precision: str | None = None,
+              global_batch: int | None = None) -> pd.DataFrame:
     """The recommendation table: one row per (workload, target, strategy at its best
     device count); ``frame.attrs``: verdicts, sweep, missing (see the module docstring)."""
     if not samples > 0:
@@ -237,6 +239,9 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
         raise InputError(f"--deadline must be > 0 hours, got {deadline_s / 3600:g}")
     if not 0 <= min_efficiency <= 1:
         raise InputError(f"--min-efficiency must be from 0 to 1, got {min_efficiency}")
+    if global_batch is not None and not (isinstance(global_batch, int) and global_batch >= 1):
+        raise InputError(f"--global-batch must be a whole number of samples >= 1, got "
+                         f"{global_batch}")
     if device is not None:
         from harness.core.errors import SpecError
         from harness.sim.preset import load_preset
@@ -266,13 +271,20 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
     specs = list(targets) or (sorted(set(measured["cluster"])) if not measured.empty else []) \
         + list(DEFAULT_PRESET_TARGETS)
     parsed = parse_targets(specs)
+    if global_batch is not None:
+        kept = [t.label for t in parsed if t.kind != "topology"]
+        if kept:
+            raise InputError(f"--global-batch applies to described clusters (a topology or "
+                             f"preset:...); {kept[0]} trains at its runs' batches: name "
+                             f"--target")
     ctx = Context(measured=measured, simulated=simulated if simulated is not None
                   else pd.DataFrame(), errors=validation_errors(
                       validation if validation is not None else pd.DataFrame()),
                   ram_bytes=ram_bytes, fits=fits if fits is not None else pd.DataFrame(),
                   sweeps=sweeps if sweeps is not None else pd.DataFrame(),
                   networks=list(networks), price=price, device=device,
-                  optimizer_slots=optimizer_slots, precision=precision)
+                  optimizer_slots=optimizer_slots, precision=precision,
+                  global_batch=global_batch)
     goal = decide.Goal(samples, budget, deadline_s, min_efficiency)
     out: list[dict[str, Any]] = []
     sweep: list[dict[str, Any]] = []
@@ -293,6 +305,8 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
                           bandwidth_bits=bandwidth_bits(ctx, target),
                           optimizer_slots=optimizer_slots, goal=goal)
             answer = decide.verdict(name, target.label, ranked, points, goal)
+            if global_batch is not None:
+                answer["constraint"] += f"; global batch {global_batch} samples per step"
             verdicts.append(answer)
             front = {id(p) for p in decide.pareto(points)}
             picked = {id(p) for p in ranked}

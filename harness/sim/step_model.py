@@ -214,6 +214,27 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
         wall_s=time.perf_counter() - started, compute_source=source)
 
 
+#: Data-parallel strategies whose exchange runs with every micro-batch when a step
+#: accumulates several: FSDP gathers the weights for each forward and backward and
+#: reduce-scatters each backward's gradients (FSDP2's default; skipping the reduction,
+#: ``set_requires_gradient_sync(False)``, keeps unsharded gradients, the memory FSDP exists
+#: to save). The others accumulate locally and exchange once per step (DDP's ``no_sync``, a
+#: parameter server's worker pushing its summed gradient).
+EXCHANGES_EVERY_MICROBATCH = frozenset({"fsdp"})
+
+
+def accumulated_step(strategy: str, step_s: float, compute_s: float, optimizer_s: float,
+                     times: int) -> float:
+    """A simulated step of one micro-batch per replica, as a step of ``times`` micro-batches
+    (gradient accumulation): the ones before the simulated one add their compute, or, where
+    the exchange runs with each micro-batch, the whole step but the optimizer's update."""
+    if times <= 1:
+        return step_s
+    if strategy in EXCHANGES_EVERY_MICROBATCH:
+        return times * (step_s - optimizer_s) + optimizer_s
+    return step_s + (times - 1) * compute_s
+
+
 def _shards(shards: int | None, workers: int, colocated: bool) -> int:
     """Default: one parameter-server shard per 8 workers."""
     k = shards if shards is not None else max(1, -(-workers // 8))
