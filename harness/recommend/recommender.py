@@ -307,6 +307,8 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
             answer = decide.verdict(name, target.label, ranked, points, goal)
             if global_batch is not None:
                 answer["constraint"] += f"; global batch {global_batch} samples per step"
+            elif target.kind == "topology":
+                answer["why"] = _with_batch(answer)
             verdicts.append(answer)
             front = {id(p) for p in decide.pareto(points)}
             picked = {id(p) for p in ranked}
@@ -331,6 +333,20 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
     frame.attrs["verdicts"] = verdicts
     frame.attrs["sweep"] = sweep
     return frame
+
+
+def _with_batch(answer: dict[str, Any]) -> str:
+    """A described cluster's answer without --global-batch says how many samples its pick
+    trains a step (the workload's batch on every device, so more with more devices): the
+    number a pipeline's bubble and a layout's choice turn on."""
+    pick, why = answer.get("pick"), str(answer.get("why") or "")
+    if not pick or answer.get("status") != "ok":
+        return why
+    samples = pick.get("throughput_samples_s", NAN) * pick.get("step_time_s", NAN)
+    if not (math.isfinite(samples) and samples > 0) or int(pick.get("replicas", 1)) == 1:
+        return why
+    return (why + f"; {samples:,.0f} samples a step, the workload's batch on each device "
+            f"(--global-batch sets it)")
 
 
 class Unanswered(InputError):
