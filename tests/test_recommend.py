@@ -630,3 +630,19 @@ def test_a_project_target_may_name_its_global_batch(tmp_path):
                     'targets = [{ target = "preset:dgx_a100,hosts=1", global_batch = 0 }]\n')
     with pytest.raises(InputError, match="global_batch must be > 0"):
         load_project(path)
+
+
+def test_a_huge_global_batch_cuts_pipelines_into_at_most_8192_micro_batches():
+    from harness.recommend.model_parallel import (
+        MAX_MICROBATCHES,
+        _microbatches,
+        candidate_layouts,
+    )
+    from harness.sim.structure import layered
+
+    assert _microbatches(64) == 64 and _microbatches(3 * 8192) == 8192
+    assert _microbatches(10**8) == 8000 and _microbatches(8209) == 1  # 8,209 is prime
+    model = layered("transformer:layers=16,hidden=1024,heads=16,vocab=32000,seq=2048")
+    layouts = candidate_layouts(model, 64, 8, 10**8)
+    assert layouts and all(1 <= layout.microbatches <= MAX_MICROBATCHES for layout in layouts)
+    assert all(10**8 % (layout.data * layout.microbatches) == 0 for layout in layouts)

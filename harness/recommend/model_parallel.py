@@ -30,8 +30,20 @@ MODEL_PARALLEL = "model_parallel"  # the exchange kind of these candidates
 LONG_CONTEXT = 32768
 
 
+# The most micro-batches a candidate's pipeline is cut into: one sample each (the smallest
+# bubble) up to this, larger ones beyond (the bubble is under 1% of 8,192 micro-batches on
+# 64 stages either way), so that a large --global-batch does not schedule millions of passes.
+MAX_MICROBATCHES = 8192
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _microbatches(samples: int) -> int:
+    """Micro-batches for ``samples`` per pipeline: one sample each, else the most, up to
+    ``MAX_MICROBATCHES``, that split them evenly."""
+    return next(m for m in range(min(samples, MAX_MICROBATCHES), 0, -1) if samples % m == 0)
 
 
 def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
@@ -58,7 +70,7 @@ def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
             data = devices // (stages * tensor)
             if global_batch % data:
                 continue
-            base = Layout(data, stages, tensor, global_batch // data,
+            base = Layout(data, stages, tensor, _microbatches(global_batch // data),
                           sequence_parallel=tensor > 1, zero=1 if data > 1 else 0,
                           stage_blocks=_uneven(blocks, stages))
             variants = [base]
@@ -75,7 +87,7 @@ def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
                     if data % context == 0 and model.seq % (2 * context) == 0:
                         variants.append(replace(
                             base, data=data // context, context=context,
-                            microbatches=global_batch // (data // context),
+                            microbatches=_microbatches(global_batch // (data // context)),
                             zero=1 if data > 1 else 0))
             for layout in variants:
                 try:
