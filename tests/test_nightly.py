@@ -69,6 +69,8 @@ def test_the_default_suite_is_the_checked_in_example():
      "targets[0].budget"),
     (PROJECT.replace("steps = 2", "steps = \"two\""), "steps must be"),
     (PROJECT.replace('"mlp:S"', '"nosuch:S"'), "workloads[0]"),
+    (PROJECT.replace('target = "local"', 'target = "local"\nglobal_batch = 64'),
+     "targets[0].global_batch applies to described clusters"),
 ])
 def test_a_malformed_project_file_is_one_line_naming_the_key_and_exit_2(tmp_path, capsys,
                                                                         text, key):

@@ -186,9 +186,13 @@ def _check_project(project: Project) -> None:
             raise InputError(f"{where}: workloads[{i}]: {exc}") from None
     for i, goal in enumerate(project.targets):
         try:
-            parse_targets([goal.target])
+            (target,) = parse_targets([goal.target])
         except InputError as exc:
             raise InputError(f"{where}: targets[{i}].target: {exc}") from None
+        if goal.global_batch is not None and target.kind != "topology":
+            raise InputError(f"{where}: targets[{i}].global_batch applies to described "
+                             f"clusters (a topology or preset:...); {goal.target} trains at "
+                             f"its runs' batches")
         if goal.device is not None:
             from harness.sim.preset import load_preset
 
