@@ -551,13 +551,16 @@ def test_no_measured_label_without_a_run_of_that_workload_and_strategy():
 
 def test_accumulating_micro_batches_adds_compute_or_whole_steps_for_fsdp():
     """DDP, all-reduce and parameter-server workers sum their micro-batches' gradients and
-    exchange once; FSDP gathers and reduce-scatters with every micro-batch."""
+    exchange once; FSDP gathers and reduce-scatters with every micro-batch, and embedding
+    sharding sends every micro-batch's lookups."""
     from harness.sim.step_model import accumulated_step
 
     assert accumulated_step("allreduce_ring", 1.0, 0.6, 0.1, 4) == pytest.approx(1.0 + 3 * 0.6)
     assert accumulated_step("parameter_server", 1.0, 0.6, 0.1, 4) == pytest.approx(2.8)
     assert accumulated_step("fsdp", 1.0, 0.6, 0.1, 4) == pytest.approx(4 * 0.9 + 0.1)
     assert accumulated_step("fsdp", 1.0, 0.6, 0.1, 1) == 1.0
+    # embedding sharding looks its rows up with every micro-batch
+    assert accumulated_step("embedding_sharding", 1.0, 0.6, 0.1, 4) == pytest.approx(3.7)
 
 
 def test_a_global_batch_is_every_data_parallel_candidates_step():

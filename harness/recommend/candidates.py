@@ -425,8 +425,8 @@ def _accumulated(row: dict[str, Any], times: int, samples: int) -> dict[str, Any
     step = accumulated_step(str(row["strategy"]), float(row["step_time_median_s"]),
                             float(row["compute_s"]), float(row["optimizer_s"]), times)
     return row | {"step_time_median_s": step, "throughput_samples_s": samples / step,
-                  "exposed_comm_s": step - times * float(row["compute_s"])
-                  - float(row["optimizer_s"])}
+                  "exposed_comm_s": max(0.0, step - times * float(row["compute_s"])
+                                        - float(row["optimizer_s"]))}
 
 
 def _accumulation(facts: WorkloadProfile, times: int, layout: Any = None) -> dict[str, Any]:

@@ -218,9 +218,12 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
 #: accumulates several: FSDP gathers the weights for each forward and backward and
 #: reduce-scatters each backward's gradients (FSDP2's default; skipping the reduction,
 #: ``set_requires_gradient_sync(False)``, keeps unsharded gradients, the memory FSDP exists
-#: to save). The others accumulate locally and exchange once per step (DDP's ``no_sync``, a
+#: to save); embedding sharding sends each micro-batch's lookups to the tables' owners and
+#: their rows and gradients back, forward and backward (its dense layers' all-reduce, once a
+#: step in a run, is then counted with each micro-batch too: an overestimate of that part
+#: only). The others accumulate locally and exchange once per step (DDP's ``no_sync``, a
 #: parameter server's worker pushing its summed gradient).
-EXCHANGES_EVERY_MICROBATCH = frozenset({"fsdp"})
+EXCHANGES_EVERY_MICROBATCH = frozenset({"fsdp", EMBEDDING_SHARDING})
 
 
 def accumulated_step(strategy: str, step_s: float, compute_s: float, optimizer_s: float,
