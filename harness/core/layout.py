@@ -190,6 +190,12 @@ def ends_lighter(blocks: int, chunks: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
+def largest_divisor(n: int, at_most: int) -> int:
+    """The largest divisor of ``n`` not above ``at_most`` (at least 1): how many equal parts,
+    or how large equal parts, ``n`` samples are cut into under a cap."""
+    return next(d for d in range(min(n, at_most), 0, -1) if n % d == 0)
+
+
 def splits(counts: tuple[int, ...], blocks: int, chunks: int) -> bool:
     """Whether ``counts`` give each of ``chunks`` chunks at least one of ``blocks`` blocks,
     all of them: the one rule a run's plan and the simulator hold uneven stages to."""

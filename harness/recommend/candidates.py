@@ -27,6 +27,7 @@ from harness.calibrate.workload import (
     scaled_compute,
 )
 from harness.core.errors import InputError
+from harness.core.layout import largest_divisor
 from harness.predict.emulated import emulated_strategies, predict_emulated
 from harness.recommend.targets import Target, device_counts, device_kind
 from harness.sim.profile import WorkloadProfile
@@ -85,9 +86,9 @@ def runs_as(model: str, device: str, hosts: int = 1, zero: int = 0) -> str:
     ``device``s (cpu, gpu, tpu) of ``hosts`` hosts: those that train there and do what was
     simulated. ``zero``: how the layout's data axis holds model state (3: sharded, so its
     data-parallel part is FSDP, not DDP)."""
-    from harness.core.strategies import running, stacks_running
+    from harness.core.strategies import STACKS_FOR, running, stacks_running
 
-    if stacks_running(model.split("+"), "gpu")[0]:
+    if any(dim in STACKS_FOR for dim in model.split("+")):
         # context and expert parallelism: run by other stacks (Megatron-Core, torchtitan),
         # not by a runner here
         return stacks_running(model.split("+"), device)[0]
@@ -402,7 +403,7 @@ def _per_replica(facts: WorkloadProfile, profile: WorkloadProfile, global_batch:
     if global_batch % n:
         return None
     share = global_batch // n
-    micro = max(d for d in range(1, min(share, facts.batch_per_replica) + 1) if share % d == 0)
+    micro = largest_divisor(share, facts.batch_per_replica)
     if micro == profile.batch_per_replica:
         return facts, profile, share // micro
     from dataclasses import replace

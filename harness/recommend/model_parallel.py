@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from harness.core.errors import SpecError
-from harness.core.layout import Layout, ends_lighter
+from harness.core.layout import Layout, ends_lighter, largest_divisor
 from harness.recommend.targets import Target, device_counts
 from harness.sim.calibration import Calibration
 from harness.sim.layered import RECOMPUTE, LayeredModel, check_layout
@@ -43,7 +43,7 @@ def _divisors(n: int) -> list[int]:
 def _microbatches(samples: int) -> int:
     """Micro-batches for ``samples`` per pipeline: one sample each, else the most, up to
     ``MAX_MICROBATCHES``, that split them evenly."""
-    return next(m for m in range(min(samples, MAX_MICROBATCHES), 0, -1) if samples % m == 0)
+    return largest_divisor(samples, MAX_MICROBATCHES)
 
 
 def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
