@@ -67,3 +67,37 @@ def test_tf_hands_over_a_row_per_lookup_not_per_distinct_row():
     per_lookup = 64 * config.hotness * len(config.table_rows) * (config.dim * 4 + 8)
     assert p.lookup_rows_bytes == pytest.approx(per_lookup)
     assert p.lookup_rows_bytes > p.sparse_rows_bytes  # popular ids repeat within a batch
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(0.21, 0.99), st.integers(2, 32))
+def test_accumulated_micro_batches_exchange_the_union_of_their_rows(sparsity, times):
+    """A replica summing ``times`` micro-batches pushes every row any of them touched: more
+    than one micro-batch's, at most ``times`` of them, never beyond the tables; its dense
+    part and its compute are one micro-batch's."""
+    one = sparse(sparsity)
+    summed = one.drawing(times)
+    assert one.drawing(1) is one and DENSE.drawing(times) is DENSE
+    assert one.sparse_rows_bytes < summed.sparse_rows_bytes <= times * one.sparse_rows_bytes
+    assert summed.push_bytes <= one.dense_bytes + (one.gradient_bytes - one.dense_bytes) * (
+        1 + 8 / 64) + 1e-6
+    assert summed.dense_bytes == one.dense_bytes
+    assert (summed.step_compute_s, summed.batch_per_replica) == (0.01, one.batch_per_replica)
+    assert summed.embedding_lookups == times * one.embedding_lookups  # TF: every lookup sent
+
+
+@pytest.mark.parametrize("size", ["S", "M", "L"])
+def test_a_recommenders_rows_at_any_batch_follow_its_zipf_ids(size):
+    """A built-in recommender's touched fraction at a smaller batch (``at``) or summed over
+    micro-batches (``drawing``) is workloads.costs' Zipf count at that many samples, the
+    one its runs are checked against, not independent draws (which overcount repeats)."""
+    from harness.calibrate.workload import workload_facts
+    from workloads.resolve import resolve_workload
+
+    spec, facts = resolve_workload(f"recsys:{size}"), workload_facts(f"recsys:{size}")
+    b = spec.batch_size
+    assert facts.at(batch=b // 4).gradient_sparsity == pytest.approx(
+        spec.expected_sparsity(b // 4))
+    assert facts.drawing(16).gradient_sparsity == pytest.approx(spec.expected_sparsity(16 * b))
+    independent = facts.dense_fraction + (1 - facts.dense_fraction) * facts._independent_rows(16)
+    assert facts.drawing(16).gradient_sparsity < independent

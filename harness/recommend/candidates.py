@@ -297,7 +297,6 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
     """A topology at each device count of the sweep: stored simulations where they match,
     else simulated now; compute from the named device's speed and the workload's FLOPs, else
     measured here (a device like this machine)."""
-    from harness.sim import simulate
     from harness.sim.calibration import (
         Calibration,
         compute_seconds,
@@ -354,8 +353,8 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
             continue
         at_n, profile_n, times = share
         fitting, too_big = _fitting_strategies(ctx, at_n, target, n)
-        rows = (None if ctx.global_batch else _stored(ctx, facts, target, n)) or (simulate(
-            target.spec, n, fitting, profile_n, calibration, workload=facts.label)
+        rows = (None if ctx.global_batch else _stored(ctx, facts, target, n)) or (
+            _simulated(target.spec, n, fitting, profile_n, times, calibration, facts.label)
             if fitting else [])
         rows += too_big
         wrapped = (_checkpointed_fsdp(ctx, at_n, target, n, profile_n, calibration,
@@ -406,14 +405,29 @@ def _per_replica(facts: WorkloadProfile, profile: WorkloadProfile, global_batch:
     micro = largest_divisor(share, facts.batch_per_replica)
     if micro == profile.batch_per_replica:
         return facts, profile, share // micro
-    from dataclasses import replace
-
     measured = profile.step_compute_s
     return (facts.at(batch=micro),
-            replace(profile, batch_per_replica=micro,
-                    step_compute_s=(measured * micro / profile.batch_per_replica
-                                    if measured is not None else None)),
+            profile.at(step_compute_s=(measured * micro / profile.batch_per_replica
+                                       if measured is not None else None), batch=micro),
             share // micro)
+
+
+def _simulated(spec: str, n: int, strategies: list[str], profile: WorkloadProfile,
+               times: int, calibration: Any, label: str) -> list[dict[str, Any]]:
+    """One micro-batch per replica of each strategy simulated; where replicas accumulate
+    ``times`` of them, the strategies that exchange once a step exchange the sum of their
+    gradients (``WorkloadProfile.drawing``: a sparse one touches more rows)."""
+    from harness.sim import simulate
+    from harness.sim.step_model import EXCHANGES_EVERY_MICROBATCH
+
+    summed = profile.drawing(times)
+    if summed is profile:
+        return simulate(spec, n, strategies, profile, calibration, workload=label)
+    each = [s for s in strategies if s in EXCHANGES_EVERY_MICROBATCH]
+    once = [s for s in strategies if s not in EXCHANGES_EVERY_MICROBATCH]
+    rows = {str(row["strategy"]): row for part, at in ((each, profile), (once, summed)) if part
+            for row in simulate(spec, n, part, at, calibration, workload=label)}
+    return [rows[s] for s in strategies if s in rows]
 
 
 def _accumulated(row: dict[str, Any], times: int, samples: int) -> dict[str, Any]:

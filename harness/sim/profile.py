@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from harness.core.errors import SpecError
 from workloads.configs import RecsysConfig
+from workloads.costs import expected_touched_fraction
 from workloads.operators import Op
 from workloads.profile import KEYS as PROFILE_GRAMMAR_KEYS
 from workloads.spec import BYTES_PER_PARAM, DEFAULT_BUCKET, WorkloadSpec
@@ -59,6 +60,9 @@ class WorkloadProfile:
     # bytes one sample keeps for backward (no recomputation), where known
     activation_bytes_per_sample: float | None = None
     sized_by: str = "definition"  # definition | declared by the workload | measured run ID
+    # a built-in recommender's tables and id distribution: the rows any batch touches, by
+    # workloads.costs' Zipf count rather than independent draws (``rows_touched``)
+    recsys: RecsysConfig | None = None
 
     def __post_init__(self) -> None:
         if self.params < 1:
@@ -84,8 +88,11 @@ class WorkloadProfile:
     def at(self, step_compute_s: float | None = None, batch: int | None = None
            ) -> WorkloadProfile:
         """This workload with a compute time per step (where one is measured or stated) or
-        another batch per replica."""
-        return replace(self, batch_per_replica=batch or self.batch_per_replica,
+        another batch per replica (a sparse gradient's touched rows with it:
+        ``rows_touched``)."""
+        batch = batch or self.batch_per_replica
+        return replace(self, batch_per_replica=batch,
+                       gradient_sparsity=self._sparsity_over(batch / self.batch_per_replica),
                        step_compute_s=(step_compute_s if step_compute_s is not None
                                        else self.step_compute_s))
 
@@ -109,14 +116,59 @@ class WorkloadProfile:
 
     def pull_bytes(self, workers: int) -> float:
         """What one worker pulls back after a synchronous round: the dense parameters and
-        every row some worker changed (the union of ``workers`` independent draws of the
-        touched fraction f of the rows: 1 - (1 - f)^W of them), with their indices."""
+        every row some worker changed (the union of ``workers`` draws, ``rows_touched``),
+        with their indices."""
         if not self.embedding_row_bytes or self.dense_fraction >= 1:
             return self.touched_bytes
         tables = self.gradient_bytes - self.dense_bytes
-        touched = max(0.0, self.touched_bytes - self.dense_bytes) / tables
-        union = tables * (1 - (1 - min(1.0, touched)) ** max(1, workers))
+        union = tables * self._independent_rows(max(1, workers))
         return self.dense_bytes + union * (1 + 8 / self.embedding_row_bytes)
+
+    def rows_touched(self, draws: float) -> float:
+        """The fraction of the sparse rows (the embedding tables; the whole gradient of a
+        profile that gives only a sparsity) that ``draws`` batches of ``batch_per_replica``
+        samples touch (fractional draws: a smaller batch): a built-in recommender's by its
+        Zipf-distributed ids (``workloads.costs``), else as independent draws."""
+        sparse = self._sparse_fraction
+        if self.recsys is None or sparse <= 0 or self.gradient_sparsity >= 1:
+            return self._independent_rows(draws)
+        fraction = expected_touched_fraction(
+            self.recsys, max(1, round(self.batch_per_replica * draws)))
+        return min(1.0, max(0.0, fraction - (1 - sparse)) / sparse)
+
+    def _independent_rows(self, draws: float) -> float:
+        """``rows_touched`` as independent draws, each touching the same fraction f of the
+        rows: 1 - (1 - f)^draws, an upper bound where ids are skewed (they repeat more).
+        What a parameter-server worker pulls back (``pull_bytes``) is read this way: on
+        the checked-in wire runs (docs/validation/2026-11-25-wire) recsys:S's asynchronous
+        workers' bytes are then 2% and 8% under the wire on 3 and 4 hosts, and 12% and 22%
+        under by the Zipf count of their union."""
+        sparse = self._sparse_fraction
+        if sparse <= 0 or self.gradient_sparsity >= 1:
+            return min(1.0, self.gradient_sparsity)
+        touched = min(1.0, max(0.0, self.gradient_sparsity - (1 - sparse)) / sparse)
+        return 1 - (1 - touched) ** draws
+
+    @property
+    def _sparse_fraction(self) -> float:
+        return 1.0 - self.dense_fraction if self.embedding_row_bytes else 1.0
+
+    def _sparsity_over(self, draws: float) -> float:
+        if draws == 1 or self.gradient_sparsity >= 1:
+            return self.gradient_sparsity
+        sparse = self._sparse_fraction
+        return (1.0 - sparse) + sparse * self.rows_touched(draws)
+
+    def drawing(self, times: int) -> WorkloadProfile:
+        """This workload's exchanged gradient when a replica sums ``times`` micro-batches
+        before it exchanges (gradient accumulation): the union of the rows they touch
+        (``rows_touched``) and every lookup's row, as TensorFlow concatenates IndexedSlices
+        rather than merging them. Its compute stays one micro-batch's; a runner's measured
+        per-server traffic no longer applies."""
+        if times <= 1 or self.gradient_sparsity >= 1:
+            return self
+        return replace(self, gradient_sparsity=self._sparsity_over(times),
+                       embedding_lookups=self.embedding_lookups * times, ps_traffic=None)
 
     @property
     def lookup_rows_bytes(self) -> float:
@@ -175,6 +227,7 @@ def from_spec(spec: WorkloadSpec, *, sized_by: str = "definition") -> WorkloadPr
         gradient_sparsity=spec.expected_sparsity(), name=family, size=size,
         dense_fraction=dense, embedding_row_bytes=row, embedding_tables=tables,
         embedding_lookups=lookups, ops=spec.operators,
+        recsys=spec.config if isinstance(spec.config, RecsysConfig) else None,
         bytes_per_element=spec.bytes_per_element, optimizer_s=spec.optimizer_s,
         bucket_bytes=spec.bucket_bytes,
         activation_bytes_per_sample=spec.activation_bytes_per_sample, sized_by=sized_by)
