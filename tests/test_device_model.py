@@ -103,6 +103,39 @@ def test_the_loss_computes_in_fp32_whatever_the_training_precision():
     assert half.kernels == full.kernels + 2
 
 
+def test_an_fp32_table_gathers_fp32_rows_into_half_precision_outputs():
+    """DLRM's tables stay fp32 under AMP: forward its rows are read at 4 bytes and written
+    at 2, backward the output's gradient is read at 2 and a 4-byte gradient row written
+    with an int64 id per lookup; in fp32 that is the plain gather's bytes plus the ids."""
+    from harness.sim.device_model import op_times
+    from workloads.operators import embedding
+
+    lookups, dim = 26, 128
+    bandwidth = device_rate(A100, "fp16").bytes_per_s
+    table, plain = embedding("t", lookups, dim, fp32_table=True), embedding("t", lookups, dim)
+    half = op_times(table, 1, device_rate(A100, "fp16"))
+    assert half.forward_s == pytest.approx(lookups * dim * (4 + 2) / bandwidth)
+    assert half.backward_s == pytest.approx((lookups * dim * (2 + 4) + 8 * lookups) / bandwidth)
+    assert half.device_s == pytest.approx(
+        1.5 * op_times(plain, 1, device_rate(A100, "fp16")).device_s + 8 * lookups / bandwidth)
+    full, whole = op_times(table, 1, device_rate(A100, "tf32")), op_times(plain, 1, device_rate(
+        A100, "tf32"))
+    assert full.device_s == pytest.approx(whole.device_s + 8 * lookups / bandwidth)
+
+
+def test_fp16_unscales_its_gradients_each_step_and_bf16_does_not():
+    """fp16 trains under a loss scale: its optimizer first reads and writes every fp32
+    gradient once more (GradScaler.unscale_, Megatron-LM's fp16 optimizer); bf16 does not."""
+    from harness.sim.device_model import optimizer_seconds
+    from workloads.precision import precision
+
+    rate, params = device_rate(A100, "bf16"), 1e9
+    extra = optimizer_seconds(params, precision("fp16"), 2, rate) - optimizer_seconds(
+        params, precision("bf16"), 2, rate)
+    assert extra == pytest.approx(params * 8 / rate.bytes_per_s)
+    assert precision("fp16").loss_scaled and not precision("bf16").loss_scaled
+
+
 def test_fp8_is_refused_where_the_system_states_no_fp8_peak():
     with pytest.raises(SpecError, match="no fp8 peak"):
         device_rate(A100, "fp8")

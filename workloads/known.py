@@ -317,7 +317,12 @@ def _dlrm() -> KnownModel:
     touched_rows = sum(min(batch, rows) for rows in DLRM_TABLE_ROWS)
     kept = (DLRM_BOTTOM[0] + sum(DLRM_BOTTOM[1:]) + vectors * DLRM_DIM + top_in
             + sum(DLRM_TOP))
-    ops = (embedding("tables", len(DLRM_TABLE_ROWS), DLRM_DIM),
+    # the tables stay fp32 under mixed precision: NVIDIA's DLRM keeps them fp32 and its fused
+    # gather writes fp16 rows under --amp, its backward fp32 sparse rows
+    # (DeepLearningExamples PyTorch/Recommendation/DLRM dlrm/nn/embeddings.py,
+    # dlrm/cuda_src/gather_gpu_fused_pytorch_impl.cu); torch's autocast never casts an
+    # embedding's weight
+    ops = (embedding("tables", len(DLRM_TABLE_ROWS), DLRM_DIM, fp32_table=True),
            *dense_stack(DLRM_BOTTOM, "bottom", relu_last=True),
            elementwise("stack", 2 * vectors * DLRM_DIM, 2 * vectors * DLRM_DIM),
            gemm("interaction", vectors, vectors, DLRM_DIM),

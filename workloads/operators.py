@@ -45,7 +45,7 @@ class Op:
 
     name: str
     kind: str
-    rows: float = 0.0  # gemm: M per sample
+    rows: float = 0.0  # gemm: M per sample; gather: rows looked up per sample
     n: int = 0
     k: int = 0
     repeat: int = 1  # gemm: products of this shape per sample (e.g. one per head)
@@ -63,6 +63,11 @@ class Op:
     # torch's autocast runs log_softmax and nll_loss in fp32 and Megatron-LM casts the
     # logits with .float() before its cross-entropy
     fp32_input: float = 0.0
+    # gather: the table is kept, read and updated in fp32 whatever the training precision:
+    # the rows are read at 4 bytes and the output written at the precision's; backward the
+    # output's gradient is read at the precision's and each lookup's gradient row written
+    # at 4 bytes with its int64 id (a sparse gradient, updated in place: no half copy)
+    fp32_table: bool = False
     # attention
     heads: int = 0
     seq: int = 0
@@ -231,10 +236,12 @@ def _moe_block(seq: int, hidden: int, heads: int, kv_width: int, *, gated: bool,
             *busiest, elementwise("unpermute", 3 * routed * d), *shared_mlp, dense[-1]]
 
 
-def embedding(name: str, lookups: float, dim: int) -> Op:
-    """Gathering ``lookups`` rows of ``dim`` per sample (and scattering their gradients)."""
-    return Op(name, GATHER, values=float(2 * lookups * dim),
-              backward_values=float(2 * lookups * dim), kernels=1, backward_kernels=2)
+def embedding(name: str, lookups: float, dim: int, fp32_table: bool = False) -> Op:
+    """Gathering ``lookups`` rows of ``dim`` per sample (and scattering their gradients);
+    ``fp32_table``: an fp32 table with a sparse gradient (``Op.fp32_table``)."""
+    return Op(name, GATHER, rows=float(lookups), values=float(2 * lookups * dim),
+              backward_values=float(2 * lookups * dim), kernels=1, backward_kernels=2,
+              fp32_table=fp32_table)
 
 
 def config_operators(config: ModelConfig) -> tuple[Op, ...]:

@@ -25,6 +25,10 @@ class Precision:
     value_bytes: int  # a weight, activation or gradient as computed and sent
     master_bytes: int  # the fp32 master copy of each weight (0 when the weights are fp32)
     state_bytes: int = 4  # each optimizer slot (momentum, variance) per parameter
+    # fp16's narrow exponent needs the loss scaled: each step its gradients are unscaled and
+    # checked for inf/NaN before the update (Micikevicius et al. 2018, section 3.2; torch's
+    # GradScaler.unscale_, Megatron-LM's fp16 optimizer); bf16 keeps fp32's exponent
+    loss_scaled: bool = False
 
     def model_state_bytes(self, slots: int) -> tuple[int, int, int]:
         """Bytes per parameter of (weights, gradients, optimizer state incl. master copy)."""
@@ -36,7 +40,7 @@ PRECISIONS = {
     # TF32: fp32 values in memory, tensor-core GEMMs with a 10-bit mantissa
     "tf32": Precision("tf32", 4, 0),
     "bf16": Precision("bf16", 2, 4),
-    "fp16": Precision("fp16", 2, 4),
+    "fp16": Precision("fp16", 2, 4, loss_scaled=True),
     # FP8 training (Transformer Engine, torchao float8): GEMM operands cast to fp8 inside
     # the GEMM; weights, activations and gradients otherwise as bf16 mixed precision
     "fp8": Precision("fp8", 2, 4),

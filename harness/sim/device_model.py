@@ -70,6 +70,7 @@ FUSES_ATTENTION = {"torch": True, "tf": False}
 CHANNELS_LAST = {"torch": False, "tf": True}
 FRAMEWORKS = ("torch", "tf")
 FP32_BYTES = 4
+INDEX_BYTES = 8  # a sparse gradient's int64 row id
 
 
 def fuses_attention(framework: str | None, stated: bool | None = None) -> bool:
@@ -290,6 +291,10 @@ def op_times(op: Op, samples: float, rate: DeviceRate, tensor: int = 1,
             # the input cast up forward and its gradient cast back: each read and written
             cast_s = op.fp32_input * share * (rate.value_bytes + FP32_BYTES) / rate.bytes_per_s
             forward, backward, kernels = forward + cast_s, backward + cast_s, kernels + 2
+        if op.fp32_table:  # half the values on the table's side, in fp32; an id per row
+            forward = op.values / 2 * share * (FP32_BYTES + width) / rate.bytes_per_s
+            backward = (op.backward_values / 2 * (FP32_BYTES + width) + INDEX_BYTES * op.rows
+                        ) * share / rate.bytes_per_s
         return OpTimes(forward, backward, kernels, memory_s=forward + backward)
     if op.kind == ATTENTION:
         return _attention(op, samples, rate, tensor)
@@ -380,9 +385,11 @@ def optimizer_seconds(params: float, precision: Precision, slots: int, rate: Dev
                       ) -> float:
     """An element-wise update of ``params`` parameters (Adam: ``slots`` = 2): read the
     gradient, read and write the fp32 weights (the master copy under mixed precision, then
-    write the compute copy) and every optimizer slot."""
+    write the compute copy) and every optimizer slot; under a loss scale (fp16) each fp32
+    gradient is read and written once more, unscaled and checked, first."""
     per_param = (precision.value_bytes + 8 + 8 * slots
-                 + (precision.value_bytes if precision.master_bytes else 0))
+                 + (precision.value_bytes if precision.master_bytes else 0)
+                 + (2 * FP32_BYTES if precision.loss_scaled else 0))
     return params * per_param / rate.bytes_per_s
 
 

@@ -237,14 +237,19 @@ def padded_lengths(row: dict[str, Any], lengths: dict[str, Any]
 
 
 def updated_params(row: Row) -> float:
-    """Parameters the optimizer updates each step: all of them, or for sparse embeddings the
-    dense layers and at most one row per sample and table."""
+    """Gradient values the optimizer applies each step: every parameter's, or for sparse
+    embeddings the dense layers' and one row per lookup. A sparse embedding gradient is
+    uncoalesced, a row per looked-up id with repeats not merged (torch's sparse embedding
+    backward; the fused gather's, NVIDIA DLRM's dlrm/cuda_src/gather_gpu_fused_pytorch_impl.cu:
+    batch x 26 rows), and torch adds it to the table row by row (SGD's ``add_`` of an
+    uncoalesced sparse tensor is ``index_add_``: aten/src/ATen/native/sparse/cuda/
+    SparseCUDATensorMath.cu, add_out_dense_sparse_cuda)."""
     model = get_known(row.model) if row.model != "bert_large" else get_known("bert_large")
     if not row.sparse_embeddings:
         return float(model.params)
     tables = sum(DLRM_TABLE_ROWS) * DLRM_DIM
-    touched = sum(min(row.batch_per_gpu * row.accumulation, rows) for rows in DLRM_TABLE_ROWS)
-    return float(model.params - tables + touched * DLRM_DIM)
+    lookups = row.batch_per_gpu * row.accumulation * len(DLRM_TABLE_ROWS)
+    return float(model.params - tables + lookups * DLRM_DIM)
 
 
 def rate_of(row: Row, efficiency: float | None) -> DeviceRate:
