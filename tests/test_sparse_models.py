@@ -190,3 +190,31 @@ def test_each_torch_server_carries_what_its_tables_lookups_move():
     two = torch_ps_traffic("recsys:L", 256, 2, 2)
     assert two is not None and sum(two[1]) < sum(traffic[1]) < 2 * sum(two[1])
     assert torch_ps_traffic("mlp:M", 64, 4, 2) is None
+
+
+def test_dlrm_on_described_gpus_is_answered_with_its_tables_sharded():
+    """DLRM's 26 tables (24.0e9 of its 24.04e9 parameters) are the model's sparse tables, as
+    a built-in recommender's are: on two DGX A100s the answer shards them over the devices
+    (NVIDIA's and MLPerf's hybrid parallelism: tables model-parallel, MLPs data-parallel),
+    every device keeping the dense layers and 1/16 of the tables, where all-reduce cannot
+    hold the model and FSDP gathers every table each micro-batch."""
+    import pandas as pd
+
+    from harness.calibrate.workload import workload_facts
+    from harness.recommend.recommender import recommend
+    from workloads.known import DLRM_DIM, DLRM_TABLE_ROWS
+
+    facts = workload_facts("dlrm")
+    assert facts.embedding_row_bytes == 4 * DLRM_DIM and facts.embedding_tables == 26
+    assert facts.embedding_lookups == 26
+    assert facts.dense_fraction == pytest.approx(
+        1 - sum(DLRM_TABLE_ROWS) * DLRM_DIM / facts.params)
+    frame = recommend(pd.DataFrame(), workloads=["dlrm"], targets=["preset:dgx_a100,hosts=2"],
+                      precision="fp16", global_batch=65536)
+    (verdict,) = frame.attrs["verdicts"]
+    pick = verdict["pick"]
+    assert (pick["strategy"], pick["replicas"]) == ("embedding_sharding", 16)
+    points = pd.DataFrame(frame.attrs["sweep"]).set_index(["strategy", "replicas"])
+    sharded = points.loc[("embedding_sharding", 16)]
+    assert sharded["status"] == "ok"
+    assert sharded["step_time_s"] * 100 < points.loc[("fsdp", 8), "step_time_s"]

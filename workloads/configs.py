@@ -162,6 +162,25 @@ class TransformerConfig:
 
 
 @dataclass(frozen=True)
+class EmbeddingTables:
+    """A model's embedding tables as its exchange and memory see them: rows per table, the
+    row width, the ids one sample looks up in each table. One record whether the tables
+    are a built-in recommender's (``RecsysConfig.tables``) or a known model's (DLRM's)."""
+
+    rows: tuple[int, ...]
+    dim: int
+    hotness: int = 1
+
+    @property
+    def params(self) -> int:
+        return sum(self.rows) * self.dim
+
+    @property
+    def lookups_per_sample(self) -> int:
+        return self.hotness * len(self.rows)
+
+
+@dataclass(frozen=True)
 class RecsysConfig:
     """Embedding-heavy click model (DLRM-like, simplified).
 
@@ -184,7 +203,11 @@ class RecsysConfig:
 
     @property
     def embedding_params(self) -> int:
-        return sum(self.table_rows) * self.dim
+        return self.tables.params
+
+    @property
+    def tables(self) -> EmbeddingTables:
+        return EmbeddingTables(self.table_rows, self.dim, self.hotness)
 
     def weights(self) -> tuple[WeightSpec, ...]:
         out: list[WeightSpec] = []

@@ -18,7 +18,7 @@ import itertools
 from dataclasses import dataclass
 
 from workloads import convnets, costs
-from workloads.configs import TransformerConfig
+from workloads.configs import EmbeddingTables, TransformerConfig
 from workloads.dims import TransformerDims, from_config
 from workloads.hf import dims_of
 from workloads.operators import (
@@ -50,6 +50,7 @@ class KnownModel:
     source: tuple[str, ...]
     notes: str
     ops: tuple[Op, ...] = ()  # one sample's forward operators (workloads.operators)
+    tables: EmbeddingTables | None = None  # embedding tables with sparse gradients
 
     def spec(self) -> WorkloadSpec:
         """The neutral description; no framework here can build it (frameworks is empty)."""
@@ -57,7 +58,7 @@ class KnownModel:
             family=KNOWN, size="", task=KNOWN, batch_size=self.batch_size, params=self.params,
             flops_per_sample=self.flops_per_sample, sparsity=self.sparsity, frameworks=(),
             label=self.name, activation_bytes_per_sample=self.activation_bytes_per_sample,
-            ops=self.ops,
+            ops=self.ops, tables=self.tables,
         )
 
 
@@ -333,6 +334,7 @@ def _dlrm() -> KnownModel:
         sample="one Criteo click log line (13 dense features, 26 categorical ids)",
         batch_size=batch, activation_bytes_per_sample=float(costs.ACTIVATION_BYTES * kept),
         sparsity=(dense_params + DLRM_DIM * touched_rows) / params, ops=ops,
+        tables=EmbeddingTables(DLRM_TABLE_ROWS, DLRM_DIM),
         source=("Naumov et al. 2019, arXiv:1906.00091 (the DLRM architecture)",
                 "https://github.com/facebookresearch/dlrm/blob/main/bench/run_and_time.sh "
                 "(MLPerf Training reference run: embeddings 128, bottom 13-512-256-128, top "

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workloads import costs
-from workloads.configs import ModelConfig
+from workloads.configs import EmbeddingTables, ModelConfig, RecsysConfig
 
 if TYPE_CHECKING:
     from workloads.operators import Op
@@ -71,6 +71,15 @@ class WorkloadSpec:
     bytes_per_element: int = BYTES_PER_PARAM
     optimizer_s: float = 0.0
     bucket_bytes: int = DEFAULT_BUCKET
+    # embedding tables a known model states (a built-in recommender's are its config's)
+    tables: EmbeddingTables | None = None
+
+    @property
+    def embedding_tables(self) -> EmbeddingTables | None:
+        """The workload's embedding tables with sparse gradients, where it has any."""
+        if self.tables is not None:
+            return self.tables
+        return self.config.tables if isinstance(self.config, RecsysConfig) else None
 
     @property
     def operators(self) -> tuple[Op, ...]:

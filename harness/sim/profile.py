@@ -235,10 +235,10 @@ def from_spec(spec: WorkloadSpec, *, sized_by: str = "definition") -> WorkloadPr
 
 def _embedding_split(spec: WorkloadSpec) -> tuple[float, float, int, float]:
     """(fraction of the gradient in dense tensors, bytes of one embedding row, tables, rows
-    looked up per sample) of a built-in recommender; (1, 0, 1, 0) for everything else."""
-    config = spec.config
-    if not isinstance(config, RecsysConfig):
+    looked up per sample) of a model with embedding tables (a built-in recommender, DLRM);
+    (1, 0, 1, 0) for everything else."""
+    tables = spec.embedding_tables
+    if tables is None:
         return 1.0, 0.0, 1, 0.0
-    embedding = sum(config.table_rows) * config.dim
-    return (max(0.0, 1 - embedding / spec.params), float(config.dim * BYTES_PER_PARAM),
-            len(config.table_rows), float(config.hotness * len(config.table_rows)))
+    return (max(0.0, 1 - tables.params / spec.params), float(tables.dim * BYTES_PER_PARAM),
+            len(tables.rows), float(tables.lookups_per_sample))
