@@ -218,3 +218,26 @@ def test_dlrm_on_described_gpus_is_answered_with_its_tables_sharded():
     sharded = points.loc[("embedding_sharding", 16)]
     assert sharded["status"] == "ok"
     assert sharded["step_time_s"] * 100 < points.loc[("fsdp", 8), "step_time_s"]
+
+
+def test_a_workloads_own_optimizer_sizes_its_memory_unless_one_is_named():
+    """DLRM trains with plain SGD (its reference run, as MLPerf ran it): no optimizer state,
+    so a device holding 1/16 of its tables keeps half of what Adam would need; naming
+    --optimizer adam counts Adam's two moments instead."""
+    import pandas as pd
+
+    from harness.recommend.recommender import recommend
+    from harness.sim.memory import data_parallel_memory
+    from workloads.known import get_known
+
+    def sharded(**kwargs: str) -> tuple[int, float]:
+        frame = recommend(pd.DataFrame(), workloads=["dlrm"],
+                          targets=["preset:dgx_a100,hosts=2"], global_batch=65536, **kwargs)
+        (row,) = frame[frame["strategy"] == "embedding_sharding"].to_dict("records")
+        return int(row["replicas"]), float(row["memory_per_device_bytes"])
+
+    assert get_known("dlrm").optimizer == "sgd" and get_known("resnet50").optimizer == "momentum"
+    (n, sgd), (same, adam) = sharded(), sharded(optimizer="adam")
+    assert n == same and adam == pytest.approx(2 * sgd, rel=0.01)
+    params = get_known("dlrm").params
+    assert adam > data_parallel_memory(params, "embedding", n, 2, dense_fraction=0.0).total

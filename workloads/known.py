@@ -51,6 +51,9 @@ class KnownModel:
     notes: str
     ops: tuple[Op, ...] = ()  # one sample's forward operators (workloads.operators)
     tables: EmbeddingTables | None = None  # embedding tables with sparse gradients
+    # what its cited training setup updates the weights with (a workloads.optimizers
+    # name): the state memory keeps and the update's traffic
+    optimizer: str = "adam"
 
     def spec(self) -> WorkloadSpec:
         """The neutral description; no framework here can build it (frameworks is empty)."""
@@ -58,7 +61,7 @@ class KnownModel:
             family=KNOWN, size="", task=KNOWN, batch_size=self.batch_size, params=self.params,
             flops_per_sample=self.flops_per_sample, sparsity=self.sparsity, frameworks=(),
             label=self.name, activation_bytes_per_sample=self.activation_bytes_per_sample,
-            ops=self.ops, tables=self.tables,
+            ops=self.ops, tables=self.tables, optimizer=self.optimizer,
         )
 
 
@@ -105,13 +108,13 @@ TORCHVISION_RECIPE = ("torchvision reference recipe, 32 images per GPU on 8 GPUs
 
 
 def _convnet(net: convnets.ConvNet, sample: str, batch_size: int, source: tuple[str, ...],
-             notes: str) -> KnownModel:
+             notes: str, optimizer: str = "momentum") -> KnownModel:
     return KnownModel(
         name=net.name, params=net.params,
         flops_per_sample=float(costs.TRAIN_FLOPS_FACTOR * convnets.forward_flops(net)),
         sample=sample, batch_size=batch_size,
         activation_bytes_per_sample=float(costs.ACTIVATION_BYTES * net.kept), sparsity=1.0,
-        source=source, notes=notes, ops=net.ops)
+        source=source, notes=notes, ops=net.ops, optimizer=optimizer)
 
 
 def _resnet50() -> KnownModel:
@@ -125,7 +128,8 @@ def _resnet50() -> KnownModel:
         "torchvision's ResNet-50 v1.5 (stride 2 in the 3x3 conv; the paper's v1 has 3.8e9 "
         "multiply-adds). Parameters and 4.089e9 MACs are counted from the layer table in "
         "workloads/convnets.py and equal torchvision's figures. Batch 32 per GPU x 8 = 256, "
-        "He et al.'s mini-batch.")
+        "He et al.'s mini-batch, trained with SGD and momentum 0.9 (section 3.4; the "
+        "torchvision recipe's default).")
 
 
 def _vgg16() -> KnownModel:
@@ -137,7 +141,8 @@ def _vgg16() -> KnownModel:
          "_ops 15.47 GMACs)",
          TORCHVISION_RECIPE),
         "No BatchNorm. Parameters and 15.47e9 MACs counted from the layer table equal "
-        "torchvision's. Batch 32 per GPU x 8 = 256, the paper's batch.")
+        "torchvision's. Batch 32 per GPU x 8 = 256, the paper's batch, trained with SGD "
+        "and momentum 0.9 (section 3.1).")
 
 
 def _inception_v3() -> KnownModel:
@@ -148,7 +153,8 @@ def _inception_v3() -> KnownModel:
          f"{TORCHVISION_MODELS}inception.py (Inception_V3_Weights.IMAGENET1K_V1: num_params "
          "27,161,264 with the auxiliary classifier, _ops 5.713 GMACs in eval mode)"),
         "Training runs the auxiliary classifier: 27,161,264 parameters and 5.719e9 MACs "
-        "(5.713e9 without it, torchvision's figure), counted from the layer table.")
+        "(5.713e9 without it, torchvision's figure), counted from the layer table. Trained "
+        "with RMSProp, decay 0.9 (section 8): one slot per parameter.", "rmsprop")
 
 
 @dataclass(frozen=True)
@@ -334,7 +340,7 @@ def _dlrm() -> KnownModel:
         sample="one Criteo click log line (13 dense features, 26 categorical ids)",
         batch_size=batch, activation_bytes_per_sample=float(costs.ACTIVATION_BYTES * kept),
         sparsity=(dense_params + DLRM_DIM * touched_rows) / params, ops=ops,
-        tables=EmbeddingTables(DLRM_TABLE_ROWS, DLRM_DIM),
+        tables=EmbeddingTables(DLRM_TABLE_ROWS, DLRM_DIM), optimizer="sgd",
         source=("Naumov et al. 2019, arXiv:1906.00091 (the DLRM architecture)",
                 "https://github.com/facebookresearch/dlrm/blob/main/bench/run_and_time.sh "
                 "(MLPerf Training reference run: embeddings 128, bottom 13-512-256-128, top "
@@ -347,7 +353,8 @@ def _dlrm() -> KnownModel:
               "real batch touches fewer. FLOPs count the MLPs and the 27x27 interaction "
               "product; lookups are not matmuls. Activations: dense input, bottom ReLUs, "
               "the 27x128 interaction input, the 479-wide top input, top ReLUs, the "
-              "sigmoid.")
+              "sigmoid. Trained with plain SGD (the reference's dlrm_s_pytorch.py default, "
+              "as MLPerf ran it): no optimizer state.")
 
 
 def by_dims(dims: TransformerDims, name: str, source: tuple[str, ...] = (),

@@ -73,6 +73,8 @@ class WorkloadSpec:
     bucket_bytes: int = DEFAULT_BUCKET
     # embedding tables a known model states (a built-in recommender's are its config's)
     tables: EmbeddingTables | None = None
+    # what the weights are updated with (a known model's cited setup; Adam otherwise)
+    optimizer: str = "adam"
 
     @property
     def embedding_tables(self) -> EmbeddingTables | None:

@@ -6,6 +6,7 @@ import click
 
 from harness.commands.common import json_option, print_json, results_option
 from harness.core.paths import results_dir
+from workloads.optimizers import OPTIMIZER_SLOTS
 from workloads.precision import PRECISIONS as PRECISION_NAMES
 
 
@@ -51,13 +52,19 @@ from workloads.precision import PRECISIONS as PRECISION_NAMES
                    "micro-batches of the workload's batch, model-parallel layouts splitting "
                    "it into micro-batches. Default: the workload's batch per device, so the "
                    "step grows with the devices.")
+@click.option("--optimizer", type=click.Choice(list(OPTIMIZER_SLOTS)), default=None,
+              help="What updates the weights: the optimizer state each device keeps and the "
+                   "update's traffic. Default: the workload's (a known model's cited "
+                   "setup: DLRM sgd, ResNet-50 and VGG-16 momentum, Inception-v3 rmsprop; "
+                   "adam otherwise).")
 @results_option
 @json_option
 def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple[str, ...],
             budget: float | None,
             deadline: float | None, min_efficiency: float, device: str | None,
             samples: float | None, price: float | None, precision: str | None,
-            global_batch: int | None, results: str | None, as_json: bool) -> None:
+            global_batch: int | None, optimizer: str | None, results: str | None,
+            as_json: bool) -> None:
     """Which strategy, on how many devices, within your budget, and why."""
     from harness.recommend.recommender import (
         DEFAULT_SAMPLES,
@@ -74,7 +81,8 @@ def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple
                                  price=price, budget=budget,
                                  deadline_s=None if deadline is None else deadline * 3600,
                                  min_efficiency=min_efficiency, device=device,
-                                 precision=precision, global_batch=global_batch)
+                                 precision=precision, global_batch=global_batch,
+                                 optimizer=optimizer)
     if as_json:
         print_json({"verdicts": frame.attrs.get("verdicts", []),
                     "ranking": to_records(frame),

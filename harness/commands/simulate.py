@@ -12,6 +12,7 @@ from harness.commands.common import info, json_option, print_json, results_optio
 from harness.core.errors import InputError
 from harness.core.paths import results_dir
 from harness.core.strategies import ALLREDUCE_ALGORITHMS, MODEL_PARALLEL
+from workloads.optimizers import OPTIMIZER_SLOTS
 from workloads.precision import PRECISIONS as PRECISION_NAMES
 
 
@@ -513,7 +514,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
               type=click.Choice(["none", "selective", "full"]),
               help="Recompute activations in the backward pass: full (a bare --recompute), "
                    "selective (the attention scores only), none.")
-@click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), default="adam",
+@click.option("--optimizer", type=click.Choice(list(OPTIMIZER_SLOTS)), default="adam",
               show_default=True, help="Optimizer whose state the memory figure counts.")
 @json_option
 def command(topology: str | None, system: str | None, workers: int, workload: str | None,

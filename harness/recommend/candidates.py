@@ -54,7 +54,7 @@ class Context:
     networks: list[dict[str, Any]] = field(default_factory=list)  # probes of emulated runs
     price: float | None = None  # the user's price per device-hour
     device: str | None = None  # a preset whose device the target's devices are
-    optimizer_slots: int = 2  # optimizer state per parameter (Adam: 2)
+    optimizer_slots: int = 2  # optimizer state per parameter: the workload's optimizer's
     precision: str | None = None  # what a described device computes in (None: its training
     # precision for compute, fp32 bytes for the exchange)
     runtimes: dict[tuple[str, str, str], float] = field(default_factory=dict)  # computed once

@@ -9,9 +9,10 @@ train ``samples``, and a one-line reason; ``harness.recommend.decide`` picks eac
 count and the answer (``--budget``, ``--deadline``, else the fastest configuration that
 keeps scaling efficiency above a floor, and one device when nothing distributed does).
 
-Memory per device counts fp32 parameters, gradients and optimizer state (``optimizer_slots``
-copies, 2 for Adam; fsdp shards all three over the replicas, a parameter server keeps the
-optimizer state on its servers) and the activations of one replica's batch where the
+Memory per device counts fp32 parameters, gradients and optimizer state (the workload's
+optimizer's slots: Adam's 2 unless a known model's cited setup says otherwise, DLRM's SGD
+none, ResNet-50's momentum one; fsdp shards all three over the replicas, a parameter server
+keeps the optimizer state on its servers) and the activations of one replica's batch where the
 workload says how large they are (no recomputation).
 
 The frame returned has one row per (workload, target, strategy at its chosen device count),
@@ -21,6 +22,7 @@ ranked; ``frame.attrs`` holds ``verdicts`` (one answer per workload and target),
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -49,6 +51,7 @@ from harness.recommend.candidates import (
 )
 from harness.recommend.targets import Target, parse_targets
 from harness.sim.memory import GRADIENT_COPIES, data_parallel_memory
+from harness.sim.memory import optimizer_slots as slots_of
 from harness.sim.profile import WorkloadProfile
 from harness.validate.score import latest_validation
 
@@ -219,7 +222,7 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
               targets: Sequence[str] = (), samples: float = DEFAULT_SAMPLES,
               price: float | None = None, simulated: pd.DataFrame | None = None,
               validation: pd.DataFrame | None = None, ram_bytes: float | None = None,
-              optimizer_slots: int = 2, budget: float | None = None,
+              optimizer: str | None = None, budget: float | None = None,
               deadline_s: float | None = None,
               min_efficiency: float = decide.DEFAULT_MIN_EFFICIENCY,
               device: str | None = None, fits: pd.DataFrame | None = None,
@@ -283,16 +286,17 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
                   ram_bytes=ram_bytes, fits=fits if fits is not None else pd.DataFrame(),
                   sweeps=sweeps if sweeps is not None else pd.DataFrame(),
                   networks=list(networks), price=price, device=device,
-                  optimizer_slots=optimizer_slots, precision=precision,
-                  global_batch=global_batch)
+                  precision=precision, global_batch=global_batch)
     goal = decide.Goal(samples, budget, deadline_s, min_efficiency)
     out: list[dict[str, Any]] = []
     sweep: list[dict[str, Any]] = []
     verdicts: list[dict[str, Any]] = []
     for name, fact in facts.items():
+        slots = slots_of(optimizer or fact.optimizer)
+        wctx = dataclasses.replace(ctx, optimizer_slots=slots)
         for target in parsed:
             try:
-                points = _points(ctx, fact, target)
+                points = _points(wctx, fact, target)
             except InputError as exc:
                 if targets:
                     raise
@@ -303,7 +307,7 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
                 continue
             ranked = rank(points, samples=samples, price=price,
                           bandwidth_bits=bandwidth_bits(ctx, target),
-                          optimizer_slots=optimizer_slots, goal=goal)
+                          optimizer_slots=slots, goal=goal)
             answer = decide.verdict(name, target.label, ranked, points, goal)
             if global_batch is not None:
                 answer["constraint"] += f"; global batch {global_batch} samples per step"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from harness.core.errors import SpecError
 from harness.sim.device_model import DeviceStep, device_rate, training_precision
 from harness.sim.device_model import device_step as _device_step
+from harness.sim.memory import optimizer_slots
 from harness.sim.preset import Device, load_preset
 from harness.sim.profile import WorkloadProfile
 from harness.sim.spec import parse_topology
@@ -119,8 +120,8 @@ def apply(topology: Topology, calibration: Calibration | None) -> Topology:
                                    for k, v in calibration.links.items()})
 
 
-def device_step(profile: WorkloadProfile, calibration: Calibration | None,
-                slots: int = 2) -> DeviceStep | None:
+def device_step(profile: WorkloadProfile, calibration: Calibration | None
+                ) -> DeviceStep | None:
     """The profile's step on the calibration's device by the device model, where nothing
     measured says otherwise and the workload's operators are known; None else."""
     if (profile.step_compute_s is not None or calibration is None
@@ -135,7 +136,7 @@ def device_step(profile: WorkloadProfile, calibration: Calibration | None,
     updated = profile.params * (profile.gradient_sparsity if profile.embedding_row_bytes
                                 or profile.gradient_sparsity < 1 else 1.0)
     step = _device_step(profile.ops, profile.batch_per_replica, updated, rate,
-                        precision(name), slots)
+                        precision(name), optimizer_slots(profile.optimizer))
     if calibration.precision is None:
         step = replace(step, precision_note=f"{name} (no --precision given: the device's "
                                             f"training precision)")

@@ -34,10 +34,9 @@ from harness.sim.layered import (
     stage_layers,
 )
 from harness.sim.pipeline import in_flight_per_chunk
+from workloads.optimizers import OPTIMIZER_SLOTS
 from workloads.precision import FP32, Precision
 
-#: optimizer state slots per parameter
-OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2}
 #: Copies of the gradients a framework's strategy keeps: torch DDP also holds them in flat
 #: buckets (``gradient_as_bucket_view=False``, the default). Measured: docs/SIMULATOR.md.
 GRADIENT_COPIES = {("torch", "ddp"): 2}

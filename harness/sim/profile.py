@@ -63,6 +63,7 @@ class WorkloadProfile:
     # a built-in recommender's tables and id distribution: the rows any batch touches, by
     # workloads.costs' Zipf count rather than independent draws (``rows_touched``)
     recsys: RecsysConfig | None = None
+    optimizer: str = "adam"  # what updates the weights: its state's memory, its traffic
 
     def __post_init__(self) -> None:
         if self.params < 1:
@@ -228,6 +229,7 @@ def from_spec(spec: WorkloadSpec, *, sized_by: str = "definition") -> WorkloadPr
         dense_fraction=dense, embedding_row_bytes=row, embedding_tables=tables,
         embedding_lookups=lookups, ops=spec.operators,
         recsys=spec.config if isinstance(spec.config, RecsysConfig) else None,
+        optimizer=spec.optimizer,
         bytes_per_element=spec.bytes_per_element, optimizer_s=spec.optimizer_s,
         bucket_bytes=spec.bucket_bytes,
         activation_bytes_per_sample=spec.activation_bytes_per_sample, sized_by=sized_by)

@@ -39,6 +39,7 @@ from harness.sim.device_model import (
     optimizer_seconds,
     pass_times,
 )
+from harness.sim.memory import optimizer_slots
 from harness.sim.preset import load_preset
 from harness.sim.profile import WorkloadProfile
 from harness.sim.structure import layered
@@ -50,7 +51,6 @@ from workloads.precision import precision as find_precision
 
 CORPUS = "device_training.json"
 #: optimizer state slots per parameter (LAMB keeps Adam's two moments)
-SLOTS = {"sgd": 0, "momentum": 1, "adam": 2, "lamb": 2}
 #: the bounds the issue set: out of the box, and after one fit per device and precision
 OUT_OF_BOX_BOUND, FITTED_BOUND = 0.25, 0.10
 
@@ -271,7 +271,7 @@ def predict_step(row: Row, efficiency: float | None = None) -> dict[str, float |
         micro += share * max(passes.device_s, floor)
         launch_bound = launch_bound and floor >= passes.device_s
     params = updated_params(row)
-    slots = SLOTS[row.optimizer]
+    slots = optimizer_slots(row.optimizer)
     shard = row.gpus if row.sharded_optimizer else 1
     update = max(optimizer_seconds(params / shard, find_precision(row.precision), slots, rate),
                  launch_floor(optimizer_kernels(params / shard, slots), rate))
@@ -295,7 +295,7 @@ def _model_parallel_step(row: Row, efficiency: float | None) -> dict[str, float 
     result = layout_step(row.system, row.gpus, layered(row.model, precision), row.layout(),
                          row.global_batch, precision, efficiency,
                          fused_attention=row.fused_attention is not False,
-                         recompute=row.recompute, optimizer_slots=SLOTS[row.optimizer])
+                         recompute=row.recompute, optimizer_slots=optimizer_slots(row.optimizer))
     step = result.step_time_s
     return {"step_s": step, "micro_s": math.nan, "optimizer_s": math.nan,
             "exposed_comm_s": math.nan,
