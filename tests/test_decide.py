@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.core.units import compare, format_ratio, times_the
+from harness.core.units import compare, format_fraction, format_ratio, times_the
 from harness.recommend.decide import Goal, acceptable, best_per_strategy, meets, runnable, verdict
 
 FORBIDDEN = re.compile(r"(?<![\d.])1(\.0)?x\b|\d[eE][+-]?\d")
@@ -25,6 +25,13 @@ PHRASE = re.compile(r"(under 1%|\d+%|[\d,]+(?:\.\d)?x) (slower|faster)")
     (1234.0, "1,200x slower"), (1 / 1.8, "1.8x faster"), (1 / 1.25, "25% faster")])
 def test_ratios_read_as_people_write_them(ratio, words):
     assert compare(ratio, "slower", "faster") == words
+
+
+@pytest.mark.parametrize("fraction, words", [
+    (0.4, "40%"), (0.02, "2%"), (0.01, "1%"), (2.89e-4, "0.029%"), (0.0091, "0.91%"),
+    (0.0, "0%"), (1.04e-7, "0.000010%")])
+def test_a_small_share_is_never_read_as_nothing(fraction, words):
+    assert format_fraction(fraction) == words
 
 
 def test_a_ratio_is_never_1x_nor_in_e_notation():

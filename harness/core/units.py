@@ -52,6 +52,15 @@ def format_ratio(ratio: float) -> str:
     return f"{rounded:.1f}x" if rounded < 10 else f"{rounded:,.0f}x"
 
 
+def format_fraction(fraction: float) -> str:
+    """A share as a percentage people read: '40%', '2%', and below 1% two significant
+    figures ('0.029%'), never a '0%' that is not nothing."""
+    if fraction == 0 or abs(fraction) >= 0.01:
+        return f"{fraction:.0%}"
+    percent = fraction * 100
+    return f"{percent:.{1 - math.floor(math.log10(abs(percent)))}f}%"
+
+
 # Below this ratio a difference reads as a percentage ('40% slower'); from it on, as a
 # multiple ('1.8x slower'): '523% slower' for a 6.2x difference is what nobody writes.
 PERCENT_BELOW = 1.5

@@ -17,7 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.core.units import compare, format_count, format_duration, format_usd, times_the
+from harness.core.units import (
+    compare,
+    format_count,
+    format_duration,
+    format_fraction,
+    format_usd,
+    times_the,
+)
 
 NAN = float("nan")
 DEFAULT_MIN_EFFICIENCY = 0.5
@@ -437,7 +444,8 @@ def verdict(workload: str, target: str, ranked: Sequence[Point], points: Sequenc
                 f"{compare(faster['train_time_s'] / pick['train_time_s'], 'slower', 'faster')}"
                 f", but nothing here runs it")
     if _finite(pick.get("mfu")):
-        why += f"; MFU {pick['mfu']:.0%} (model FLOPs over the devices' dense bf16 peak)"
+        why += (f"; MFU {format_fraction(pick['mfu'])} (model FLOPs over the devices' dense "
+                f"bf16 peak)")
     if runner_up is not None:
         why += f"; next: {_label(runner_up)}, {compare(1 + margin, 'slower', 'faster')}"
     return base | {"status": "ok", "headline": headline, "why": why, "sure": sure,

@@ -37,6 +37,7 @@ from harness.core.units import (
     compare,
     format_bytes,
     format_duration,
+    format_fraction,
     format_rate,
     format_usd,
     three_figures,
@@ -121,7 +122,8 @@ def _reason(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits: fl
                  else "fewer bytes")
         who = ("the parameter server" if ex == "parameter_server"
                else "sharding the tables (all-to-all of the looked-up rows)")
-        return (f"embedding gradients touch {sparsity:.0%} of rows: {who} moves {fewer} than "
+        return (f"embedding gradients touch {format_fraction(sparsity)} of rows: {who} moves "
+                f"{fewer} than "
                 f"all-reduce")
     comm = row.get("comm_fraction", NAN)
     if math.isfinite(comm) and comm >= 0.5:
