@@ -101,3 +101,18 @@ def test_a_recommenders_rows_at_any_batch_follow_its_zipf_ids(size):
     assert facts.drawing(16).gradient_sparsity == pytest.approx(spec.expected_sparsity(16 * b))
     independent = facts.dense_fraction + (1 - facts.dense_fraction) * facts._independent_rows(16)
     assert facts.drawing(16).gradient_sparsity < independent
+
+
+def test_torch_applies_a_gradient_row_per_lookup_and_tf_each_touched_row_once():
+    """torch's sparse embedding gradient keeps a row per looked-up id (uncoalesced) and SGD
+    adds them one by one; elsewhere the distinct rows a step touched are updated once. A
+    dense model updates every parameter."""
+    from harness.calibrate.workload import workload_facts
+
+    facts = workload_facts("recsys:M")
+    b, dense = facts.batch_per_replica, facts.params * facts.dense_fraction
+    row = facts.embedding_row_bytes / 4
+    assert facts.updated_values(b) == pytest.approx(dense + b * facts.embedding_lookups * row)
+    assert facts.updated_values(b, "tf") == pytest.approx(facts.params * facts.gradient_sparsity)
+    assert facts.updated_values(b, "tf") < facts.updated_values(b)
+    assert DENSE.updated_values(32) == DENSE.params

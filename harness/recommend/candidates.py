@@ -417,12 +417,17 @@ def _simulated(spec: str, n: int, strategies: list[str], profile: WorkloadProfil
     """One micro-batch per replica of each strategy simulated; where replicas accumulate
     ``times`` of them, the strategies that exchange once a step exchange the sum of their
     gradients (``WorkloadProfile.drawing``: a sparse one touches more rows)."""
+    from dataclasses import replace
+
     from harness.sim import simulate
+    from harness.sim.calibration import compute_seconds
     from harness.sim.step_model import EXCHANGES_EVERY_MICROBATCH
 
     summed = profile.drawing(times)
     if summed is profile:
         return simulate(spec, n, strategies, profile, calibration, workload=label)
+    # its compute stays one micro-batch's, as the device model times the profile
+    summed = replace(summed, step_compute_s=compute_seconds(profile, calibration)[0])
     each = [s for s in strategies if s in EXCHANGES_EVERY_MICROBATCH]
     once = [s for s in strategies if s not in EXCHANGES_EVERY_MICROBATCH]
     rows = {str(row["strategy"]): row for part, at in ((each, profile), (once, summed)) if part
@@ -435,13 +440,14 @@ def _accumulated(row: dict[str, Any], times: int, samples: int) -> dict[str, Any
     (``sim.step_model.accumulated_step``), ``samples`` over all replicas."""
     if times <= 1 or row.get("status") != "ok":
         return row
-    from harness.sim.step_model import accumulated_step
+    from harness.sim.step_model import EXCHANGES_EVERY_MICROBATCH, accumulated_step
 
-    step = accumulated_step(str(row["strategy"]), float(row["step_time_median_s"]),
+    strategy = str(row["strategy"])
+    step = accumulated_step(strategy, float(row["step_time_median_s"]),
                             float(row["compute_s"]), float(row["optimizer_s"]), times)
+    exchanges = times if strategy in EXCHANGES_EVERY_MICROBATCH else 1
     return row | {"step_time_median_s": step, "throughput_samples_s": samples / step,
-                  "exposed_comm_s": max(0.0, step - times * float(row["compute_s"])
-                                        - float(row["optimizer_s"]))}
+                  "exposed_comm_s": exchanges * float(row["exposed_comm_s"])}
 
 
 def _accumulation(facts: WorkloadProfile, times: int, layout: Any = None) -> dict[str, Any]:

@@ -132,9 +132,7 @@ def device_step(profile: WorkloadProfile, calibration: Calibration | None
     rate = device_rate(calibration.device, name, calibration.efficiency,
                        efficiency_source(calibration), calibration.framework,
                        calibration.fused_attention, calibration.channels_last)
-    # embedding tables are updated where a step touched them (sparse optimizers)
-    updated = profile.params * (profile.gradient_sparsity if profile.embedding_row_bytes
-                                or profile.gradient_sparsity < 1 else 1.0)
+    updated = profile.updated_values(profile.batch_per_replica, rate.framework)
     step = _device_step(profile.ops, profile.batch_per_replica, updated, rate,
                         precision(name), optimizer_slots(profile.optimizer))
     if calibration.precision is None:

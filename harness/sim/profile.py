@@ -160,6 +160,24 @@ class WorkloadProfile:
         sparse = self._sparse_fraction
         return (1.0 - sparse) + sparse * self.rows_touched(draws)
 
+    def updated_values(self, samples: float, framework: str = "torch") -> float:
+        """Gradient values the optimizer applies in a step of ``samples`` samples: every
+        parameter's, or where embedding tables have sparse gradients the dense layers' and
+        the tables' rows. torch's sparse gradient is uncoalesced, a row per looked-up id with
+        repeats not merged (its sparse embedding backward; NVIDIA DLRM's fused gather,
+        dlrm/cuda_src/gather_gpu_fused_pytorch_impl.cu), and SGD adds it row by row (``add_``
+        of an uncoalesced sparse tensor is ``index_add_``: aten/src/ATen/native/sparse/cuda/
+        SparseCUDATensorMath.cu, add_out_dense_sparse_cuda): one row per lookup. Elsewhere
+        the distinct rows the samples touched (``rows_touched``)."""
+        if not self.embedding_row_bytes:
+            return self.params * min(1.0, self.gradient_sparsity)
+        dense = self.params * self.dense_fraction
+        row = self.embedding_row_bytes / BYTES_PER_PARAM
+        if framework == "torch" and self.embedding_lookups:
+            return dense + samples * self.embedding_lookups * row
+        tables = self.params - dense
+        return dense + tables * self.rows_touched(samples / self.batch_per_replica)
+
     def drawing(self, times: int) -> WorkloadProfile:
         """This workload's exchanged gradient when a replica sums ``times`` micro-batches
         before it exchanges (gradient accumulation): the union of the rows they touch

@@ -41,11 +41,11 @@ from harness.sim.device_model import (
 )
 from harness.sim.memory import optimizer_slots
 from harness.sim.preset import load_preset
-from harness.sim.profile import WorkloadProfile
+from harness.sim.profile import WorkloadProfile, from_spec
 from harness.sim.structure import layered
 from harness.validate.layout_step import PER_HOST, layout_step
 from workloads.hf import dims_of
-from workloads.known import DLRM_DIM, DLRM_TABLE_ROWS, bert_large_ops, get_known
+from workloads.known import bert_large_ops, get_known
 from workloads.operators import Op
 from workloads.precision import precision as find_precision
 
@@ -237,19 +237,12 @@ def padded_lengths(row: dict[str, Any], lengths: dict[str, Any]
 
 
 def updated_params(row: Row) -> float:
-    """Gradient values the optimizer applies each step: every parameter's, or for sparse
-    embeddings the dense layers' and one row per lookup. A sparse embedding gradient is
-    uncoalesced, a row per looked-up id with repeats not merged (torch's sparse embedding
-    backward; the fused gather's, NVIDIA DLRM's dlrm/cuda_src/gather_gpu_fused_pytorch_impl.cu:
-    batch x 26 rows), and torch adds it to the table row by row (SGD's ``add_`` of an
-    uncoalesced sparse tensor is ``index_add_``: aten/src/ATen/native/sparse/cuda/
-    SparseCUDATensorMath.cu, add_out_dense_sparse_cuda)."""
+    """Gradient values the optimizer applies each step (``WorkloadProfile.updated_values``):
+    every parameter's, or for sparse embeddings the dense layers' and one row per lookup."""
     model = get_known(row.model) if row.model != "bert_large" else get_known("bert_large")
     if not row.sparse_embeddings:
         return float(model.params)
-    tables = sum(DLRM_TABLE_ROWS) * DLRM_DIM
-    lookups = row.batch_per_gpu * row.accumulation * len(DLRM_TABLE_ROWS)
-    return float(model.params - tables + lookups * DLRM_DIM)
+    return from_spec(model.spec()).updated_values(row.batch_per_gpu * row.accumulation)
 
 
 def rate_of(row: Row, efficiency: float | None) -> DeviceRate:
