@@ -598,7 +598,7 @@ def test_a_sparse_model_accumulating_micro_batches_pushes_the_rows_they_all_touc
     """recsys:M (batch 128) on 32 devices, 1 and 16 micro-batches a step: a parameter-server
     worker pushes the union of the rows its micro-batches touched once a step, so its
     exchange grows (the Zipf count: 0.9% of the gradient to 5.8%), where DDP's dense
-    all-reduce stays one exchange of the same bytes."""
+    all-reduce stays one exchange of the same bytes and the same exposed time."""
     def sweep(g: int) -> pd.DataFrame:
         points = pd.DataFrame(recommend(pd.DataFrame(), workloads=["recsys:M"],
                                         targets=["preset:dgx_a100,hosts=4"],
@@ -612,7 +612,7 @@ def test_a_sparse_model_accumulating_micro_batches_pushes_the_rows_they_all_touc
         return float(row["comm_fraction"] * row["step_time_s"])
 
     assert exposed(sixteen, "allreduce_ring") == pytest.approx(exposed(once, "allreduce_ring"),
-                                                               rel=0.02)
+                                                               rel=1e-9)
     assert exposed(sixteen, "parameter_server") > 3 * exposed(once, "parameter_server")
 
 

@@ -116,3 +116,6 @@ def test_torch_applies_a_gradient_row_per_lookup_and_tf_each_touched_row_once():
     assert facts.updated_values(b, "tf") == pytest.approx(facts.params * facts.gradient_sparsity)
     assert facts.updated_values(b, "tf") < facts.updated_values(b)
     assert DENSE.updated_values(32) == DENSE.params
+    # summed over 16 micro-batches, torch's sparse gradient keeps every one's rows
+    assert facts.drawing(16).updated_values(b) == pytest.approx(
+        dense + 16 * b * facts.embedding_lookups * row)

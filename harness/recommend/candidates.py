@@ -416,16 +416,20 @@ def _simulated(spec: str, n: int, strategies: list[str], profile: WorkloadProfil
                times: int, calibration: Any, label: str) -> list[dict[str, Any]]:
     """One micro-batch per replica of each strategy simulated; where replicas accumulate
     ``times`` of them, the strategies that exchange once a step exchange the sum of their
-    gradients (``WorkloadProfile.drawing``: a sparse one touches more rows)."""
+    gradients (``WorkloadProfile.drawing``: a sparse one touches more rows) and, where the
+    device model times the update, apply it (torch's sum keeps every micro-batch's rows)."""
     from dataclasses import replace
 
     from harness.sim import simulate
-    from harness.sim.calibration import compute_seconds
+    from harness.sim.calibration import compute_seconds, device_step
     from harness.sim.step_model import EXCHANGES_EVERY_MICROBATCH
 
     summed = profile.drawing(times)
     if summed is profile:
         return simulate(spec, n, strategies, profile, calibration, workload=label)
+    timed = device_step(summed, calibration)  # None: compute measured or stated
+    if timed is not None:
+        summed = replace(summed, optimizer_s=timed.optimizer_s)
     # its compute stays one micro-batch's, as the device model times the profile
     summed = replace(summed, step_compute_s=compute_seconds(profile, calibration)[0])
     each = [s for s in strategies if s in EXCHANGES_EVERY_MICROBATCH]
