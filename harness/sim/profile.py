@@ -117,8 +117,8 @@ class WorkloadProfile:
 
     def pull_bytes(self, workers: int) -> float:
         """What one worker pulls back after a synchronous round: the dense parameters and
-        every row some worker changed (the union of ``workers`` draws, ``rows_touched``),
-        with their indices."""
+        every row some worker changed (the union of ``workers`` independent draws,
+        ``_independent_rows``), with their indices."""
         if not self.embedding_row_bytes or self.dense_fraction >= 1:
             return self.touched_bytes
         tables = self.gradient_bytes - self.dense_bytes
@@ -133,9 +133,8 @@ class WorkloadProfile:
         sparse = self._sparse_fraction
         if self.recsys is None or sparse <= 0 or self.gradient_sparsity >= 1:
             return self._independent_rows(draws)
-        fraction = expected_touched_fraction(
-            self.recsys, max(1, round(self.batch_per_replica * draws)))
-        return min(1.0, max(0.0, fraction - (1 - sparse)) / sparse)
+        return self._of_tables(expected_touched_fraction(
+            self.recsys, max(1, round(self.batch_per_replica * draws))))
 
     def _independent_rows(self, draws: float) -> float:
         """``rows_touched`` as independent draws, each touching the same fraction f of the
@@ -147,12 +146,16 @@ class WorkloadProfile:
         sparse = self._sparse_fraction
         if sparse <= 0 or self.gradient_sparsity >= 1:
             return min(1.0, self.gradient_sparsity)
-        touched = min(1.0, max(0.0, self.gradient_sparsity - (1 - sparse)) / sparse)
-        return 1 - (1 - touched) ** draws
+        return 1 - (1 - self._of_tables(self.gradient_sparsity)) ** draws
 
     @property
     def _sparse_fraction(self) -> float:
         return 1.0 - self.dense_fraction if self.embedding_row_bytes else 1.0
+
+    def _of_tables(self, gradient_fraction: float) -> float:
+        """A touched fraction of the whole gradient as the sparse rows' fraction."""
+        sparse = self._sparse_fraction
+        return min(1.0, max(0.0, gradient_fraction - (1 - sparse)) / sparse)
 
     def _sparsity_over(self, draws: float) -> float:
         if draws == 1 or self.gradient_sparsity >= 1:
