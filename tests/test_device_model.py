@@ -103,6 +103,26 @@ def test_the_loss_computes_in_fp32_whatever_the_training_precision():
     assert half.kernels == full.kernels + 2
 
 
+def test_a_language_models_loss_makes_megatrons_passes_over_its_logits():
+    """A transformer's loss is Megatron-LM's vocab-parallel cross-entropy: after the cast,
+    forward reads and writes 8 fp32 values per logit (max; shift; exp; sum; divide), backward
+    2 (the softmax scaled in place), so in fp32 a 1.7B GPT's loss over 4,096 tokens and a
+    131,072-word vocabulary takes 10 passes of 4 bytes where the generic one takes 5."""
+    from harness.sim.device_model import op_times
+    from workloads.dims import parse_dims
+
+    dims = parse_dims("transformer:layers=24,hidden=2048,heads=16,vocab=131072,seq=4096")
+    (loss,) = [op for op in dims.post_ops() if op.name == "loss"]
+    logits = 4096 * 131072
+    rate = device_rate(A100, "fp32")
+    times = op_times(loss, 1, rate)
+    assert times.forward_s == pytest.approx(8 * logits * 4 / rate.bytes_per_s)
+    assert times.backward_s == pytest.approx(2 * logits * 4 / rate.bytes_per_s)
+    half = op_times(loss, 1, device_rate(A100, "bf16"))
+    assert half.device_s == pytest.approx(times.device_s + 2 * logits * (2 + 4)
+                                          / rate.bytes_per_s)
+
+
 def test_an_fp32_table_gathers_fp32_rows_into_half_precision_outputs():
     """DLRM's tables stay fp32 under AMP: forward its rows are read at 4 bytes and written
     at 2, backward the output's gradient is read at 2 and a 4-byte gradient row written

@@ -32,12 +32,12 @@ from dataclasses import dataclass
 
 from workloads.operators import (
     Op,
-    cross_entropy,
     elementwise,
     embedding,
     gemm,
     norm,
     transformer_block,
+    vocab_cross_entropy,
 )
 from workloads.quantities import read_number
 from workloads.spec import WorkloadError, choices_message
@@ -302,7 +302,7 @@ class TransformerDims:
         """The final norm, the head and the loss."""
         t = self.seq
         return (norm("final_norm", t * self.hidden), gemm("head", t, self.vocab, self.hidden),
-                cross_entropy("loss", t, self.vocab))
+                vocab_cross_entropy("loss", t, self.vocab))
 
     def ops(self) -> tuple[Op, ...]:
         """The forward operators of one sequence: embedding, blocks, head."""

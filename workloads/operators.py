@@ -178,6 +178,18 @@ def cross_entropy(name: str, rows: float, classes: int) -> Op:
                                backward_kernels=2), fp32_input=float(rows * classes))
 
 
+def vocab_cross_entropy(name: str, rows: float, vocab: int) -> Op:
+    """A language model's loss over its vocabulary as Megatron-LM computes it (its
+    vocab-parallel cross-entropy, megatron/core/tensor_parallel/cross_entropy.py; the same
+    passes since Megatron-LM 2020): the logits cast to fp32 (``.float()``, ``fp32_input``),
+    then in place the row maximum (a read), the shift by it (a read and a write), ``exp``
+    (a read and a write), the row sum (a read) and the division into the softmax kept for
+    backward (a read and a write): 8 fp32 values per logit; backward scatters the target's
+    -1 and scales the softmax by the loss's gradient in place (a read and a write)."""
+    return replace(elementwise(name, 8 * rows * vocab, 2 * rows * vocab, kernels=5,
+                               backward_kernels=2), fp32_input=float(rows * vocab))
+
+
 def transformer_block(seq: int, hidden: int, heads: int, kv_width: int, ffn: int, *,
                       gated: bool, dropout: float, causal: bool = True,
                       bias: bool = True, experts: int = 0, top_k: int = 0, shared: int = 0,
