@@ -121,6 +121,7 @@ def _point(facts: WorkloadProfile, **fields: Any) -> dict[str, Any]:
     base: dict[str, Any] = {"status": "ok", "status_reason": "", "comm_fraction": NAN,
             "bytes_per_worker": NAN, "params": facts.params, "sparsity": facts.gradient_sparsity,
             "dense_fraction": facts.dense_fraction,
+            "table_gradient_bytes": facts.table_gradient_bytes,
             "activation_bytes_per_sample": facts.activation_bytes_per_sample,
             "validation_error": NAN, "price_per_device_hour": NAN, "price_basis": "",
             "compute_note": ""}
@@ -509,7 +510,8 @@ def _fitting_strategies(ctx: Context, facts: WorkloadProfile, target: Target, n:
     for name in [*(name for _, name in expand_strategies("all")), *sparse]:
         need = data_parallel_memory(facts.params, exchange_kind("sim", name), n,
                                     ctx.optimizer_slots, activations,
-                                    dense_fraction=facts.dense_fraction).total
+                                    dense_fraction=facts.dense_fraction,
+                                    table_gradient_bytes=facts.table_gradient_bytes).total
         if not math.isfinite(cap) or need <= cap:
             fitting.append(name)
             continue

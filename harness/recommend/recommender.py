@@ -179,7 +179,8 @@ def fill(points: list[dict[str, Any]], *, samples: float, price: float | None = 
             r["memory_per_device_bytes"] = (
                 data_parallel_memory(r["params"], r["exchange"], r["replicas"],
                                      optimizer_slots, act_bytes, copies,
-                                     dense_fraction=r.get("dense_fraction", 1.0)).total
+                                     dense_fraction=r.get("dense_fraction", 1.0),
+                                     table_gradient_bytes=r.get("table_gradient_bytes")).total
                 if math.isfinite(r.get("params", NAN)) else NAN)
         cap = r["device_memory_bytes"]
         r["fits"] = not (math.isfinite(cap) and math.isfinite(r["memory_per_device_bytes"])

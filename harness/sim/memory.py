@@ -92,21 +92,32 @@ def optimizer_slots(optimizer: str) -> int:
 
 def data_parallel_memory(params: float, exchange: str, replicas: int, slots: int = 2,
                          activation_bytes: float = 0.0, gradient_copies: int = 1,
-                         precision: Precision = FP32, dense_fraction: float = 1.0) -> Memory:
+                         precision: Precision = FP32, dense_fraction: float = 1.0,
+                         table_gradient_bytes: float | None = None) -> Memory:
     """One data-parallel replica; ``exchange`` is the catalog's kind (sharded, ...);
     ``dense_fraction``: the parameters outside embedding tables (embedding sharding keeps
-    1/replicas of the tables on each device, every dense layer whole)."""
+    1/replicas of the tables on each device, every dense layer whole).
+
+    ``table_gradient_bytes``: where the tables' gradients are sparse (torch's
+    ``sparse=True`` embeddings, TensorFlow's IndexedSlices), the bytes of the rows a step's
+    lookups produce, which replace a dense gradient of the tables; DDP's buckets copy only
+    the dense gradients. FSDP keeps the tables' gradients dense (it flattens parameters into
+    dense shards), so its count is unchanged."""
     weight_b, grad_b, state_b = precision.model_state_bytes(slots)
     w, g, o = (float(params) * b for b in (weight_b, grad_b, state_b))
-    if exchange == "embedding":
-        share = dense_fraction + (1.0 - dense_fraction) / max(1, replicas)
-        return Memory(w * share, g * share, o * share, activation_bytes)
     if exchange == "sharded":
         n = max(1, replicas)
         return Memory(w / n, g / n, o / n, activation_bytes)
-    if exchange == "parameter_server":
-        return Memory(w, g, 0.0, activation_bytes)
-    return Memory(w, g * gradient_copies, o, activation_bytes)
+    tables = 1.0 - dense_fraction
+    if exchange == "embedding":
+        share = dense_fraction + tables / max(1, replicas)
+        grads = (g * share if table_gradient_bytes is None
+                 else g * dense_fraction + table_gradient_bytes)
+        return Memory(w * share, grads, o * share, activation_bytes)
+    copies = 1 if exchange == "parameter_server" else gradient_copies
+    grads = (g * copies if table_gradient_bytes is None
+             else g * dense_fraction * copies + table_gradient_bytes)
+    return Memory(w, grads, 0.0 if exchange == "parameter_server" else o, activation_bytes)
 
 
 def checkpointed_activation_bytes(model: LayeredModel) -> float:

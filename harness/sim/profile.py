@@ -203,6 +203,14 @@ class WorkloadProfile:
         return (self.batch_per_replica * self.embedding_lookups
                 * (self.embedding_row_bytes + 8))
 
+    @property
+    def table_gradient_bytes(self) -> float | None:
+        """The bytes a replica's sparse table gradients hold in a step (a row and an int64
+        id per lookup, as torch's uncoalesced sparse gradient and TensorFlow's IndexedSlices
+        keep them: ``lookup_rows_bytes``), in place of a dense gradient of the tables; None
+        for a model without embedding tables."""
+        return self.lookup_rows_bytes if self.embedding_row_bytes else None
+
     def ps_bytes(self, workers: int, pull: str = "changed") -> tuple[float, float]:
         """(push, pull) bytes of one worker per step. ``pull``: "changed", the rows any
         worker changed (the torch RPC servers here), or "whole": every variable read whole
