@@ -738,6 +738,32 @@ def test_overlapped_tensor_parallel_collectives_are_named_and_never_slower():
     assert hidden["step_time_median_s"] < waited["step_time_median_s"]
 
 
+def test_an_fp32_gradient_copy_adds_each_micro_batchs_cast_and_add():
+    """DeepSpeed's bf16 optimizer (BLOOM's stack) adds every micro-batch's bf16 gradients
+    into an fp32 copy after its backward: on one tensor-parallel group with no data axis
+    and no pipeline, the step grows by exactly M x that pass over the rank's parameters
+    (read 2 bytes, write and read an fp32 temporary, read and write the copy: 18 bytes
+    each); in fp32 there is nothing to copy; the layout names it; unknown values refuse."""
+    from harness.sim.device_model import device_rate, gradient_copy_seconds
+
+    model = layered(MEGATRON_13B, PRECISIONS["bf16"])
+    fused, copied = (Layout(data=1, tensor=8, microbatches=4, sequence_parallel=True,
+                            grad_accumulation=how) for how in ("fused", "fp32_copy"))
+    steps = [simulate_layout("preset:dgx_a100,hosts=1", model, layout, 4, None,
+                             precision=PRECISIONS["bf16"])["step_time_median_s"]
+             for layout in (fused, copied)]
+    a100 = load_preset("dgx_a100").device
+    per_rank = model.params / 8
+    copy = gradient_copy_seconds(per_rank, PRECISIONS["bf16"], device_rate(a100, "bf16"))
+    assert copy == pytest.approx(per_rank * 18 / device_rate(a100, "bf16").bytes_per_s)
+    assert steps[1] - steps[0] == pytest.approx(4 * copy, rel=1e-6)
+    assert gradient_copy_seconds(per_rank, PRECISIONS["fp32"], device_rate(a100, "fp32")) == 0
+    assert "fp32 gradient copy" in copied.describe() and "copy" not in fused.describe()
+    with pytest.raises(SpecError, match="gradient accumulation 'fp16'"):
+        simulate_layout("preset:dgx_a100,hosts=1", model, replace(fused, grad_accumulation="fp16"),
+                        4, None)
+
+
 MIXTRAL_DIMS = ("transformer:layers=32,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=32000,"
                 "seq=4096,experts=8,top_k=2")
 

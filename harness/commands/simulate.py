@@ -232,7 +232,7 @@ def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tenso
             grad_reduce: str = "overlapped", context: int | None = None,
             context_comm: str = "ring", expert: int | None = None,
             p2p: str = "async", tp_overlap: bool = False,
-            param_gather_overlap: bool = False) -> Any:
+            param_gather_overlap: bool = False, grad_accumulation: str = "fused") -> Any:
     """The data x pipeline x tensor split of ``workers``; InputError if it does not divide.
     ``--strategy fsdp`` with a tensor-parallel degree: FSDP over the data axis (torchtitan's
     2D)."""
@@ -264,7 +264,8 @@ def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tenso
                   zero=3 if fsdp else 1 if distributed_optimizer else 0,
                   grad_reduce=grad_reduce.replace("-", "_"), context=context or 1,
                   context_comm=context_comm.replace("-", "_"), expert=expert or 1, p2p=p2p,
-                  tp_overlap=tp_overlap, param_gather_overlap=param_gather_overlap)
+                  tp_overlap=tp_overlap, param_gather_overlap=param_gather_overlap,
+                  grad_accumulation=grad_accumulation.replace("-", "_"))
 
 
 def _simulate_layout(topology: str, workload: str | None, profile: str | None, results: Path,
@@ -488,6 +489,12 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
               help="When the data-parallel gradient reduction runs: bucket by bucket during "
                    "the last backward (torch DDP, Megatron's overlap_grad_reduce) or after the "
                    "whole backward (Megatron-LM 2021's --DDP-impl local).")
+@click.option("--grad-accumulation", type=click.Choice(["fused", "fp32-copy"]),
+              default="fused", show_default=True,
+              help="How half-precision micro-batches' gradients accumulate: into fp32 by the "
+                   "weight-gradient GEMM (Megatron-LM's gradient-accumulation fusion), or "
+                   "cast and added into an fp32 copy after each backward, the copy reduced "
+                   "(DeepSpeed's bf16 optimizer).")
 @click.option("--distributed-optimizer", is_flag=True,
               help="Shard the optimizer state over the data-parallel replicas (ZeRO-1).")
 @click.option("--precision", type=click.Choice(list(PRECISION_NAMES)),
@@ -524,7 +531,7 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
             virtual_stages: int | None, context: int | None, context_comm: str,
             expert: int | None, p2p: str, tp_overlap: bool, param_gather_overlap: bool,
             sequence_parallel: bool, distributed_optimizer: bool,
-            grad_reduce: str,
+            grad_reduce: str, grad_accumulation: str,
             precision: str | None, channels_last: bool | None, fit_step: float | None,
             global_batch: int | None,
             recompute: str, optimizer: str,
@@ -559,16 +566,18 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
                           or set(strategies) & set(MODEL_PARALLEL))
     if not model_parallel and (virtual_stages or sequence_parallel or distributed_optimizer
                                or stage_layers
-                               or recompute != "none" or grad_reduce != "overlapped"):
+                               or recompute != "none" or grad_reduce != "overlapped"
+                               or grad_accumulation != "fused"):
         raise InputError("--virtual-stages, --stage-layers, --sequence-parallel, "
-                         "--distributed-optimizer, --grad-reduce and --recompute apply to a "
+                         "--distributed-optimizer, --grad-reduce, --grad-accumulation and "
+                         "--recompute apply to a "
                          "model-parallel layout: give "
                          "--stages, --tensor-parallel or --context-parallel")
     if model_parallel:
         layout = _layout(workers, strategies, stages, tensor, microbatches, schedule,
                          virtual_stages, sequence_parallel, distributed_optimizer, grad_reduce,
                          context, context_comm, expert, p2p, tp_overlap,
-                         param_gather_overlap)
+                         param_gather_overlap, grad_accumulation)
         row = _simulate_layout(topology, workload, profile, results_dir(results), calib,
                                layout, global_batch, recompute, optimizer, microbatches,
                                precision, fit_step, stage_layers)

@@ -2,9 +2,9 @@
 
 Parallel degrees (data, pipeline, tensor, context, expert), the pipeline's micro-batches,
 schedule, virtual stages and uneven stages, and the mechanisms a stack runs (sequence
-parallelism, optimizer sharding, when gradients reduce, blocking sends, the overlaps). The
-simulator times it (``harness/sim/model_parallel_step``), memory sizes it, the recommender
-searches over it, and a result row stores it under ``COLUMNS``, read back by ``from_columns``
+parallelism, optimizer sharding, when gradients reduce and how they accumulate, blocking
+sends, the overlaps). The simulator times it (``harness/sim/model_parallel_step``), memory
+sizes it, the recommender searches over it, and a result row stores it under ``COLUMNS``, read back by ``from_columns``
 (``harness/predict/step``). Precision and recomputation live elsewhere: the device model and
 the step own them. torchtitan's ``ParallelDims`` is the model: one record, every reader.
 """
@@ -22,6 +22,7 @@ SHARDING = {0: "replicated", 1: "distributed optimizer", 3: "fsdp"}
 GRAD_REDUCE = ("overlapped", "after_backward")
 CONTEXT_COMM = ("ring", "all_gather")
 P2P = ("async", "blocking")
+GRAD_ACCUMULATION = ("fused", "fp32_copy")
 #: a result row's column for each field that runs and the simulator both record; the
 #: older names a stored dataset may still carry are read as aliases
 COLUMNS = {"data": "data_parallel", "stages": "pipeline_stages", "tensor": "tensor_parallel",
@@ -71,6 +72,11 @@ class Layout:
     # the next step's first forward (Megatron's --overlap-param-gather), so only the
     # gradients' reduce-scatter ends the step
     param_gather_overlap: bool = False
+    # how a half-precision run accumulates its micro-batches' gradients: into an fp32 buffer
+    # by the weight-gradient GEMM itself (Megatron-LM's gradient-accumulation fusion), or
+    # cast and added into an fp32 copy after each micro-batch's backward, the copy then
+    # reduced (DeepSpeed's BF16_Optimizer, update_hp_grads: BLOOM's Megatron-DeepSpeed)
+    grad_accumulation: str = "fused"
 
     @property
     def devices(self) -> int:
@@ -101,6 +107,8 @@ class Layout:
             parts.append("param gather overlap")
         if self.grad_reduce != "overlapped" and self.data > 1:
             parts.append("reduce after backward")
+        if self.grad_accumulation != "fused":
+            parts.append("fp32 gradient copy")
         return ",".join(parts)
 
     def device(self, data: int, stage: int, tensor: int, context: int = 0) -> int:

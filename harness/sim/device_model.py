@@ -393,6 +393,16 @@ def optimizer_seconds(params: float, precision: Precision, slots: int, rate: Dev
     return params * per_param / rate.bytes_per_s
 
 
+def gradient_copy_seconds(params: float, precision: Precision, rate: DeviceRate) -> float:
+    """One micro-batch's half-precision gradients added into an fp32 copy (DeepSpeed's
+    BF16_Optimizer.update_hp_grads: ``hp_grad.add_(lp_grad.to(fp32))``): the cast reads the
+    gradient and writes an fp32 temporary, the add reads it and the copy and writes the
+    copy back. Nothing where the gradients are fp32 already."""
+    if not precision.master_bytes:
+        return 0.0
+    return params * (precision.value_bytes + 4 * FP32_BYTES) / rate.bytes_per_s
+
+
 #: Kernels of one optimizer update with torch's multi-tensor ("foreach") implementation,
 #: per launch group: SGD 1, momentum 2, Adam about 6 (the moment updates, the bias
 #: corrections, the step). A launch group covers up to ``FOREACH_ELEMENTS`` values.

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from harness.core.errors import SpecError
 from harness.core.layout import (
     CONTEXT_COMM,
+    GRAD_ACCUMULATION,
     GRAD_REDUCE,
     P2P,
     SHARDING,
@@ -138,6 +139,9 @@ def check_layout(model: LayeredModel, layout: Layout, global_batch: int) -> None
     if layout.grad_reduce not in GRAD_REDUCE:
         raise SpecError(f"unknown gradient reduction {layout.grad_reduce!r} (choose from "
                         f"{', '.join(GRAD_REDUCE)})")
+    if layout.grad_accumulation not in GRAD_ACCUMULATION:
+        raise SpecError(f"unknown gradient accumulation {layout.grad_accumulation!r} (choose "
+                        f"from {', '.join(GRAD_ACCUMULATION)})")
     if layout.zero not in SHARDING:
         raise SpecError(f"zero={layout.zero} (choose from 0 replicated, 1 distributed "
                         f"optimizer, 3 fsdp)")

@@ -31,6 +31,7 @@ from harness.sim.compute import (
     layers_split,
     optimizer_seconds,
 )
+from harness.sim.device_model import gradient_copy_seconds
 from harness.sim.engine import CollectiveResult, run_collective
 from harness.sim.layered import (
     Layer,
@@ -194,6 +195,12 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
                                    precision=precision)
     forward = [c.forward_s + pass_overhead_s for c in splits]
     backward = [c.backward_s + c.recompute_s + pass_overhead_s for c in splits]
+    copies_fp32 = layout.grad_accumulation == "fp32_copy"
+    if copies_fp32 and rate is not None and precision is not None:  # each backward then
+        for q, layers in enumerate(stages):  # adds its gradients into the fp32 copy
+            backward[q] += gradient_copy_seconds(
+                sum(held_params(layer, layout.expert) for layer in layers) / T, precision,
+                rate)
     colls = _PlacedCollectives(topology, mode)
     forward_comm, backward_comm = [], []
     for q, layers in enumerate(stages):
@@ -248,9 +255,9 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
                     for p in order[s][-1:]), key=lambda span: span[1])
         end = timing.ends_s[s]
         if D * C > 1:  # gradients reduce over data x context: every rank saw other tokens
-            reduce_s = _gradient_reduce(colls, layout, s,
-                                        (params - experts) * model.bytes_per_element / T,
-                                        experts * model.bytes_per_element / T,
+            grad_bytes = 4 if copies_fp32 else model.bytes_per_element  # the copy's
+            reduce_s = _gradient_reduce(colls, layout, s, (params - experts) * grad_bytes / T,
+                                        experts * grad_bytes / T,
                                         M if layout.zero == 3 else 1)
             if layout.zero == 3:  # every micro-batch gathers the weights twice, then reduces
                 reduce_s *= M + 0.5

@@ -87,6 +87,7 @@ class Row:
     grad_reduce: str = "overlapped"  # or after_backward (DeepSpeed after the flush)
     stage_layers: tuple[int, ...] = ()  # blocks per pipeline stage where uneven
     param_gather_overlap: bool = False  # Megatron's --overlap-param-gather, where stated
+    grad_accumulation: str = "fused"  # or fp32_copy (DeepSpeed's BF16_Optimizer)
     # (padded length, share of micro-batches) where the loader bins sequences by length,
     # resolved from the file's ``lengths`` entry the row names (``padded_lengths``)
     padded: tuple[tuple[int, float], ...] = ()
@@ -117,7 +118,8 @@ class Row:
                       zero=3 if self.fsdp else int(self.sharded_optimizer),
                       tp_overlap=self.tp_overlap, p2p=self.p2p,
                       grad_reduce=self.grad_reduce, stage_blocks=tuple(self.stage_layers),
-                      param_gather_overlap=self.param_gather_overlap)
+                      param_gather_overlap=self.param_gather_overlap,
+                      grad_accumulation=self.grad_accumulation)
 
     @property
     def group(self) -> str:
