@@ -13,6 +13,7 @@ from harness.commands import (
     bench,
     cleanup,
     comm,
+    devicecheck,
     env,
     merge,
     recommend,
@@ -34,7 +35,7 @@ def cli() -> None:
 
 
 for module in (env, workloads, run, comm, simulate, validate, recommend, report, bench, merge,
-               cleanup):
+               cleanup, devicecheck):
     cli.add_command(module.command)
 
 

@@ -218,19 +218,19 @@ class _Bert:
         return t * per_token + self.masked * t * (4 * d + self.vocab) + 2 * d + 2
 
 
-_BERT_LARGE = _Bert(layers=24, d=1024, heads=16, ff=4096, vocab=30522, positions=512, types=2,
-                    seq=512, masked=0.15)
+BERT_LARGE = _Bert(layers=24, d=1024, heads=16, ff=4096, vocab=30522, positions=512, types=2,
+                   seq=512, masked=0.15)
 
 
 def bert_large_ops(seq: int = 512, masked: float = 0.15, dropout: float = 0.1
                    ) -> tuple[Op, ...]:
     """BERT-large's operators for one sequence of ``seq`` tokens, ``masked`` of them
     predicted (pre-training's phase 1 runs 128 tokens, phase 2 512)."""
-    return _BERT_LARGE.with_seq(seq, masked).ops(dropout)
+    return BERT_LARGE.with_seq(seq, masked).ops(dropout)
 
 
 def _bert_large() -> KnownModel:
-    bert = _BERT_LARGE
+    bert = BERT_LARGE
     return KnownModel(
         name="bert_large", params=bert.params,
         flops_per_sample=costs.TRAIN_FLOPS_FACTOR * 2 * bert.forward_macs,

@@ -1,6 +1,7 @@
 """The PyTorch side: models, loss, canonical weights, a reference training loop, FSDP units.
 
-The only module of the package that imports torch. Modules are registered in the configs'
+With ``torch_known`` (published architectures, to measure a device with), the only module of
+the package that imports torch. Modules are registered in the configs'
 canonical order, so `named_parameters()` order (what DDP buckets and FSDP shards see) is the
 canonical order too; `get_weights` converts to the canonical (Keras) layouts. Recsys tables
 are `EmbeddingBag(mode='sum')` and give sparse gradients with `sparse=True`.
