@@ -58,6 +58,22 @@ def test_bad_input_is_one_line():
     assert DEFAULT_BATCH["resnet50"] == 256
 
 
+def test_rows_a_bare_gpu_machine_printed_are_compared_from_their_file(tmp_path):
+    """A GPU machine with torch and nothing else runs the child alone and keeps its JSON
+    lines; --compare reads them back here, beside the prediction for that GPU."""
+    lines = tmp_path / "device_steps.jsonl"
+    row = {"model": "resnet50", "precision": "bf16", "batch": 256, "seq": None,
+           "optimizer": "momentum", "status": "ok", "step_s": 0.09,
+           "device_name": "NVIDIA H100 80GB HBM3", "peak_memory_bytes": 2.1e10}
+    lines.write_text(json.dumps(row) + "\n\n")
+    done = stratbench("devicecheck", "--compare", str(lines), "--json")
+    (record,) = json.loads(done.stdout)
+    assert record["system"] == "dgx_h100_ib" and record["predicted_step_s"] > 0
+    lines.write_text("not a row\n")
+    bad = stratbench("devicecheck", "--compare", str(lines))
+    assert bad.returncode != 0 and "line 1 is not a JSON row" in bad.stderr
+
+
 @pytest.mark.heavy
 def test_each_case_runs_in_its_own_process_and_ends_in_a_stored_row(tmp_path):
     """On this machine's CPU the tool runs (it checks the tool, not a GPU): the row is

@@ -83,9 +83,11 @@ def run_case(model: str, precision: str, batch: int, *, steps: int, warmup: int,
                    "not a GPU).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True,
               help="Seconds per case.")
-@click.option("--compare", "compare_dir", default=None, metavar="DIR",
-              help="Measure nothing: compare the device_steps rows stored under DIR (a "
-                   "results directory, e.g. one fetched from a GPU machine).")
+@click.option("--compare", "compare_dir", default=None, metavar="PATH",
+              help="Measure nothing: compare the device_steps rows stored under PATH (a "
+                   "results directory), or the JSON lines `python -m "
+                   "harness.measure.device_step` printed into the file PATH (a GPU machine "
+                   "with torch and nothing else).")
 @results_option
 @json_option
 def command(models: str, precisions: str, batch: str | None, steps: int, warmup: int,
@@ -96,12 +98,7 @@ def command(models: str, precisions: str, batch: str | None, steps: int, warmup:
     from harness.validate.device_check import compare, format_comparison
 
     if compare_dir is not None:
-        from results.store import load_table
-
-        frame = load_table(compare_dir, TABLE)
-        if frame.empty:
-            raise InputError(f"no {TABLE} rows under {compare_dir}")
-        rows = [{str(k): v for k, v in r.items()} for r in frame.to_dict("records")]
+        rows = stored_rows(compare_dir)
     else:
         rows = _measure(_names(models, MODELS, "model"),
                         _names(precisions, PRECISIONS, "precision"), _batches(batch),
@@ -111,6 +108,28 @@ def command(models: str, precisions: str, batch: str | None, steps: int, warmup:
         print_json(records)
     else:
         click.echo(format_comparison(records))
+
+
+def stored_rows(path: str) -> list[dict[str, Any]]:
+    """The measured rows under a results directory (its device_steps tables), or in a file
+    of JSON lines, one row each."""
+    from pathlib import Path
+
+    where = Path(path)
+    if where.is_file():
+        try:
+            rows = [json.loads(line) for line in where.read_text().splitlines()
+                    if line.strip()]
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}: line {exc.lineno} is not a JSON row") from exc
+    else:
+        from results.store import load_table
+
+        frame = load_table(where, TABLE)
+        rows = [{str(k): v for k, v in r.items()} for r in frame.to_dict("records")]
+    if not rows:
+        raise InputError(f"no {TABLE} rows in {path}")
+    return rows
 
 
 def _measure(models: list[str], precisions: list[str], batches: dict[str, int], steps: int,
