@@ -768,6 +768,27 @@ MIXTRAL_DIMS = ("transformer:layers=32,hidden=4096,heads=32,kv_heads=8,ffn=14336
                 "seq=4096,experts=8,top_k=2")
 
 
+def test_the_expert_all_to_all_overlap_hides_it_and_refuses_where_megatron_does():
+    """--ep-overlap (Megatron-Core's combined 1F1B): each micro-batch's dispatch and combine
+    run under the adjacent micro-batch's compute, so Mixtral's EP-8 step shrinks and is
+    named; like Megatron-Core it refuses full recomputation, and pipeline stages without
+    virtual stages."""
+    model = layered(MIXTRAL_DIMS, PRECISIONS["bf16"])
+    plain, hidden = (Layout(data=16, expert=8, ep_overlap=on) for on in (False, True))
+    steps = [simulate_layout("preset:dgx_h100_ib,hosts=2", model, layout, 16, None,
+                             precision=PRECISIONS["bf16"])["step_time_median_s"]
+             for layout in (plain, hidden)]
+    assert steps[1] < steps[0]
+    assert "ep overlap" in hidden.describe() and "ep overlap" not in plain.describe()
+    with pytest.raises(SpecError, match="full recomputation"):
+        simulate_layout("preset:dgx_h100_ib,hosts=2", model, hidden, 16, None,
+                        recompute="full", precision=PRECISIONS["bf16"])
+    with pytest.raises(SpecError, match="virtual stages"):
+        simulate_layout("preset:dgx_h100_ib,hosts=2", model,
+                        replace(hidden, data=8, stages=2, microbatches=4), 16, None,
+                        precision=PRECISIONS["bf16"])
+
+
 def test_an_expert_imbalance_slows_the_step_never_the_flops():
     """Issue 37: load imbalance as a stated factor. The busiest expert's rank sets the pace:
     its expert GEMMs take imbalance x the balanced rows' time; the model's FLOPs (and so

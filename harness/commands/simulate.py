@@ -232,7 +232,8 @@ def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tenso
             grad_reduce: str = "overlapped", context: int | None = None,
             context_comm: str = "ring", expert: int | None = None,
             p2p: str = "async", tp_overlap: bool = False,
-            param_gather_overlap: bool = False, grad_accumulation: str = "fused") -> Any:
+            param_gather_overlap: bool = False, grad_accumulation: str = "fused",
+            ep_overlap: bool = False) -> Any:
     """The data x pipeline x tensor split of ``workers``; InputError if it does not divide.
     ``--strategy fsdp`` with a tensor-parallel degree: FSDP over the data axis (torchtitan's
     2D)."""
@@ -265,7 +266,8 @@ def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tenso
                   grad_reduce=grad_reduce.replace("-", "_"), context=context or 1,
                   context_comm=context_comm.replace("-", "_"), expert=expert or 1, p2p=p2p,
                   tp_overlap=tp_overlap, param_gather_overlap=param_gather_overlap,
-                  grad_accumulation=grad_accumulation.replace("-", "_"))
+                  grad_accumulation=grad_accumulation.replace("-", "_"),
+                  ep_overlap=ep_overlap)
 
 
 def _simulate_layout(topology: str, workload: str | None, profile: str | None, results: Path,
@@ -482,6 +484,11 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 @click.option("--expert-parallel", "expert", type=click.IntRange(min=1), default=None,
               help="Shard each MoE layer's experts over EP ranks of the data-parallel axis; "
                    "tokens reach them by all-to-all (dispatch and combine).")
+@click.option("--ep-overlap", is_flag=True,
+              help="With --expert-parallel: each micro-batch's dispatch and combine "
+                   "all-to-alls run under the adjacent micro-batch's compute (Megatron-Core's "
+                   "combined 1F1B, --overlap-moe-expert-parallel-comm; with stages it needs "
+                   "--schedule interleaved).")
 @click.option("--sequence-parallel", is_flag=True,
               help="Split norms and dropout along the sequence in the tensor-parallel group.")
 @click.option("--grad-reduce", type=click.Choice(["overlapped", "after-backward"]),
@@ -530,6 +537,7 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
             stage_layers: str | None, microbatches: int | None, tensor: int | None, schedule: str,
             virtual_stages: int | None, context: int | None, context_comm: str,
             expert: int | None, p2p: str, tp_overlap: bool, param_gather_overlap: bool,
+            ep_overlap: bool,
             sequence_parallel: bool, distributed_optimizer: bool,
             grad_reduce: str, grad_accumulation: str,
             precision: str | None, channels_last: bool | None, fit_step: float | None,
@@ -577,7 +585,7 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
         layout = _layout(workers, strategies, stages, tensor, microbatches, schedule,
                          virtual_stages, sequence_parallel, distributed_optimizer, grad_reduce,
                          context, context_comm, expert, p2p, tp_overlap,
-                         param_gather_overlap, grad_accumulation)
+                         param_gather_overlap, grad_accumulation, ep_overlap)
         row = _simulate_layout(topology, workload, profile, results_dir(results), calib,
                                layout, global_batch, recompute, optimizer, microbatches,
                                precision, fit_step, stage_layers)

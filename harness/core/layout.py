@@ -73,6 +73,11 @@ class Layout:
     # the next step's first forward (Megatron's --overlap-param-gather), so only the
     # gradients' reduce-scatter ends the step
     param_gather_overlap: bool = False
+    # expert parallelism's dispatch and combine all-to-alls run under the adjacent
+    # micro-batch's compute (Megatron-Core's combined 1F1B, --overlap-moe-expert-parallel-
+    # comm: https://docs.nvidia.com/megatron-core/developer-guide/nightly/user-guide/
+    # features/moe_a2a_overlap.html); without it each waits between its layer's parts
+    ep_overlap: bool = False
     # how a half-precision run accumulates its micro-batches' gradients: into an fp32 buffer
     # by the weight-gradient GEMM itself (Megatron-LM's gradient-accumulation fusion), or
     # cast and added into an fp32 copy after each micro-batch's backward, the copy then
@@ -104,6 +109,8 @@ class Layout:
             parts.append("blocking p2p")
         if self.tp_overlap and self.tensor > 1:
             parts.append("tp overlap")
+        if self.ep_overlap and self.expert > 1:
+            parts.append("ep overlap")
         if self.param_gather_overlap and self.zero == 1:
             parts.append("param gather overlap")
         if self.grad_reduce != "overlapped" and self.data > 1:

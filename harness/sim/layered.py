@@ -145,6 +145,9 @@ def check_layout(model: LayeredModel, layout: Layout, global_batch: int) -> None
     if layout.zero not in SHARDING:
         raise SpecError(f"zero={layout.zero} (choose from 0 replicated, 1 distributed "
                         f"optimizer, 3 fsdp)")
+    if layout.ep_overlap and layout.expert > 1 and layout.stages > 1 and layout.virtual < 2:
+        raise SpecError("the all-to-all overlap with pipeline stages needs virtual stages "
+                        "(Megatron-Core's combined 1F1B runs the interleaved schedule)")
     if layout.virtual != 1 and layout.schedule != "interleaved":
         raise SpecError(f"{layout.virtual} virtual stages need the interleaved schedule")
     if layout.virtual < 1:

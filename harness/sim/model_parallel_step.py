@@ -184,6 +184,9 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
         raise SpecError(f"layout {layout.describe()} needs {layout.devices} devices; the "
                         f"topology has {n_devices(topology)}")
     how = recompute_mode(recompute)
+    if layout.ep_overlap and layout.expert > 1 and how == "full":
+        raise SpecError("the all-to-all overlap (Megatron-Core's combined 1F1B) does not run "
+                        "with full recomputation: recompute selectively or not at all")
     D, P, T, M, V = layout.data, layout.stages, layout.tensor, layout.microbatches, layout.virtual
     C = layout.context
     micro = global_batch // (D * M)
@@ -225,6 +228,11 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
             bwd_comm += bwd
         if layout.expert > 1:
             fwd, bwd = _expert_exchange(layout, colls, layers, q % P, micro, again)
+            if layout.ep_overlap:  # Megatron-Core's combined 1F1B: one micro-batch's
+                # dispatch and combine run under the adjacent one's backward (forward's
+                # all-to-alls) or forward (backward's); only what outlasts it shows
+                fwd = max(0.0, fwd - splits[q].backward_s - splits[q].recompute_s)
+                bwd = max(0.0, bwd - splits[q].forward_s)
             fwd_comm += fwd
             bwd_comm += bwd
         forward_comm.append(fwd_comm)
