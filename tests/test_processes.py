@@ -122,3 +122,24 @@ def test_a_worker_that_raises_records_the_error_and_exits_1(tmp_path):
     assert not report.exists()
     assert failure_path(report).read_text() == (
         "ValueError: no torch runner for strategy 'no_such_strategy'")
+
+
+def test_the_telling_line_names_the_error_not_the_crashs_continuation():
+    """TensorFlow logs a timed-out collective, prints a continuation, then may crash
+    (SIGSEGV): the row names the timeout, not "The error could be from a previous
+    operation" (seen in CI); a Python exception is kept as before, and plain noise falls
+    back to the last line."""
+    from harness.launch.processes import error_line
+
+    tf_crash = "\n".join([
+        "E0000 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error",
+        "E0000 base_collective_executor.cc:252] BaseCollectiveExecutor::StartAbort "
+        "DEADLINE_EXCEEDED: Collective has timed out during execution.",
+        "The error could be from a previous operation. Restart your program to reset.",
+        "[mutex.cc : 452] RAW: Lock blocking 0x55e696449320"])
+    assert "DEADLINE_EXCEEDED: Collective has timed out" in error_line(tf_crash)
+    python = "Traceback (most recent call last):\nValueError: bad shape\nexiting"
+    assert error_line(python) == "ValueError: bad shape"
+    assert error_line("no named error here\nsomething failed with an error") == \
+        "something failed with an error"
+    assert error_line("just noise\nlast") == "last" and error_line("") == "no output"

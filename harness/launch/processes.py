@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -73,12 +74,22 @@ def tail(path: Path) -> str:
     return text[-TAIL_CHARS:]
 
 
+#: a line that names what went wrong: an exception's class (``DeadlineExceededError:``) or a
+#: status code as TensorFlow's C++ logs it (``DEADLINE_EXCEEDED:``)
+NAMED_ERROR = re.compile(r"\b[A-Z]\w*(Error|Exception)\b|\b[A-Z][A-Z_]{3,}: ")
+
+
 def error_line(tail: str) -> str:
-    """The most telling line of a crashed process's stderr (the exception, not the noise)."""
+    """The most telling line of a crashed process's stderr (the exception, not the noise):
+    the last that names an error, else the last that mentions one. A process that crashes
+    after logging its error (TensorFlow aborting a timed-out collective, then a SIGSEGV)
+    prints a continuation after it ("The error could be from a previous operation"),
+    which says nothing of what went wrong."""
     lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
-    for line in reversed(lines):
-        if "Error" in line or "error" in line or "Exception" in line:
-            return line[:300]
+    for telling in (NAMED_ERROR.search, lambda ln: re.search("error|exception", ln, re.I)):
+        for line in reversed(lines):
+            if telling(line):
+                return line[:300]
     return lines[-1][:300] if lines else "no output"
 
 
