@@ -102,6 +102,9 @@ DIMS_MODELS = {
                                    expert_ffn=2048, name="deepseek_v3"),
 }
 
+#: the published models a device is measured with (``workloads.torch_known`` builds them in
+#: torch; ``stratbench devicecheck`` times them)
+MEASURED_MODELS = ("resnet50", "bert_large", "gpt2_xl")
 TORCHVISION_MODELS = "https://github.com/pytorch/vision/blob/main/torchvision/models/"
 TORCHVISION_RECIPE = ("torchvision reference recipe, 32 images per GPU on 8 GPUs: "
                       "https://github.com/pytorch/vision/tree/main/references/classification")

@@ -46,6 +46,9 @@ PRECISIONS = {
     "fp8": Precision("fp8", 2, 4),
 }
 FP32 = PRECISIONS["fp32"]
+#: what torch trains in by itself (fp32, TF32, autocast to bf16/fp16): where a device is
+#: measured; fp8 needs Transformer Engine or torchao
+MEASURED_PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
 
 def precision(name: str | None) -> Precision:

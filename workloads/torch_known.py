@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.known import BERT_LARGE, TRANSFORMERS
+from workloads.known import BERT_LARGE, MEASURED_MODELS, TRANSFORMERS
 from workloads.spec import WorkloadError, choices_message
 from workloads.torch_models import Transformer
 
@@ -165,7 +165,7 @@ def _next_token(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> torch.Ten
     return F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
 
 
-MODELS = ("resnet50", "bert_large", "gpt2_xl")
+MODELS = MEASURED_MODELS
 
 
 def measured_model(name: str, seq: int | None = None) -> Measured:

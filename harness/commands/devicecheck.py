@@ -17,17 +17,18 @@ import click
 from harness.commands.common import info, json_option, print_json, results_option
 from harness.core.errors import InputError
 from harness.core.paths import results_dir
+from workloads.known import MEASURED_MODELS as MODELS
+from workloads.precision import MEASURED_PRECISIONS as PRECISIONS
+from workloads.spec import choices_message
 
 TABLE = "device_steps"
-MODELS = ("resnet50", "bert_large", "gpt2_xl")
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
 
 def _names(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     for name in names:
         if name not in allowed:
-            raise InputError(f"unknown {what} {name!r} (choose from {', '.join(allowed)})")
+            raise InputError(choices_message(what, name, allowed))
     if not names:
         raise InputError(f"no {what} given (choose from {', '.join(allowed)})")
     return names

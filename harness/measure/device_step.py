@@ -4,7 +4,9 @@ The device model is held to published throughputs; this is how a lent GPU adds m
 ones: ResNet-50, BERT-large and GPT-2 XL (``workloads.torch_known``, the models the device
 model times by their operators) trained with torch's defaults in fp32 (on Ampere and
 later: TF32 convolutions, fp32 matmuls) or under autocast in bf16/fp16 (fp32 weights),
-warm-up steps dropped, every step synchronised, the median kept with the peak memory.
+warm-up steps dropped, every step synchronised, the median kept with the range and the
+peak memory (not ``measure.stats.summarize``: its interval needs scipy, which a GPU machine
+lent with torch alone lacks).
 
     python -m harness.measure.device_step --model resnet50 --precision bf16 --batch 256
 
@@ -24,9 +26,9 @@ from typing import Any
 
 import torch
 
+from workloads.precision import MEASURED_PRECISIONS as PRECISIONS
 from workloads.torch_known import MODELS, measured_model
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 

@@ -263,7 +263,7 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
                     for p in order[s][-1:]), key=lambda span: span[1])
         end = timing.ends_s[s]
         if D * C > 1:  # gradients reduce over data x context: every rank saw other tokens
-            grad_bytes = 4 if copies_fp32 else model.bytes_per_element  # the copy's
+            grad_bytes = FP32.value_bytes if copies_fp32 else model.bytes_per_element
             reduce_s = _gradient_reduce(colls, layout, s, (params - experts) * grad_bytes / T,
                                         experts * grad_bytes / T,
                                         M if layout.zero == 3 else 1)
