@@ -15,22 +15,30 @@ from harness.launch.child import worker_argv
 from harness.launch.netns import Cluster, Host
 from harness.launch.processes import ProcessSpec
 
+# One malloc arena per torch process. glibc gives a thread that allocates (gloo's workers,
+# the rendezvous store) an arena of its own, and an arena keeps freed blocks resident; which
+# thread lands where varies from run to run, and so did a rank's measured peak
+# (harness/measure/memory.py): transformer:L under tensor parallelism rose 345-439 MB over
+# five runs, rank 0 alone up to 57 MB above its twin; 343-350 MB over three with one arena.
+# Torch's compute threads allocate on the calling thread, so one arena costs no contention.
+TORCH_ENV = {"MALLOC_ARENA_MAX": "1"}
+
 
 def processes(case: Case, case_file: Path, cluster: Cluster | None = None) -> list[ProcessSpec]:
     """The processes of one repetition of `case`, with fresh rendezvous ports; on emulated
     hosts, process j runs on host j mod N and peers meet at the first process's host."""
-    quiet = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
     if case.framework == "tf":
         from harness.launch.tf_placement import tf_processes
 
         return tf_processes(case, case_file, cluster)
+    env = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", **TORCH_ENV}
     servers: list[ProcessSpec] = []
     if case.strategy in ("parameter_server", "parameter_server_async"):
         # servers end when the workers shut RPC down; the group does not wait for them
-        servers = [ProcessSpec("ps", k, worker_argv(case_file, "ps", k), quiet,
+        servers = [ProcessSpec("ps", k, worker_argv(case_file, "ps", k), env,
                                must_finish=False)
                    for k in range(int(case.options.get("ps_shards", 1)))]
-    workers = [ProcessSpec("worker", i, worker_argv(case_file, "worker", i), quiet)
+    workers = [ProcessSpec("worker", i, worker_argv(case_file, "worker", i), env)
                for i in range(case.replicas)]
     specs = servers + workers
     # Rendezvous through a file, not a TCP store: a TCP store listens on every interface,

@@ -97,8 +97,9 @@ def _bytes_sent(case: Case, exchange: str, report: dict[str, Any]) -> tuple[floa
     servers count the bytes they push), else what the exchange algorithm sends."""
     if "bytes_pushed_per_step" in report:
         return float(report["bytes_pushed_per_step"]), "measured: bytes pushed"
-    if "bytes_sent_per_step" in report:  # a pipeline stage: its activations and gradients
-        return float(report["bytes_sent_per_step"]), "algorithm: the stage's tensors sent"
+    if "bytes_sent_per_step" in report:  # model parallelism: activations and their gradients
+        return float(report["bytes_sent_per_step"]), str(
+            report.get("bytes_sent_method", "algorithm: the stage's tensors sent"))
     grad = report.get("grad_bytes")
     n = case.replicas
     if grad is None or exchange == "none" or n < 2:
@@ -258,6 +259,8 @@ def execute_case(case: Case, run_id: str, workdir: Path,
     gained = [float(r["model_memory_bytes"]) for r in reports
               if r.get("model_memory_bytes") is not None]
     row.model_memory_bytes = max(gained) if gained else math.nan
+    if len(gained) > 1:  # each rank's rise: symmetric ranks that differ show allocator noise
+        extra["model_memory_bytes_by_rank"] = gained
     row.bytes_sent_per_step, extra["bytes_sent_method"] = _bytes_sent(case, strat.exchange,
                                                                      first)
     if wires:  # per host, the median over the repetitions
