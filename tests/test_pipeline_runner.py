@@ -152,6 +152,10 @@ def test_tensor_parallelism_trains_to_one_devices_weights(tmp_path):
     assert tp["max_weight_diff"] <= 1e-5
     assert tp["extra"]["tensor_parallel"] == 2
     assert 0 < tp["extra"]["bubble_fraction"] < 1  # its idle share: waiting in all-reduces
+    # transformer:S (2 blocks, context 64, width 64; every rank the whole batch): 4 all-reduces
+    # a block, each ring 2(n-1)/n = 1 x its 4-byte activations, not a gradient's bytes
+    assert tp["bytes_sent_per_step"] == 4 * 2 * 1 * 4 * tp["global_batch"] * 64 * 64
+    assert "all-reduces per block" in tp["extra"]["bytes_sent_method"]
 
 
 @pytest.mark.heavy

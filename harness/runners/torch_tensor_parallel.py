@@ -141,6 +141,12 @@ def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
         "step_times_s": times, "losses": losses, "rank": index, "world": ranks,
         "threads": torch.get_num_threads(), "grad_bytes": model_bytes,
         "model_memory_bytes": memory.peak_since(baseline, was_reset),
+        # each block all-reduces its activations twice forward (attention and MLP outputs)
+        # and twice back (their inputs' gradients): 4 per block, as the profiler counts
+        "bytes_sent_per_step": 4 * config.layers * 2 * (ranks - 1) / ranks
+        * 4.0 * case.global_batch * config.context * config.d_model,
+        "bytes_sent_method": "algorithm: 4 activation all-reduces per block, "
+                             "ring 2(n-1)/n x their bytes",
         "details": Layout(tensor=ranks).case_options(),
         # the rank's share of a step spent in the tensor all-reduces (its idle time: with
         # one stage, the only bubble there is); from the last warm-up step, profiled
