@@ -6,7 +6,9 @@ value 5, since 4.0). A runner notes its RSS before building the model, resets th
 high-water mark once the model is built and wrapped (so the builder's temporaries do not
 count, the model's resident state does), and reads the new peak (``VmHWM``) after training:
 the difference is parameters, gradients, optimizer state, activations and the framework's
-working memory, nothing loaded before.
+working memory, nothing loaded before. Torch processes run with one malloc arena
+(harness/launch/placement.TORCH_ENV): with one per allocating thread, the rise varied by
+up to a fifth from run to run with the same model.
 """
 
 from __future__ import annotations
