@@ -671,3 +671,28 @@ def test_a_huge_global_batch_cuts_pipelines_into_at_most_8192_micro_batches():
     layouts = candidate_layouts(model, 64, 8, 10**8)
     assert layouts and all(1 <= layout.microbatches <= MAX_MICROBATCHES for layout in layouts)
     assert all(10**8 % (layout.data * layout.microbatches) == 0 for layout in layouts)
+
+
+def test_a_described_gpu_carries_the_device_models_error_on_its_published_runs():
+    """Issue 36's corpus referees a described GPU cluster: a recommendation on a system the
+    corpus holds runs of carries their out-of-the-box error, and the sure line names them; a
+    system and precision it holds none of stays unvalidated, borrowing no other's error."""
+    from statistics import median
+
+    from harness.validate.devices import compare, published_check
+
+    _, records = compare()
+    errors = [abs(r["out_of_box_error"]) for r in records if r["group"] == "dgx_h100_ib/bf16"]
+    check = published_check("dgx_h100_ib", "bf16")
+    assert check is not None and check.rows == len(errors) >= 5
+    assert check.median_abs_error == pytest.approx(median(errors))
+    assert check.worst_abs_error == pytest.approx(max(errors))
+    frame = recommend(pd.DataFrame(), workloads=["resnet50"],
+                      targets=["preset:dgx_h100_ib,hosts=1"], precision="bf16")
+    assert (frame["validation_error"] == check.median_abs_error).all()
+    (verdict,) = frame.attrs["verdicts"]
+    assert f"{len(errors)} published dgx_h100_ib bf16 runs" in verdict["sure"]
+    assert published_check("dgx_a100", "bf16") is None  # the corpus's A100 bf16 is Jean Zay's
+    unchecked = recommend(pd.DataFrame(), workloads=["resnet50"],
+                          targets=["preset:dgx_a100,hosts=1"], precision="bf16")
+    assert unchecked["validation_error"].isna().all()

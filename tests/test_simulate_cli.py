@@ -245,3 +245,26 @@ def test_the_library_parser_and_the_clis_converter_build_the_same_profile():
     for field in ("params", "batch_per_replica", "bytes_per_element", "flops_per_sample",
                   "step_compute_s", "gradient_sparsity", "optimizer_s", "bucket_bytes"):
         assert getattr(by_library, field) == getattr(by_cli, field), field
+
+
+def test_a_preset_step_names_the_device_models_error_on_its_published_runs():
+    """The device model's out-of-the-box error on the corpus's runs of the system, said where
+    the step used the system file's efficiency; not once --fit-step has replaced it, nor on
+    a system the corpus holds no runs of."""
+    from click.testing import CliRunner
+
+    from harness.cli import cli
+
+    args = ["simulate", "--topology", "preset:dgx_h100_ib,hosts=1", "--workers", "8",
+            "--workload", "gpt2_xl", "--strategy", "ddp", "--precision", "bf16"]
+    said = CliRunner().invoke(cli, args)
+    assert said.exit_code == 0, said.output
+    assert "published dgx_h100_ib bf16 runs" in said.output
+    refitted = CliRunner().invoke(cli, [*args, "--fit-step", "1.0"])
+    assert refitted.exit_code == 0, refitted.output
+    assert "published" not in refitted.output
+    other = CliRunner().invoke(cli, ["simulate", "--topology", "preset:dgx_a100,hosts=1",
+                                     "--workers", "8", "--workload", "gpt2_xl", "--strategy",
+                                     "ddp", "--precision", "bf16"])
+    assert other.exit_code == 0, other.output
+    assert "published" not in other.output

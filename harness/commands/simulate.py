@@ -339,6 +339,25 @@ def _fitted(topology: str, calib: Any, step_s: float, step_at: Any) -> Any:
                                                                 f"step")
 
 
+def _published_check(topology: str, precision: str | None, applies: bool) -> str | None:
+    """The device model's error on the corpus's published runs of this preset system at this
+    precision, where the step was timed with the system file's own efficiency (``applies``:
+    not refitted, no calibration file, compute by the device model)."""
+    kind, _, rest = topology.strip().partition(":")
+    if kind != "preset" or not applies:
+        return None
+    from harness.sim.device_model import training_precision
+    from harness.sim.preset import load_preset
+    from harness.validate.devices import published_check
+
+    name = rest.partition(",")[0].strip()
+    device = load_preset(name).device
+    if device is None:
+        return None
+    check = published_check(name, precision or training_precision(device))
+    return f"checked: {check.describe()}" if check else None
+
+
 def _with_system(calib: Any, topology: str) -> Any:
     """The calibration over the named system's (a preset topology's) device, links and
     price; unchanged for other topologies."""
@@ -595,6 +614,9 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
         info(read_as)
         info(f"simulated {row['layout']} on {topology}"
              + (f" with calibration {calibration}" if calibration else ""))
+        checked = _published_check(topology, precision, fit_step is None and not calibration)
+        if checked:
+            info(checked)
         click.echo(format_layout_row(row))
         return
     if precision is not None and bytes_per_element is None:
@@ -640,4 +662,8 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
     sources = sorted({str(r.get("compute_source")) for r in rows if r.get("compute_source")})
     for source in sources:
         info(f"compute: {source}")
+    checked = _published_check(topology, precision, fit_step is None and not calibration
+                               and any("device model" in s for s in sources))
+    if checked:
+        info(checked)
     click.echo(format_rows(rows))

@@ -304,11 +304,14 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
         from_preset,
         with_device_update,
     )
+    from harness.sim.device_model import training_precision
+    from harness.validate.devices import published_check
 
     calibration = None
     compute_note = ""
     device = ctx.device or target.preset_name
     compute_s: float | None = None
+    checked = None
     if device is not None and facts.flops_per_sample:
         preset_cal = from_preset(device)
         calibration = Calibration(device_flops=preset_cal.device_flops,
@@ -318,6 +321,9 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
         compute_note = (f"compute by the device model on the {device} device "
                         f"({ctx.precision or 'its training precision'})" if facts.ops
                         else f"compute from FLOPs on the {device} device")
+        if facts.ops and preset_cal.device is not None:
+            checked = published_check(
+                device, ctx.precision or training_precision(preset_cal.device))
     elif facts.step_compute_s is not None:
         compute_s, compute_note = facts.step_compute_s, "compute stated by the profile"
     else:
@@ -383,6 +389,10 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
         tput = point.get("throughput_samples_s", NAN)
         point["mfu"] = (needed * tput / (int(point["replicas"]) * peak)
                         if peak and math.isfinite(tput) and needed else NAN)
+    if checked is not None:  # the whole step on real clusters of this system: its error
+        for point in out:
+            point.update(validation_error=checked.median_abs_error,
+                         validation_basis=checked.describe())
     kind = device_kind(target, ctx.device)
     for point in out[1:]:
         hosts = -(-int(point["replicas"]) // max(1, target.per_host))

@@ -187,7 +187,7 @@ def _label(p: Point) -> str:
 def _summary(p: Point | None) -> dict[str, Any] | None:
     keys = ("framework", "strategy", "replicas", "train_time_s", "cost_usd", "step_time_s",
             "throughput_samples_s", "scaling_efficiency", "source", "validation_error",
-            "reason", "status", "runs_as", "mfu")
+            "reason", "status", "runs_as", "mfu", "validation_basis")
     return None if p is None else {k: p.get(k, NAN) for k in keys}
 
 
@@ -195,7 +195,10 @@ def _error_text(p: Point) -> str:
     err = p.get("validation_error", NAN)
     if p["source"] == "measured":
         return "measured"
-    return (f"{p['source']}, ±{err:.0%} (the simulator's median step error)" if _finite(err)
+    basis = p.get("validation_basis")
+    if not (isinstance(basis, str) and basis):
+        basis = "the simulator's median step error"
+    return (f"{p['source']}, ±{err:.0%} ({basis})" if _finite(err)
             else f"{p['source']}, not yet validated")
 
 

@@ -488,6 +488,8 @@ def format_table(frame: pd.DataFrame) -> str:
         notes = sorted({str(n) for n in group.get("compute_note", pd.Series(dtype=str))
                         if isinstance(n, str) and n}
                        | {f"price: {b}" for b in group.get("price_basis", pd.Series(dtype=str))
+                          if isinstance(b, str) and b}
+                       | {f"±: {b}" for b in group.get("validation_basis", pd.Series(dtype=str))
                           if isinstance(b, str) and b})
         lines += [f"  ({n})" for n in notes]
         runs = {f"sim/{r['strategy']}": r.get("runs_as") for r in group.to_dict("records")
@@ -504,7 +506,8 @@ def format_table(frame: pd.DataFrame) -> str:
                  "(from another workload's run: the compute note says which), predicted (an "
                  "emulated cluster never run, from this machine's calibration) or simulated; "
                  "± the simulator's median "
-                 "|error| against measured runs; train time and cost are extrapolated from "
+                 "|error| against measured runs (here, or published runs of the described "
+                 "system where a ± note names them); train time and cost are extrapolated from "
                  "the step time; fits '?': device memory unknown")
     return "\n".join(lines).rstrip()
 

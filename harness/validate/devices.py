@@ -20,11 +20,13 @@ exchange the simulator leaves exposed after the last backward.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
+from statistics import median
 from typing import Any
 
 from harness.core.errors import SpecError
@@ -335,6 +337,37 @@ def compare() -> tuple[dict[str, float], list[dict[str, Any]]]:
             "other_reading": _other_reading(row, float(after["samples_per_gpu"])),
         })
     return fitted, out
+
+
+@dataclass(frozen=True)
+class PublishedCheck:
+    """How far the device model was off on the published runs of one system and precision,
+    with the system file's own efficiencies: what a prediction for that system uses, so the
+    error a recommendation on it can carry (out of the box, not after the corpus's fits)."""
+
+    system: str
+    precision: str
+    rows: int
+    median_abs_error: float
+    worst_abs_error: float
+
+    def describe(self) -> str:
+        runs = f"{self.rows} published {self.system} {self.precision} run" + (
+            "s" if self.rows != 1 else "")
+        return (f"the device model's median |error| on {runs}, worst "
+                f"{self.worst_abs_error:.0%}: python -m harness.validate.devices")
+
+
+@functools.cache
+def published_check(system: str, precision: str) -> PublishedCheck | None:
+    """The corpus rows on ``system`` at ``precision``, predicted out of the box; None where
+    the corpus has none (a system file of the user's own: its efficiency is not ours)."""
+    rows = [r for r in corpus()[0] if r.system == system and r.precision == precision]
+    if not rows:
+        return None
+    errors = [abs(float(predict_step(r)["samples_per_gpu"]) / r.published_samples_per_gpu - 1)
+              for r in rows]
+    return PublishedCheck(system, precision, len(rows), median(errors), max(errors))
 
 
 def _other_reading(row: Row, predicted: float) -> dict[str, Any] | None:
