@@ -109,7 +109,9 @@ COLUMNS: tuple[Column, ...] = (
        "exchange_only_s and measured_overlap = (compute + exchange - step) / min(compute, "
        "exchange), each part timed alone on the same case after the timed steps; "
        "`cpu_s_per_step`, the CPU seconds per timed step of the process that timed, all its "
-       "threads: what a one-replica baseline's copies share on oversold cores)."),
+       "threads: what a one-replica baseline's copies share on oversold cores; "
+       "`model_memory_bytes_by_rank`, each rank's rise where several measured it, the "
+       "column being their maximum)."),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
