@@ -98,9 +98,8 @@ def source_text(p: dict[str, Any] | None) -> str:
     if p is None:
         return ""
     err = p["validation_error"]
-    basis = f" ({p['validation_basis']})" if p.get("validation_basis") else ""
-    if p["source"] == "simulated":
-        return (f"simulated, validation error {err:.0%}{basis}" if _ok(err)
+    if p["source"] == "simulated":  # its basis is in the verdict's sure line, not here
+        return (f"simulated, validation error {err:.0%}" if _ok(err)
                 else "simulated, not validated")
     return p["source"] or "?"
 
