@@ -23,8 +23,8 @@ from reports.plots import Series, chart
 
 PICK_KEYS = ("framework", "strategy", "replicas", "train_time_s", "cost_usd", "step_time_s",
              "throughput_samples_s", "scaling_efficiency", "source", "validation_error",
-             "reason", "runs_as", "validation_basis")
-TEXT_KEYS = ("framework", "strategy", "source", "reason", "runs_as", "validation_basis")
+             "reason", "runs_as")
+TEXT_KEYS = ("framework", "strategy", "source", "reason", "runs_as")
 # Below this margin two measured strategies are a close call: the history's regression rule
 # treats smaller changes as noise (reports.history.MIN_REL).
 CLOSE_MEASURED = 0.05
@@ -98,7 +98,7 @@ def source_text(p: dict[str, Any] | None) -> str:
     if p is None:
         return ""
     err = p["validation_error"]
-    if p["source"] == "simulated":  # its basis is in the verdict's sure line, not here
+    if p["source"] == "simulated":
         return (f"simulated, validation error {err:.0%}" if _ok(err)
                 else "simulated, not validated")
     return p["source"] or "?"

@@ -346,15 +346,9 @@ def _published_check(topology: str, precision: str | None, applies: bool) -> str
     kind, _, rest = topology.strip().partition(":")
     if kind != "preset" or not applies:
         return None
-    from harness.sim.device_model import training_precision
-    from harness.sim.preset import load_preset
     from harness.validate.devices import published_check
 
-    name = rest.partition(",")[0].strip()
-    device = load_preset(name).device
-    if device is None:
-        return None
-    check = published_check(name, precision or training_precision(device))
+    check = published_check(rest.partition(",")[0].strip(), precision)
     return f"checked: {check.describe()}" if check else None
 
 

@@ -304,7 +304,6 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
         from_preset,
         with_device_update,
     )
-    from harness.sim.device_model import training_precision
     from harness.validate.devices import published_check
 
     calibration = None
@@ -321,9 +320,8 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
         compute_note = (f"compute by the device model on the {device} device "
                         f"({ctx.precision or 'its training precision'})" if facts.ops
                         else f"compute from FLOPs on the {device} device")
-        if facts.ops and preset_cal.device is not None:
-            checked = published_check(
-                device, ctx.precision or training_precision(preset_cal.device))
+        if facts.ops:
+            checked = published_check(device, ctx.precision)
     elif facts.step_compute_s is not None:
         compute_s, compute_note = facts.step_compute_s, "compute stated by the profile"
     else:

@@ -187,7 +187,7 @@ def _label(p: Point) -> str:
 def _summary(p: Point | None) -> dict[str, Any] | None:
     keys = ("framework", "strategy", "replicas", "train_time_s", "cost_usd", "step_time_s",
             "throughput_samples_s", "scaling_efficiency", "source", "validation_error",
-            "reason", "status", "runs_as", "mfu", "validation_basis")
+            "reason", "status", "runs_as", "mfu")
     return None if p is None else {k: p.get(k, NAN) for k in keys}
 
 

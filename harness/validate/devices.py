@@ -40,6 +40,7 @@ from harness.sim.device_model import (
     optimizer_kernels,
     optimizer_seconds,
     pass_times,
+    training_precision,
 )
 from harness.sim.memory import optimizer_slots
 from harness.sim.preset import load_preset
@@ -359,9 +360,15 @@ class PublishedCheck:
 
 
 @functools.cache
-def published_check(system: str, precision: str) -> PublishedCheck | None:
-    """The corpus rows on ``system`` at ``precision``, predicted out of the box; None where
-    the corpus has none (a system file of the user's own: its efficiency is not ours)."""
+def published_check(system: str, precision: str | None = None) -> PublishedCheck | None:
+    """The corpus rows on ``system`` at ``precision`` (None: the device's training precision,
+    as a prediction takes it), predicted out of the box; None where the corpus has none (a
+    system file of the user's own: its efficiency is not ours)."""
+    if precision is None:
+        device = load_preset(system).device
+        if device is None:
+            return None
+        precision = training_precision(device)
     rows = [r for r in corpus()[0] if r.system == system and r.precision == precision]
     if not rows:
         return None
