@@ -132,6 +132,8 @@ class Row:
     def published_samples_per_gpu(self) -> float:
         """Samples (images, sequences, records) per second per GPU, as published."""
         value = float(self.published["value"])
+        if self.published["scope"] == "step":  # seconds per optimizer step, all GPUs
+            return self.global_batch / self.gpus / value
         if "flops" in self.published:  # model FLOP/s, counted by the authors' formula
             return value * 1e12 / published_flops_per_sample(self)
         if self.published["scope"] == "total_all_gpus":
