@@ -368,6 +368,36 @@ def test_a_gradient_reduction_after_the_backward_is_exposed_and_named():
     assert bad.returncode == 2 and "model-parallel layout" in bad.stderr
 
 
+def test_the_405b_layout_nvidia_ran_on_80_gb_fits_with_the_stacks_gradient_buffer():
+    """NVIDIA's Llama 3.1 405B recipe ran TP 8, PP 9, CP 2, VP 7 on 80 GB H100s, so the
+    memory model must say it fits: with NeMo's distributed_fused_adam (gradients in a bf16
+    buffer, 4 + 12/d bytes a parameter) it does; counted as Megatron-Core keeps them in
+    bf16 (an fp32 main gradient, 6 + 12/d) the 576-GPU run would not, by 2 bytes of each
+    parameter held."""
+    rows, _ = devices.corpus()
+    nemo = [r for r in rows if r.id.startswith("nemo2409_llama31_405b")]
+    assert len(nemo) == 6 and all(r.grad_accumulation == "half" for r in nemo)
+    for row in nemo:
+        precision = PRECISIONS[row.precision]
+        model = layered(row.model, precision)
+        spec = f"preset:{row.system},hosts={row.gpus // 8}"
+        ran = simulate_layout(spec, model, row.layout(), row.global_batch, None,
+                              precision=precision)
+        assert ran["status"] == "ok", (row.id, ran["reason"])
+        assert "half-precision gradients" in ran["layout"]
+        if row.precision != "bf16":
+            continue
+        fused = replace(row.layout(), grad_accumulation="fused")
+        megatron = simulate_layout(spec, model, fused, row.global_batch, None,
+                                   precision=precision)
+        held = sum(layer.params for layer in model.layers) / (row.tensor * row.pipeline)
+        assert megatron["memory_per_device_bytes"] - ran["memory_per_device_bytes"] == \
+            pytest.approx(2 * held, rel=0.05)
+        # on 576 GPUs (data 4 x context 2 sharding the optimizer 8 ways) the difference
+        # decides; from 1,152 on the wider sharding leaves room either way
+        assert (megatron["status"] == "does not fit") == (row.gpus == 576)
+
+
 def test_model_parallel_rows_quote_the_layout_they_are_simulated_with():
     """Each published model-parallel run is simulated as its authors ran it: the degrees,
     GPUs and batch the row states are the ones its quoted line prints."""

@@ -509,12 +509,14 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
               help="When the data-parallel gradient reduction runs: bucket by bucket during "
                    "the last backward (torch DDP, Megatron's overlap_grad_reduce) or after the "
                    "whole backward (Megatron-LM 2021's --DDP-impl local).")
-@click.option("--grad-accumulation", type=click.Choice(["fused", "fp32-copy"]),
+@click.option("--grad-accumulation", type=click.Choice(["fused", "fp32-copy", "half"]),
               default="fused", show_default=True,
               help="How half-precision micro-batches' gradients accumulate: into fp32 by the "
                    "weight-gradient GEMM (Megatron-LM's gradient-accumulation fusion), or "
                    "cast and added into an fp32 copy after each backward, the copy reduced "
-                   "(DeepSpeed's bf16 optimizer).")
+                   "(DeepSpeed's bf16 optimizer), or into a buffer of the training "
+                   "precision, reduced as it is (half: NeMo's distributed_fused_adam with "
+                   "grad_sync_dtype bf16).")
 @click.option("--distributed-optimizer", is_flag=True,
               help="Shard the optimizer state over the data-parallel replicas (ZeRO-1).")
 @click.option("--precision", type=click.Choice(list(PRECISION_NAMES)),

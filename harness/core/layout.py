@@ -23,7 +23,7 @@ SHARDING = {0: "replicated", 1: "distributed optimizer", 3: "fsdp"}
 GRAD_REDUCE = ("overlapped", "after_backward")
 CONTEXT_COMM = ("ring", "all_gather")
 P2P = ("async", "blocking")
-GRAD_ACCUMULATION = ("fused", "fp32_copy")
+GRAD_ACCUMULATION = ("fused", "fp32_copy", "half")
 #: a result row's column for each field that runs and the simulator both record; the
 #: older names a stored dataset may still carry are read as aliases
 COLUMNS = {"data": "data_parallel", "stages": "pipeline_stages", "tensor": "tensor_parallel",
@@ -81,7 +81,9 @@ class Layout:
     # how a half-precision run accumulates its micro-batches' gradients: into an fp32 buffer
     # by the weight-gradient GEMM itself (Megatron-LM's gradient-accumulation fusion), or
     # cast and added into an fp32 copy after each micro-batch's backward, the copy then
-    # reduced (DeepSpeed's BF16_Optimizer, update_hp_grads: BLOOM's Megatron-DeepSpeed)
+    # reduced (DeepSpeed's BF16_Optimizer, update_hp_grads: BLOOM's Megatron-DeepSpeed), or
+    # into a gradient buffer of the training precision itself, reduced as it is (half: Apex's
+    # DistributedFusedAdam with grad_sync_dtype bf16, NeMo's distributed_fused_adam)
     grad_accumulation: str = "fused"
 
     @property
@@ -115,8 +117,10 @@ class Layout:
             parts.append("param gather overlap")
         if self.grad_reduce != "overlapped" and self.data > 1:
             parts.append("reduce after backward")
-        if self.grad_accumulation != "fused":
+        if self.grad_accumulation == "fp32_copy":
             parts.append("fp32 gradient copy")
+        elif self.grad_accumulation == "half":
+            parts.append("half-precision gradients")
         return ",".join(parts)
 
     def device(self, data: int, stage: int, tensor: int, context: int = 0) -> int:

@@ -25,9 +25,13 @@ from harness.sim.memory import model_parallel_memory
 from workloads.precision import FP32, Precision
 
 MODEL_PARALLEL = "model_parallel"  # the exchange kind of these candidates
-# From this sequence length on, context-parallel splits are candidates too: Llama 3 trained
-# at 8,192 tokens without it and turned it on for its long-context stage (up to 131,072).
-LONG_CONTEXT = 32768
+# Context-parallel splits are candidates where each rank keeps at least this many tokens:
+# the shortest chunk of the published CP runs (NeMo's Llama 3 8B and 70B and NVIDIA's Llama
+# 3.1 405B recipe, CP 2 at 8,192 tokens: harness/validate/published/device_training.json;
+# Llama 3's long-context stage, CP 16 at 131,072). At 8,192 tokens CP 2 halves the
+# activations a rank keeps, so a layout can drop recomputation (NVIDIA's 405B recipe runs
+# none); shorter chunks only widen the search.
+MIN_CONTEXT_CHUNK = 4096
 
 
 # The most micro-batches a candidate's pipeline is cut into: one sample each (the smallest
@@ -82,13 +86,13 @@ def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
             for expert in (2, 4, 8, 16, 32, 64):  # experts sharded over data ranks
                 if model.experts % expert == 0 and data % expert == 0:
                     variants.append(replace(base, expert=expert))
-            if model.seq >= LONG_CONTEXT:  # the sequence split too, where it is long
-                for context in (2, 4, 8, 16):
-                    if data % context == 0 and model.seq % (2 * context) == 0:
-                        variants.append(replace(
-                            base, data=data // context, context=context,
-                            microbatches=_microbatches(global_batch // (data // context)),
-                            zero=1 if data > 1 else 0))
+            for context in (2, 4, 8, 16):  # the sequence split too, where it is long
+                if (model.seq // context >= MIN_CONTEXT_CHUNK and data % context == 0
+                        and model.seq % (2 * context) == 0):
+                    variants.append(replace(
+                        base, data=data // context, context=context,
+                        microbatches=_microbatches(global_batch // (data // context)),
+                        zero=1 if data > 1 else 0))
             for layout in variants:
                 try:
                     check_layout(model, layout, global_batch)

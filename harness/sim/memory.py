@@ -60,7 +60,8 @@ class Memory:
                 + self.recompute_working)
 
 
-def layout_state_bytes(precision: Precision, slots: int, zero: int) -> tuple[int, int, int]:
+def layout_state_bytes(precision: Precision, slots: int, zero: int,
+                       grad_accumulation: str = "fused") -> tuple[int, int, int]:
     """Bytes per parameter of (weights, gradients, what the distributed optimizer shards) as
     the stacks that run such layouts keep them.
 
@@ -73,9 +74,17 @@ def layout_state_bytes(precision: Precision, slots: int, zero: int) -> tuple[int
     * FSDP (torch's, torchtitan's mixed precision): fp32 weights and gradients sharded with
       the optimizer state, the half-precision copies only while a unit computes: 4 + 4 + 4
       per slot, all of it sharded.
+    * Apex's DistributedFusedAdam as NeMo runs it (``grad_accumulation`` half:
+      ``grad_sync_dtype`` bf16 with ``contiguous_grad_buffer``): the whole gradient buffer in
+      the training precision, the fp32 master shard and the moments sharded: 4 + 12/d with
+      Adam (NVIDIA/apex apex/contrib/optimizers/distributed_fused_adam.py: ``StateBucket``
+      keeps params_shard, exp_avg_shard and exp_avg_sq_shard in the optimizer's fp32 dtype,
+      ``_init_grad_buffer`` the buffer in ``grad_sync_dtype``).
     """
     if zero == 3:
         return 4, 4, 4 * slots
+    if grad_accumulation == "half" and precision.master_bytes:
+        return precision.value_bytes, precision.value_bytes, 4 + 4 * slots
     if precision.name in ("fp16", "fp8"):
         return 2, 2, 4 + 4 + 4 * slots
     if precision.name == "bf16":
@@ -147,7 +156,8 @@ def model_parallel_memory(model: LayeredModel, layout: Layout, microbatch: int,
     how = recompute_mode(recompute)
     again = recomputed(model, how)
     slots = optimizer_slots(optimizer)
-    weight_b, grad_b, state_b = layout_state_bytes(precision, slots, layout.zero)
+    weight_b, grad_b, state_b = layout_state_bytes(precision, slots, layout.zero,
+                                                    layout.grad_accumulation)
     P, V, T, D = layout.stages, layout.virtual, layout.tensor, layout.data
     C = layout.context  # a rank keeps 1/C of the sequence; state shards over data x context
     in_flight = in_flight_per_chunk(layout.schedule, P, layout.microbatches, V)

@@ -90,7 +90,7 @@ class Row:
     grad_reduce: str = "overlapped"  # or after_backward (DeepSpeed after the flush)
     stage_layers: tuple[int, ...] = ()  # blocks per pipeline stage where uneven
     param_gather_overlap: bool = False  # Megatron's --overlap-param-gather, where stated
-    grad_accumulation: str = "fused"  # or fp32_copy (DeepSpeed's BF16_Optimizer)
+    grad_accumulation: str = "fused"  # fp32_copy (DeepSpeed's BF16_Optimizer), half (NeMo's)
     # (padded length, share of micro-batches) where the loader bins sequences by length,
     # resolved from the file's ``lengths`` entry the row names (``padded_lengths``)
     padded: tuple[tuple[int, float], ...] = ()
