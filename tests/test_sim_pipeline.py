@@ -14,6 +14,8 @@ from harness.sim.pipeline import (
     BACKWARD,
     FORWARD,
     Pass,
+    _in_flight,
+    in_flight_per_chunk,
     peak_in_flight,
     run_pipeline,
     stage_order,
@@ -128,6 +130,19 @@ def test_1f1b_holds_at_most_s_minus_stage_micro_batches_gpipe_all_of_them(stages
     assert [peak_in_flight(o) for o in one_f] == [min(stages - s, microbatches)
                                                   for s in range(stages)]
     assert [peak_in_flight(o) for o in gpipe] == [microbatches] * stages
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 10), st.sampled_from([1, 2, 3, 5]))
+def test_the_in_flight_peak_is_counted_in_a_short_schedule_as_in_the_whole(stages, groups,
+                                                                          virtual):
+    """The memory model counts each chunk's micro-batches in flight at the stage's peak from
+    a schedule of at most 2 x stages micro-batches: the peak comes in the warm-up, so the
+    whole schedule (here up to 10 x stages) gives the same counts."""
+    schedule = "interleaved" if virtual > 1 else "1f1b"
+    microbatches = stages * groups
+    assert in_flight_per_chunk(schedule, stages, microbatches, virtual) == \
+        _in_flight(schedule, stages, microbatches, virtual)
 
 
 @settings(max_examples=100, deadline=None)

@@ -32,6 +32,9 @@ MODEL_PARALLEL = "model_parallel"  # the exchange kind of these candidates
 # activations a rank keeps, so a layout can drop recomputation (NVIDIA's 405B recipe runs
 # none); shorter chunks only widen the search.
 MIN_CONTEXT_CHUNK = 4096
+# The interleaved schedule is tried only where 1F1B idles at least this share of the step
+# (its bubble, (S - 1) / (M + S - 1)): a search bound, not a model figure.
+INTERLEAVE_BUBBLE = 0.01
 
 
 # The most micro-batches a candidate's pipeline is cut into: one sample each (the smallest
@@ -54,10 +57,12 @@ def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
                       global_batch: int) -> list[Layout]:
     """Every split of ``devices`` with a pipeline or tensor degree above one that the model
     and the batch allow, as Megatron-LM and torchtitan run them: sequence parallelism with
-    tensor parallelism, the distributed optimizer with data parallelism, and beside each
-    pipeline its interleaved schedule (two chunks per device) where the blocks and
-    micro-batches allow; and FSDP over the data axis with tensor parallelism (torchtitan's
-    2D)."""
+    tensor parallelism, the distributed optimizer with data parallelism, the sequence split
+    over context ranks where it is long (``_contexts``), and beside each pipeline its
+    interleaved schedule (``_virtual_stages``) where the blocks and micro-batches allow; and
+    FSDP over the data axis with tensor parallelism (torchtitan's 2D). A data degree that
+    does not divide the batch rules out only its own split, not the context-parallel ones
+    that leave fewer data ranks."""
     tensors = [t for t in _divisors(model.heads) if t <= per_host] if model.heads else [1]
     blocks = len(model.blocks)
     out = []
@@ -71,35 +76,63 @@ def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
         for stages in counts:
             if (stages == 1 and tensor == 1) or devices % (stages * tensor):
                 continue
-            data = devices // (stages * tensor)
-            if global_batch % data:
-                continue
-            base = Layout(data, stages, tensor, _microbatches(global_batch // data),
-                          sequence_parallel=tensor > 1, zero=1 if data > 1 else 0,
-                          stage_blocks=_uneven(blocks, stages))
-            variants = [base]
-            if stages > 1 and 2 * stages <= blocks:
-                variants.append(replace(base, schedule="interleaved", virtual=2,
-                                        stage_blocks=_uneven(blocks, 2 * stages)))
-            if stages == 1 and tensor > 1 and data > 1:
-                variants.append(replace(base, zero=3, microbatches=1))
-            for expert in (2, 4, 8, 16, 32, 64):  # experts sharded over data ranks
-                if model.experts % expert == 0 and data % expert == 0:
-                    variants.append(replace(base, expert=expert))
-            for context in (2, 4, 8, 16):  # the sequence split too, where it is long
-                if (model.seq // context >= MIN_CONTEXT_CHUNK and data % context == 0
-                        and model.seq % (2 * context) == 0):
-                    variants.append(replace(
-                        base, data=data // context, context=context,
-                        microbatches=_microbatches(global_batch // (data // context)),
-                        zero=1 if data > 1 else 0))
-            for layout in variants:
-                try:
-                    check_layout(model, layout, global_batch)
-                except SpecError:
+            replicas = devices // (stages * tensor)  # data x context
+            for context in _contexts(model.seq, replicas):
+                data = replicas // context
+                if global_batch % data:
                     continue
-                out.append(layout)
+                base = Layout(data, stages, tensor, _microbatches(global_batch // data),
+                              sequence_parallel=tensor > 1, zero=1 if replicas > 1 else 0,
+                              stage_blocks=_uneven(blocks, stages), context=context)
+                variants = [base]
+                for virtual in _virtual_stages(blocks, stages, base.microbatches):
+                    variants.append(replace(base, schedule="interleaved", virtual=virtual,
+                                            stage_blocks=_uneven(blocks, virtual * stages)))
+                if context == 1 and stages == 1 and tensor > 1 and data > 1:
+                    variants.append(replace(base, zero=3, microbatches=1))
+                for expert in (2, 4, 8, 16, 32, 64):  # experts sharded over data ranks
+                    if context == 1 and model.experts % expert == 0 and data % expert == 0:
+                        variants.append(replace(base, expert=expert))
+                out += _valid(model, variants, global_batch)
     return out
+
+
+def _valid(model: LayeredModel, layouts: list[Layout], global_batch: int) -> list[Layout]:
+    valid = []
+    for layout in layouts:
+        try:
+            check_layout(model, layout, global_batch)
+        except SpecError:
+            continue
+        valid.append(layout)
+    return valid
+
+
+def _contexts(seq: int, replicas: int) -> list[int]:
+    """Context-parallel degrees to try: 1, and each power of two dividing the replicas that
+    leaves every rank ``MIN_CONTEXT_CHUNK`` tokens or more in 2 C load-balanced chunks (NeMo's
+    1M-token Llama 2 ran CP 32)."""
+    out, context = [1], 2
+    while context <= replicas and seq // context >= MIN_CONTEXT_CHUNK:
+        if replicas % context == 0 and seq % (2 * context) == 0:
+            out.append(context)
+        context *= 2
+    return out
+
+
+def _virtual_stages(blocks: int, stages: int, microbatches: int) -> list[int]:
+    """Chunks per device of the interleaved schedule: one block each, as Megatron-LM's 2024
+    H100 table ran it. More chunks shrink both the bubble and, per Megatron's schedule, the
+    activations the first device holds (L (1 + (P - 1) / (P V)) blocks' worth), at the cost
+    of more sends, which the simulator times: on every published model-parallel run of the
+    corpus it rated one block per chunk faster than two chunks per device
+    (harness/recommend/layout_check.py). Not where 1F1B's bubble is already under
+    ``INTERLEAVE_BUBBLE``: interleaving only shrinks the bubble, and a schedule of thousands
+    of micro-batches in many chunks is the costliest to simulate."""
+    bubble = (stages - 1) / (microbatches + stages - 1)
+    if stages == 1 or 2 * stages > blocks or bubble < INTERLEAVE_BUBBLE:
+        return []
+    return [blocks // stages]
 
 
 def _uneven(blocks: int, chunks: int) -> tuple[int, ...]:
@@ -112,35 +145,42 @@ def best_layouts(model: LayeredModel, target: Target, batch_per_device: int,
                  device_memory: float, optimizer: str,
                  precision: Precision | None = None, *,
                  global_batch: int | None = None) -> list[dict[str, Any]]:
-    """Per device count and kind of split, the simulated row of the fastest layout that fits
-    (else the one that needs the least memory), ``recompute`` saying what it recomputes: for
-    each layout the least recomputation that fits (none, then selective, then full), as less
-    is always faster. Memory is a formula, so only the layouts that fit are simulated.
-    ``global_batch``: the samples of every step at every device count (else
-    ``batch_per_device`` per device)."""
+    """``layouts_at`` every device count of the sweep. ``global_batch``: the samples of every
+    step at every device count (else ``batch_per_device`` per device)."""
+    out: list[dict[str, Any]] = []
+    for n in device_counts(target):
+        out += layouts_at(model, target, n, global_batch or batch_per_device * n,
+                          calibration, step_compute_s, device_memory, optimizer, precision)
+    return out
+
+
+def layouts_at(model: LayeredModel, target: Target, devices: int, batch: int,
+               calibration: Calibration | None, step_compute_s: float | None,
+               device_memory: float, optimizer: str, precision: Precision | None = None
+               ) -> list[dict[str, Any]]:
+    """On ``devices`` devices at ``batch`` samples a step, per kind of split, the simulated
+    row of the fastest layout that fits (else the one that needs the least memory),
+    ``recompute`` saying what it recomputes: for each layout the least recomputation that
+    fits (none, then selective, then full), as less is always faster. Memory is a formula,
+    so only the layouts that fit are simulated."""
     from harness.sim.api import fuses_attention
 
     fused = fuses_attention(calibration) if calibration is not None else True
-    out: list[dict[str, Any]] = []
-    for n in device_counts(target):
-        batch = global_batch or batch_per_device * n
-        options = []
-        for layout in candidate_layouts(model, n, max(1, target.per_host), batch):
-            micro = batch // (layout.data * layout.microbatches)
-            needs = [(model_parallel_memory(model, layout, micro, optimizer, how,
-                                            precision or FP32, fused).total, how)
-                     for how in RECOMPUTE]
-            fits = [(need, how) for need, how in needs
-                    if not math.isfinite(device_memory) or need <= device_memory]
-            need, how = fits[0] if fits else min(needs)
-            options.append((need, how, layout, bool(fits)))
-        if not options:
-            continue
-        fitting = [o for o in options if o[3]] or [min(options, key=lambda o: o[0])]
-        out += _fastest_per_kind([(layout, how) for _, how, layout, _ in fitting], model,
-                                 target, batch, calibration, step_compute_s, optimizer,
-                                 precision)
-    return out
+    options = []
+    for layout in candidate_layouts(model, devices, max(1, target.per_host), batch):
+        micro = batch // (layout.data * layout.microbatches)
+        needs = [(model_parallel_memory(model, layout, micro, optimizer, how,
+                                        precision or FP32, fused).total, how)
+                 for how in RECOMPUTE]
+        fits = [(need, how) for need, how in needs
+                if not math.isfinite(device_memory) or need <= device_memory]
+        need, how = fits[0] if fits else min(needs)
+        options.append((need, how, layout, bool(fits)))
+    if not options:
+        return []
+    fitting = [o for o in options if o[3]] or [min(options, key=lambda o: o[0])]
+    return _fastest_per_kind([(layout, how) for _, how, layout, _ in fitting], model, target,
+                             batch, calibration, step_compute_s, optimizer, precision)
 
 
 def _fastest_per_kind(options: list[tuple[Layout, str]], model: LayeredModel, target: Target,

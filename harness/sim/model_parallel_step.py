@@ -96,6 +96,8 @@ class _PlacedCollectives:
         self.seen: set[tuple[object, ...]] = set()
         self.time_s = self.bytes_sent = 0.0
         self.count = self.events = 0
+        # a step places the same device lists once per layer: renumbered once each
+        self.canonical: dict[tuple[int, ...], tuple[int, ...]] = {}
 
     def allreduce(self, groups: int, size: int, nbytes: float, devices: Sequence[int],
                   times: int = 1) -> float:
@@ -115,8 +117,11 @@ class _PlacedCollectives:
     def _time(self, kind: str, groups: int, size: int, nbytes: float,
               devices: Sequence[int], times: int) -> float:
         groups, devices = _alone(self.topology, kind, groups, size, devices)
-        key = (kind, groups, size, self.topology, float(nbytes),
-               _canonical(self.topology, devices), self.mode)
+        placed = tuple(devices)
+        canonical = self.canonical.get(placed)
+        if canonical is None:
+            canonical = self.canonical[placed] = _canonical(self.topology, placed)
+        key = (kind, groups, size, self.topology, float(nbytes), canonical, self.mode)
         result = _timed(*key)
         if key not in self.seen:
             self.seen.add(key)
@@ -205,12 +210,21 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
                 sum(held_params(layer, layout.expert) for layer in layers) / T, precision,
                 rate)
     colls = _PlacedCollectives(topology, mode)
+    placed: dict[int, list[int]] = {}
+
+    def on(stage: int) -> list[int]:
+        """The stage's devices, data then context then tensor: a chunk's, whichever chunk
+        of that stage (built once: V chunks per stage share them)."""
+        if stage not in placed:
+            placed[stage] = [layout.device(d, stage, t, c) for d in range(D)
+                             for c in range(C) for t in range(T)]
+        return placed[stage]
+
     forward_comm, backward_comm = [], []
     for q, layers in enumerate(stages):
         fwd_comm = bwd_comm = 0.0
         if T > 1:
-            devices = [layout.device(d, q % P, t, c) for d in range(D) for c in range(C)
-                       for t in range(T)]
+            devices = on(q % P)
             for layer in layers:
                 if layer.tp_allreduces:
                     full = again(layer) == "full"
@@ -240,10 +254,7 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
     sends = []
     for q in range(P * V - 1):
         nbytes = stages[q][-1].output_bytes_per_sample * micro / T / C
-        src = [layout.device(d, q % P, t, c) for d in range(D) for c in range(C)
-               for t in range(T)]
-        dst = [layout.device(d, (q + 1) % P, t, c) for d in range(D) for c in range(C)
-               for t in range(T)]
+        src, dst = on(q % P), on((q + 1) % P)
         there = colls.send(D * T * C, nbytes, src + dst, M)
         back = colls.send(D * T * C, nbytes, dst + src, M)
         sends.append((there, back))
