@@ -17,7 +17,7 @@ bf16 gradient buffer) is shown, not compared.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.core.layout import Layout
 from harness.recommend.model_parallel import layouts_at
@@ -52,13 +52,15 @@ class Pick:
         return self.pick_s / self.theirs_s
 
 
+#: how a stack runs a layout, beyond its degrees and schedule: the recommender's candidates
+#: leave each at ``Layout``'s default (Megatron-Core's)
+MECHANISMS = ("grad_reduce", "context_comm", "p2p", "tp_overlap", "param_gather_overlap",
+              "ep_overlap", "grad_accumulation")
+
+
 def as_recommended(layout: Layout) -> Layout:
     """The authors' degrees and schedule with the mechanisms the recommender assumes."""
-    return Layout(data=layout.data, stages=layout.stages, tensor=layout.tensor,
-                  microbatches=layout.microbatches, schedule=layout.schedule,
-                  virtual=layout.virtual, sequence_parallel=layout.sequence_parallel,
-                  zero=layout.zero, stage_blocks=layout.stage_blocks, context=layout.context,
-                  expert=layout.expert)
+    return replace(layout, **{name: getattr(Layout(), name) for name in MECHANISMS})
 
 
 def check(row: Row) -> Pick:
