@@ -50,6 +50,22 @@ def test_a_project_file_is_found_where_a_team_keeps_it(tmp_path):
     assert find_project(None, REPO) is None  # stratbench's own pyproject is never a project
 
 
+def test_a_targets_stack_reaches_the_recommender_and_keeps_older_projects_identity(tmp_path):
+    """A target's ``stack`` is recommend's --tp-overlap and its kind, read as they are; a
+    file without one asks the same question it asked before the key existed."""
+    plain = tmp_path / "plain.toml"
+    plain.write_text(PROJECT)
+    stated = tmp_path / "stated.toml"
+    stated.write_text(PROJECT.replace(
+        'target = "local"',
+        'target = "local"\nstack = { tp_overlap = true, grad_reduce = "after-backward" }'))
+    (goal,) = load_project(stated).targets
+    assert dict(goal.stack) == {"tp_overlap": True, "grad_reduce": "after_backward"}
+    assert "tp_overlap True" in goal.describe()
+    assert "stack" not in load_project(plain).question()["targets"][0]
+    assert load_project(plain).fingerprint() != load_project(stated).fingerprint()
+
+
 def test_the_default_suite_is_the_checked_in_example():
     from harness.commands.bench import SIM_TARGETS
     from harness.commands.run import SUITES
@@ -71,6 +87,12 @@ def test_the_default_suite_is_the_checked_in_example():
     (PROJECT.replace('"mlp:S"', '"nosuch:S"'), "workloads[0]"),
     (PROJECT.replace('target = "local"', 'target = "local"\nglobal_batch = 64'),
      "targets[0].global_batch applies to described clusters"),
+    (PROJECT.replace('target = "local"', 'target = "local"\nstack = { tp_overlap = "yes" }'),
+     "targets[0].stack.tp_overlap must be true or false"),
+    (PROJECT.replace('target = "local"', 'target = "local"\nstack = { overlap_all = true }'),
+     "targets[0].stack: overlap_all is not a stack mechanism"),
+    (PROJECT.replace('target = "local"', 'target = "local"\nstack = { p2p = "sometimes" }'),
+     "targets[0].stack: p2p 'sometimes' (choose from async, blocking)"),
 ])
 def test_a_malformed_project_file_is_one_line_naming_the_key_and_exit_2(tmp_path, capsys,
                                                                         text, key):

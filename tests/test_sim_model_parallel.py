@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -221,6 +222,34 @@ def test_overlapping_the_parameter_gather_is_named_and_never_slower():
     assert "param gather overlap" in hidden.describe()
     assert "param gather overlap" not in plain.describe()
     assert b.step_time_s <= a.step_time_s
+
+
+#: each mechanism a user states of their stack: (the waiting way, the overlapped way)
+OVERLAPS = {"tp_overlap": (False, True), "param_gather_overlap": (False, True),
+            "grad_reduce": ("after_backward", "overlapped"), "p2p": ("blocking", "async")}
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]), st.sampled_from([1, 2, 4]),
+       st.sampled_from([1, 2, 4]), st.sampled_from([0, 1]), st.sampled_from(sorted(OVERLAPS)),
+       st.sampled_from(sorted(OVERLAPS)))
+def test_overlapping_a_collective_never_slows_a_step(data, stages, tensor, microbatches, zero,
+                                                     mechanism, other):
+    """Whatever the split and whatever else the stack overlaps, running one more collective
+    under compute (or a send in the background) never makes the step longer: what
+    ``recommend --tp-overlap`` and its kind change can only help a layout, so the search's
+    pick under them is never slower than without."""
+    model = layered("transformer:layers=4,hidden=1024,heads=8,vocab=8000,seq=1024")
+    topology = parse_topology("preset:dgx_h100_ib,hosts=4")
+    calibration = cal.from_preset("dgx_h100_ib")
+    base = Layout(data=data, stages=stages, tensor=tensor, microbatches=microbatches,
+                  zero=zero, sequence_parallel=tensor > 1,
+                  **{other: OVERLAPS[other][1]})
+    waits, overlaps = (replace(base, **{mechanism: value}) for value in OVERLAPS[mechanism])
+    batch = data * microbatches
+    slow = model_parallel_step(topology, model, waits, batch, calibration)
+    fast = model_parallel_step(topology, model, overlaps, batch, calibration)
+    assert fast.step_time_s <= slow.step_time_s * (1 + 1e-9)
 
 
 # --- the one layout record ------------------------------------------------------------------

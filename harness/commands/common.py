@@ -24,6 +24,51 @@ def results_option(func: F) -> F:
                              "else ./stratbench-results).")(func)
 
 
+#: a stack's mechanisms (harness.core.layout.MECHANISMS), the same options wherever a
+#: layout is simulated: of one layout (simulate), of every layout searched (recommend)
+MECHANISM_OPTIONS = (
+    click.option("--context-comm", type=click.Choice(["ring", "all-gather"]), default="ring",
+                 show_default=True,
+                 help="How context ranks share keys and values: a ring passing K/V blocks "
+                      "overlapped with the attention (Megatron-Core's p2p, ring attention), or "
+                      "K/V all-gathered before it (Llama 3's)."),
+    click.option("--p2p", type=click.Choice(["async", "blocking"]), default="async",
+                 show_default=True,
+                 help="Pipeline sends in the background (torch's isend, Megatron-Core) or waited "
+                      "for by the sender (Megatron-LM 2021's point-to-point)."),
+    click.option("--tp-overlap", is_flag=True,
+                 help="Tensor-parallel collectives split to run under the GEMMs (Megatron's "
+                      "--tp-comm-overlap); without it each waits between them."),
+    click.option("--overlap-param-gather", "param_gather_overlap", is_flag=True,
+                 help="With --distributed-optimizer: the updated parameters' all-gather runs "
+                      "under the next step's first forward (Megatron's --overlap-param-gather)."),
+    click.option("--ep-overlap", is_flag=True,
+                 help="With --expert-parallel: each micro-batch's dispatch and combine "
+                      "all-to-alls run under the adjacent micro-batch's compute (Megatron-Core's "
+                      "combined 1F1B, --overlap-moe-expert-parallel-comm; with stages it needs "
+                      "--schedule interleaved)."),
+    click.option("--grad-reduce", type=click.Choice(["overlapped", "after-backward"]),
+                 default="overlapped", show_default=True,
+                 help="When the data-parallel gradient reduction runs: bucket by bucket during "
+                      "the last backward (torch DDP, Megatron's overlap_grad_reduce) or after the "
+                      "whole backward (Megatron-LM 2021's --DDP-impl local)."),
+    click.option("--grad-accumulation", type=click.Choice(["fused", "fp32-copy", "half"]),
+                 default="fused", show_default=True,
+                 help="How half-precision micro-batches' gradients accumulate: into fp32 by the "
+                      "weight-gradient GEMM (Megatron-LM's gradient-accumulation fusion), or "
+                      "cast and added into an fp32 copy after each backward, the copy reduced "
+                      "(DeepSpeed's bf16 optimizer), or into a buffer of the training "
+                      "precision, reduced as it is (half: NeMo's distributed_fused_adam with "
+                      "grad_sync_dtype bf16)."),
+)
+
+
+def mechanism_options(func: F) -> F:
+    for option in reversed(MECHANISM_OPTIONS):
+        func = option(func)
+    return func
+
+
 def positive_int(name: str) -> click.IntRange:
     return click.IntRange(min=1)
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from harness.commands.common import json_option, print_json, results_option
+from harness.commands.common import (
+    json_option,
+    mechanism_options,
+    print_json,
+    results_option,
+)
+from harness.core.layout import stack_mechanisms
 from harness.core.paths import results_dir
 from workloads.optimizers import OPTIMIZER_SLOTS
 from workloads.precision import PRECISIONS as PRECISION_NAMES
@@ -57,13 +63,21 @@ from workloads.precision import PRECISIONS as PRECISION_NAMES
                    "update's traffic. Default: the workload's (a known model's cited "
                    "setup: DLRM sgd, ResNet-50 and VGG-16 momentum, Inception-v3 rmsprop; "
                    "adam otherwise).")
+@mechanism_options
+@click.option("--sequence-parallel/--no-sequence-parallel", default=True, show_default=True,
+              help="Whether your stack splits norms and dropout along the sequence in the "
+                   "tensor-parallel group (Megatron-Core's --sequence-parallel, torchtitan's "
+                   "SequenceParallel); without it they stay whole on every tensor rank.")
 @results_option
 @json_option
 def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple[str, ...],
             budget: float | None,
             deadline: float | None, min_efficiency: float, device: str | None,
             samples: float | None, price: float | None, precision: str | None,
-            global_batch: int | None, optimizer: str | None, results: str | None,
+            global_batch: int | None, optimizer: str | None, context_comm: str, p2p: str,
+            tp_overlap: bool, param_gather_overlap: bool, ep_overlap: bool,
+            grad_reduce: str, grad_accumulation: str, sequence_parallel: bool,
+            results: str | None,
             as_json: bool) -> None:
     """Which strategy, on how many devices, within your budget, and why."""
     from harness.recommend.recommender import (
@@ -82,9 +96,16 @@ def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple
                                  deadline_s=None if deadline is None else deadline * 3600,
                                  min_efficiency=min_efficiency, device=device,
                                  precision=precision, global_batch=global_batch,
-                                 optimizer=optimizer)
+                                 optimizer=optimizer, mechanisms=stack_mechanisms(
+                                     context_comm=context_comm, p2p=p2p,
+                                     tp_overlap=tp_overlap,
+                                     param_gather_overlap=param_gather_overlap,
+                                     ep_overlap=ep_overlap, grad_reduce=grad_reduce,
+                                     grad_accumulation=grad_accumulation,
+                                     sequence_parallel=sequence_parallel))
     if as_json:
         print_json({"verdicts": frame.attrs.get("verdicts", []),
+                    "mechanisms": frame.attrs.get("mechanisms", ""),
                     "ranking": to_records(frame),
                     "sweep": frame.attrs.get("sweep", []),
                     "missing": frame.attrs.get("missing", []), "read_as": read_as})

@@ -8,7 +8,13 @@ from typing import Any
 
 import click
 
-from harness.commands.common import info, json_option, print_json, results_option
+from harness.commands.common import (
+    info,
+    json_option,
+    mechanism_options,
+    print_json,
+    results_option,
+)
 from harness.core.errors import InputError
 from harness.core.paths import results_dir
 from harness.core.strategies import ALLREDUCE_ALGORITHMS, MODEL_PARALLEL
@@ -237,7 +243,7 @@ def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tenso
     """The data x pipeline x tensor split of ``workers``; InputError if it does not divide.
     ``--strategy fsdp`` with a tensor-parallel degree: FSDP over the data axis (torchtitan's
     2D)."""
-    from harness.core.layout import Layout
+    from harness.core.layout import Layout, stack_mechanisms
 
     fsdp = "fsdp" in strategies
     other = [s for s in strategies if s not in MODEL_PARALLEL and s != "fsdp"]
@@ -263,11 +269,12 @@ def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tenso
                   virtual=(virtual or 2) if schedule == "interleaved" else 1,
                   sequence_parallel=sequence_parallel,
                   zero=3 if fsdp else 1 if distributed_optimizer else 0,
-                  grad_reduce=grad_reduce.replace("-", "_"), context=context or 1,
-                  context_comm=context_comm.replace("-", "_"), expert=expert or 1, p2p=p2p,
-                  tp_overlap=tp_overlap, param_gather_overlap=param_gather_overlap,
-                  grad_accumulation=grad_accumulation.replace("-", "_"),
-                  ep_overlap=ep_overlap)
+                  context=context or 1, expert=expert or 1,
+                  **stack_mechanisms(grad_reduce=grad_reduce, context_comm=context_comm,
+                                     p2p=p2p, tp_overlap=tp_overlap,
+                                     param_gather_overlap=param_gather_overlap,
+                                     grad_accumulation=grad_accumulation,
+                                     ep_overlap=ep_overlap))
 
 
 def _simulate_layout(topology: str, workload: str | None, profile: str | None, results: Path,
@@ -479,44 +486,12 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 @click.option("--context-parallel", "context", type=click.IntRange(min=1), default=None,
               help="Split each sequence over C devices (context parallelism): every "
                    "activation /C, gradients reduced over data x context.")
-@click.option("--context-comm", type=click.Choice(["ring", "all-gather"]), default="ring",
-              show_default=True,
-              help="How context ranks share keys and values: a ring passing K/V blocks "
-                   "overlapped with the attention (Megatron-Core's p2p, ring attention), or "
-                   "K/V all-gathered before it (Llama 3's).")
-@click.option("--p2p", type=click.Choice(["async", "blocking"]), default="async",
-              show_default=True,
-              help="Pipeline sends in the background (torch's isend, Megatron-Core) or waited "
-                   "for by the sender (Megatron-LM 2021's point-to-point).")
-@click.option("--tp-overlap", is_flag=True,
-              help="Tensor-parallel collectives split to run under the GEMMs (Megatron's "
-                   "--tp-comm-overlap); without it each waits between them.")
-@click.option("--overlap-param-gather", "param_gather_overlap", is_flag=True,
-              help="With --distributed-optimizer: the updated parameters' all-gather runs "
-                   "under the next step's first forward (Megatron's --overlap-param-gather).")
+@mechanism_options
 @click.option("--expert-parallel", "expert", type=click.IntRange(min=1), default=None,
               help="Shard each MoE layer's experts over EP ranks of the data-parallel axis; "
                    "tokens reach them by all-to-all (dispatch and combine).")
-@click.option("--ep-overlap", is_flag=True,
-              help="With --expert-parallel: each micro-batch's dispatch and combine "
-                   "all-to-alls run under the adjacent micro-batch's compute (Megatron-Core's "
-                   "combined 1F1B, --overlap-moe-expert-parallel-comm; with stages it needs "
-                   "--schedule interleaved).")
 @click.option("--sequence-parallel", is_flag=True,
               help="Split norms and dropout along the sequence in the tensor-parallel group.")
-@click.option("--grad-reduce", type=click.Choice(["overlapped", "after-backward"]),
-              default="overlapped", show_default=True,
-              help="When the data-parallel gradient reduction runs: bucket by bucket during "
-                   "the last backward (torch DDP, Megatron's overlap_grad_reduce) or after the "
-                   "whole backward (Megatron-LM 2021's --DDP-impl local).")
-@click.option("--grad-accumulation", type=click.Choice(["fused", "fp32-copy", "half"]),
-              default="fused", show_default=True,
-              help="How half-precision micro-batches' gradients accumulate: into fp32 by the "
-                   "weight-gradient GEMM (Megatron-LM's gradient-accumulation fusion), or "
-                   "cast and added into an fp32 copy after each backward, the copy reduced "
-                   "(DeepSpeed's bf16 optimizer), or into a buffer of the training "
-                   "precision, reduced as it is (half: NeMo's distributed_fused_adam with "
-                   "grad_sync_dtype bf16).")
 @click.option("--distributed-optimizer", is_flag=True,
               help="Shard the optimizer state over the data-parallel replicas (ZeRO-1).")
 @click.option("--precision", type=click.Choice(list(PRECISION_NAMES)),

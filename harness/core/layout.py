@@ -24,6 +24,17 @@ GRAD_REDUCE = ("overlapped", "after_backward")
 CONTEXT_COMM = ("ring", "all_gather")
 P2P = ("async", "blocking")
 GRAD_ACCUMULATION = ("fused", "fp32_copy", "half")
+#: The fields of a layout that are its stack's mechanisms rather than its split: how the
+#: stack a user runs reduces, sends and overlaps. ``simulate`` and ``recommend`` take them as
+#: options (the recommender searches the split and keeps these as stated); Layout's defaults
+#: are what an answer assumes when none is stated.
+MECHANISMS = ("grad_reduce", "context_comm", "p2p", "tp_overlap", "param_gather_overlap",
+              "ep_overlap", "grad_accumulation")
+#: What a searched layout runs with unless the stack says otherwise, where it differs from
+#: Layout's literal default: sequence parallelism wherever tensor parallelism (Megatron-Core
+#: and torchtitan have it; BigScience's Megatron-DeepSpeed, which trained BLOOM, did not:
+#: ``recommend --no-sequence-parallel``).
+SEARCH_DEFAULTS: dict[str, Any] = {"sequence_parallel": True}
 #: a result row's column for each field that runs and the simulator both record; the
 #: older names a stored dataset may still carry are read as aliases
 COLUMNS = {"data": "data_parallel", "stages": "pipeline_stages", "tensor": "tensor_parallel",
@@ -238,3 +249,58 @@ def parse_stage_layers(text: str, blocks: int, chunks: int) -> tuple[int, ...]:
                              f"repeated count (8x14)")
         counts += [int(value)] * (int(times) if times else 1)
     return tuple(counts)
+
+
+def stack_mechanisms(**stated: Any) -> dict[str, Any]:
+    """The ``MECHANISMS`` a user stated, as the options spell them ('after-backward' is
+    ``after_backward``); the ones left out keep Layout's defaults. ValueError, one line,
+    for a name that is not a mechanism or a value that is not one of its choices."""
+    names = (*MECHANISMS, *SEARCH_DEFAULTS)
+    unknown = sorted(set(stated) - set(names))
+    if unknown:
+        raise ValueError(f"{unknown[0]} is not a stack mechanism (choose from "
+                         f"{', '.join(names)})")
+    out: dict[str, Any] = {name: value.replace("-", "_") if isinstance(value, str)
+                           else bool(value) for name, value in stated.items()}
+    choices = {"grad_reduce": GRAD_REDUCE, "context_comm": CONTEXT_COMM, "p2p": P2P,
+               "grad_accumulation": GRAD_ACCUMULATION}
+    for name, value in out.items():
+        if name in choices and value not in choices[name]:
+            raise ValueError(f"{name} {stated[name]!r} (choose from "
+                             f"{', '.join(choices[name])})")
+    return out
+
+
+def mechanisms_of(layout: Layout) -> dict[str, Any]:
+    """The stack's mechanisms ``layout`` runs with (its ``MECHANISMS`` fields)."""
+    return {name: getattr(layout, name) for name in MECHANISMS}
+
+
+def mechanisms_in_words(stated: dict[str, Any]) -> str:
+    """What a searched layout assumes of the stack (``SEARCH_DEFAULTS``, then what was
+    stated), each with the option that changes it."""
+    m = Layout(**(SEARCH_DEFAULTS | stated))
+    return "; ".join((
+        "with tensor parallelism, norms and dropout " + (
+            "split along the sequence" if m.sequence_parallel else "whole on every rank")
+        + " (--no-sequence-parallel)",
+        "data-parallel gradients reduced " + (
+            "bucket by bucket under the last backward" if m.grad_reduce == "overlapped"
+            else "after the whole backward") + " (--grad-reduce)",
+        "tensor-parallel collectives " + ("under the GEMMs" if m.tp_overlap
+                                          else "waited for between the GEMMs")
+        + " (--tp-overlap)",
+        "the distributed optimizer's parameter all-gather " + (
+            "under the next step's first forward" if m.param_gather_overlap
+            else "at the end of the step") + " (--overlap-param-gather)",
+        "pipeline sends " + ("in the background" if m.p2p == "async"
+                             else "waited for by the sender") + " (--p2p)",
+        "context ranks " + ("pass K/V blocks in a ring" if m.context_comm == "ring"
+                            else "all-gather K/V") + " (--context-comm)",
+        "expert all-to-alls " + ("under the adjacent micro-batch" if m.ep_overlap
+                                 else "between their layer's parts") + " (--ep-overlap)",
+        "micro-batch gradients accumulated " + {
+            "fused": "in fp32 by the weight-gradient GEMM",
+            "fp32_copy": "into an fp32 copy after each backward",
+            "half": "in the training precision"}[m.grad_accumulation]
+        + " (--grad-accumulation)"))

@@ -18,6 +18,8 @@ recommended for which clusters within which budget.
     target = "two_level:hosts=4,gpus=8,intra=300GB/s,inter=100Gbit"
     device = "dgx_a100"               # a preset or system file whose devices it has
     budget = 500.0                    # USD; or deadline = 24.0 (hours)
+    stack = { tp_overlap = true }     # optional: the mechanisms of the stack you run
+                                      # (recommend's --tp-overlap, --grad-reduce, ...)
 
 Like asv's ``asv.conf.json``: the file names the question, the results directory keeps the
 answers across nights. Read and checked here (keys, types, clusters, workload files); the
@@ -36,6 +38,7 @@ from typing import Any
 import tomllib
 
 from harness.core.errors import InputError
+from harness.core.layout import MECHANISMS, SEARCH_DEFAULTS, Layout, stack_mechanisms
 from workloads.precision import PRECISIONS
 
 FILE = "stratbench.toml"
@@ -53,6 +56,9 @@ class TargetGoal:
     samples: float | None = None
     precision: str | None = None  # what a described device computes in (simulate's)
     global_batch: int | None = None  # samples per optimizer step (recommend --global-batch)
+    # the stack's mechanisms every model-parallel layout runs with (recommend's --tp-overlap
+    # and its kind: harness.core.layout.MECHANISMS), as (name, value) pairs
+    stack: tuple[tuple[str, Any], ...] = ()
 
     def describe(self) -> str:
         parts = [self.target]
@@ -64,6 +70,7 @@ class TargetGoal:
             parts.append(self.precision)
         if self.global_batch is not None:
             parts.append(f"global batch {self.global_batch}")
+        parts += [f"{name} {value}" for name, value in self.stack]
         return ", ".join(parts)
 
 
@@ -88,7 +95,8 @@ class Project:
         body.pop("id")
         # a key added later counts only where it is set: older projects keep their identity
         body["targets"] = [{k: v for k, v in t.items()
-                            if not (k in ("precision", "global_batch") and v is None)}
+                            if not (k in ("precision", "global_batch") and v is None)
+                            and not (k == "stack" and not v)}
                            for t in body["targets"]]
         return body
 
@@ -114,7 +122,7 @@ _KEYS: dict[str, tuple[type, ...]] = {
     "id": (str,)}
 _TARGET_KEYS: dict[str, tuple[type, ...]] = {
     "target": (str,), "budget": (int, float), "deadline": (int, float), "device": (str,),
-    "samples": (int, float), "precision": (str,), "global_batch": (int,)}
+    "samples": (int, float), "precision": (str,), "global_batch": (int,), "stack": (dict,)}
 #: what a target's ``precision`` may name: workloads.precision's
 TARGET_PRECISIONS = tuple(PRECISIONS)
 
@@ -216,7 +224,8 @@ def parse_project(data: dict[str, Any], path: Path, table: str) -> Project:
         targets.append(TargetGoal(item["target"], _opt(item.get("budget")),
                                   _opt(item.get("deadline")), item.get("device"),
                                   _opt(item.get("samples")), item.get("precision"),
-                                  item.get("global_batch")))
+                                  item.get("global_batch"),
+                                  _stack(item.get("stack", {}), f"{where}: targets[{i}]")))
     for key in ("samples", "steps", "repeats"):
         if key in data and not data[key] > 0:
             raise InputError(f"{where}: {key} must be > 0, not {data[key]}")
@@ -228,6 +237,21 @@ def parse_project(data: dict[str, Any], path: Path, table: str) -> Project:
         steps=int(data.get("steps", 20)), repeats=int(data.get("repeats", 3)),
         results=str((base / results).resolve()) if results else None, path=str(path),
         id=data.get("id"))
+
+
+def _stack(table: dict[str, Any], where: str) -> tuple[tuple[str, Any], ...]:
+    """A target's ``stack`` table, checked as recommend's options are: each key a mechanism,
+    each value one of its choices (true or false for an overlap)."""
+    for name, value in table.items():
+        kind = bool if isinstance(getattr(Layout(), name, None), bool) else str
+        if name in (*MECHANISMS, *SEARCH_DEFAULTS) and not isinstance(value, kind):
+            raise InputError(f"{where}.stack.{name} must be "
+                             f"{'true or false' if kind is bool else 'a string'}, not "
+                             f"{value!r}")
+    try:
+        return tuple(sorted(stack_mechanisms(**table).items()))
+    except ValueError as exc:
+        raise InputError(f"{where}.stack: {exc}") from None
 
 
 def _opt(value: Any) -> float | None:

@@ -61,6 +61,9 @@ class Context:
     # samples per optimizer step over all devices (described clusters only); None: each
     # replica takes the workload's batch per step, so the step grows with the devices
     global_batch: int | None = None
+    # the stack's mechanisms every model-parallel candidate runs with (harness.core.layout.
+    # MECHANISMS, as stated; the rest Layout's defaults)
+    mechanisms: dict[str, Any] = field(default_factory=dict)
 
 
 def exchange_kind(framework: str, strategy: str) -> str:
@@ -599,7 +602,8 @@ def _model_parallel_rows(ctx: Context, facts: WorkloadProfile, target: Target,
     optimizer = next((name for name, slots in OPTIMIZER_SLOTS.items()
                       if slots == ctx.optimizer_slots), "adam")
     return best_layouts(model, target, facts.batch_per_replica, calibration, compute_s, cap,
-                        optimizer, at, global_batch=ctx.global_batch)
+                        optimizer, at, global_batch=ctx.global_batch,
+                        mechanisms=ctx.mechanisms)
 
 
 def _stored(ctx: Context, facts: WorkloadProfile, target: Target, n: int

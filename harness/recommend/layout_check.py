@@ -4,25 +4,25 @@ least as fast, by the simulator's own reckoning, as the one the authors ran?
 
     python -m harness.recommend.layout_check
 
-Both sides are simulated alike, with what the recommender assumes of a stack (Megatron-Core's
-defaults: sequence parallelism with TP, the distributed optimizer, fp32 main gradients,
-collectives not overlapped with the GEMMs), so the comparison isolates the search: a pick
-slower than the authors' layout is a layout the search did not try. The published step is
-printed beside both, what a user of the answer would have got against what the authors did
-(the device model's own error on these runs is ``harness.validate.devices``'). A run whose
-layout does not fit under those assumptions (NVIDIA's 405B recipe on 576 GPUs needs NeMo's
-bf16 gradient buffer) is shown, not compared.
+Both sides are simulated alike, with the stack the authors ran (its mechanisms: overlaps,
+blocking sends, when and in what precision gradients reduce, given to the search as a user
+gives them to ``recommend``), so the comparison isolates the search: a pick slower than the
+authors' layout is a layout the search did not try. The published step is printed beside
+both, what a user of the answer would have got against what the authors did (the device
+model's own error on these runs is ``harness.validate.devices``'). A run whose layout does
+not fit the memory model is shown, not compared.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from harness.core.layout import Layout
+from harness.core.layout import mechanisms_of
 from harness.recommend.model_parallel import layouts_at
 from harness.recommend.targets import parse_targets
 from harness.sim import simulate_layout
+from harness.sim.calibration import Calibration, from_preset, merge
 from harness.sim.preset import load_preset
 from harness.sim.structure import layered
 from harness.validate.devices import Row, corpus
@@ -52,29 +52,23 @@ class Pick:
         return self.pick_s / self.theirs_s
 
 
-#: how a stack runs a layout, beyond its degrees and schedule: the recommender's candidates
-#: leave each at ``Layout``'s default (Megatron-Core's)
-MECHANISMS = ("grad_reduce", "context_comm", "p2p", "tp_overlap", "param_gather_overlap",
-              "ep_overlap", "grad_accumulation")
-
-
-def as_recommended(layout: Layout) -> Layout:
-    """The authors' degrees and schedule with the mechanisms the recommender assumes."""
-    return replace(layout, **{name: getattr(Layout(), name) for name in MECHANISMS})
-
-
 def check(row: Row) -> Pick:
     """The search at the row's GPU count and batch against the row's own layout."""
     precision = find_precision(row.precision)
     model = layered(row.model, precision)
     spec = system_spec(row.system, row.gpus)
     (target,) = parse_targets([spec])
-    theirs = as_recommended(row.layout())
-    ran = simulate_layout(spec, model, theirs, row.global_batch, None, precision=precision,
-                          recompute=row.recompute)
+    theirs = row.layout()
+    # the row's attention, fused or not (BLOOM's was not): what a layout's memory counts
+    calibration = merge(from_preset(row.system),
+                        Calibration(fused_attention=row.fused_attention is not False))
+    ran = simulate_layout(spec, model, theirs, row.global_batch, calibration,
+                          precision=precision, recompute=row.recompute)
     memory = load_preset(row.system).device.usable_memory_bytes
-    rows = [r for r in layouts_at(model, target, row.gpus, row.global_batch, None, None,
-                                  memory, row.optimizer, precision)
+    rows = [r for r in layouts_at(model, target, row.gpus, row.global_batch, calibration,
+                                  None, memory, row.optimizer, precision,
+                                  mechanisms_of(theirs)
+                                  | {"sequence_parallel": row.sequence_parallel is not False})
             if r.get("status") == "ok"]
     best = min(rows, key=lambda r: float(r["step_time_median_s"])) if rows else None
     return Pick(row.id, row.gpus, row.global_batch / row.gpus / row.published_samples_per_gpu,

@@ -13,11 +13,12 @@ step as the data-parallel candidates, so the two compare like with like.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from harness.core.errors import SpecError
-from harness.core.layout import Layout, ends_lighter, largest_divisor
+from harness.core.layout import SEARCH_DEFAULTS, Layout, ends_lighter, largest_divisor
 from harness.recommend.targets import Target, device_counts
 from harness.sim.calibration import Calibration
 from harness.sim.layered import RECOMPUTE, LayeredModel, check_layout
@@ -54,7 +55,8 @@ def _microbatches(samples: int) -> int:
 
 
 def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
-                      global_batch: int) -> list[Layout]:
+                      global_batch: int, mechanisms: Mapping[str, Any] | None = None
+                      ) -> list[Layout]:
     """Every split of ``devices`` with a pipeline or tensor degree above one that the model
     and the batch allow, as Megatron-LM and torchtitan run them: sequence parallelism with
     tensor parallelism, the distributed optimizer with data parallelism, the sequence split
@@ -62,7 +64,10 @@ def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
     interleaved schedule (``_virtual_stages``) where the blocks and micro-batches allow; and
     FSDP over the data axis with tensor parallelism (torchtitan's 2D). A data degree that
     does not divide the batch rules out only its own split, not the context-parallel ones
-    that leave fewer data ranks."""
+    that leave fewer data ranks. ``mechanisms``: the stack's (``harness.core.layout.
+    MECHANISMS``, as the user stated them), the same on every candidate."""
+    stack = SEARCH_DEFAULTS | dict(mechanisms or {})
+    sequence_parallel = bool(stack.pop("sequence_parallel"))
     tensors = [t for t in _divisors(model.heads) if t <= per_host] if model.heads else [1]
     blocks = len(model.blocks)
     out = []
@@ -82,8 +87,10 @@ def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
                 if global_batch % data:
                     continue
                 base = Layout(data, stages, tensor, _microbatches(global_batch // data),
-                              sequence_parallel=tensor > 1, zero=1 if replicas > 1 else 0,
-                              stage_blocks=_uneven(blocks, stages), context=context)
+                              sequence_parallel=tensor > 1 and sequence_parallel,
+                              zero=1 if replicas > 1 else 0,
+                              stage_blocks=_uneven(blocks, stages), context=context,
+                              **stack)
                 variants = [base]
                 for virtual in _virtual_stages(blocks, stages, base.microbatches):
                     variants.append(replace(base, schedule="interleaved", virtual=virtual,
@@ -144,20 +151,22 @@ def best_layouts(model: LayeredModel, target: Target, batch_per_device: int,
                  calibration: Calibration | None, step_compute_s: float | None,
                  device_memory: float, optimizer: str,
                  precision: Precision | None = None, *,
-                 global_batch: int | None = None) -> list[dict[str, Any]]:
+                 global_batch: int | None = None,
+                 mechanisms: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """``layouts_at`` every device count of the sweep. ``global_batch``: the samples of every
     step at every device count (else ``batch_per_device`` per device)."""
     out: list[dict[str, Any]] = []
     for n in device_counts(target):
         out += layouts_at(model, target, n, global_batch or batch_per_device * n,
-                          calibration, step_compute_s, device_memory, optimizer, precision)
+                          calibration, step_compute_s, device_memory, optimizer, precision,
+                          mechanisms)
     return out
 
 
 def layouts_at(model: LayeredModel, target: Target, devices: int, batch: int,
                calibration: Calibration | None, step_compute_s: float | None,
-               device_memory: float, optimizer: str, precision: Precision | None = None
-               ) -> list[dict[str, Any]]:
+               device_memory: float, optimizer: str, precision: Precision | None = None,
+               mechanisms: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """On ``devices`` devices at ``batch`` samples a step, per kind of split, the simulated
     row of the fastest layout that fits (else the one that needs the least memory),
     ``recompute`` saying what it recomputes: for each layout the least recomputation that
@@ -167,7 +176,8 @@ def layouts_at(model: LayeredModel, target: Target, devices: int, batch: int,
 
     fused = fuses_attention(calibration) if calibration is not None else True
     options = []
-    for layout in candidate_layouts(model, devices, max(1, target.per_host), batch):
+    for layout in candidate_layouts(model, devices, max(1, target.per_host), batch,
+                                    mechanisms):
         micro = batch // (layout.data * layout.microbatches)
         needs = [(model_parallel_memory(model, layout, micro, optimizer, how,
                                         precision or FP32, fused).total, how)

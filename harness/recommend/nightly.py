@@ -50,7 +50,7 @@ def card_frame(measured: pd.DataFrame, tables: dict[str, Any], project: Project,
     return recommend(
         measured, workloads=[resolved_workload(workload, project)], targets=[goal.target],
         samples=goal.samples or project.samples, budget=goal.budget_usd, device=goal.device,
-        precision=goal.precision, global_batch=goal.global_batch,
+        precision=goal.precision, global_batch=goal.global_batch, mechanisms=dict(goal.stack),
         deadline_s=None if goal.deadline_hours is None else goal.deadline_hours * 3600,
         **tables)
 

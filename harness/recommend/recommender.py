@@ -32,6 +32,7 @@ import pandas as pd
 from harness.calibrate.links import probed_networks
 from harness.calibrate.workload import row_names, workload_facts
 from harness.core.errors import InputError
+from harness.core.layout import mechanisms_in_words
 from harness.core.strategies import GPU, WEIGHT_TOLERANCE, stacks_running
 from harness.core.units import (
     compare,
@@ -46,10 +47,12 @@ from harness.recommend import decide
 from harness.recommend.candidates import (
     Context,
     bandwidth_bits,
+    exchange_kind,
     measured_points,
     predicted_points,
     topology_points,
 )
+from harness.recommend.model_parallel import MODEL_PARALLEL
 from harness.recommend.targets import Target, parse_targets
 from harness.sim.memory import GRADIENT_COPIES, data_parallel_memory
 from harness.sim.memory import optimizer_slots as slots_of
@@ -232,7 +235,8 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
               networks: Sequence[dict[str, Any]] = (),
               sweeps: pd.DataFrame | None = None,
               precision: str | None = None,
-              global_batch: int | None = None) -> pd.DataFrame:
+              global_batch: int | None = None,
+              mechanisms: dict[str, Any] | None = None) -> pd.DataFrame:
     """The recommendation table: one row per (workload, target, strategy at its best
     device count); ``frame.attrs``: verdicts, sweep, missing (see the module docstring)."""
     if not samples > 0:
@@ -289,7 +293,8 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
                   ram_bytes=ram_bytes, fits=fits if fits is not None else pd.DataFrame(),
                   sweeps=sweeps if sweeps is not None else pd.DataFrame(),
                   networks=list(networks), price=price, device=device,
-                  precision=precision, global_batch=global_batch)
+                  precision=precision, global_batch=global_batch,
+                  mechanisms=dict(mechanisms or {}))
     goal = decide.Goal(samples, budget, deadline_s, min_efficiency)
     out: list[dict[str, Any]] = []
     sweep: list[dict[str, Any]] = []
@@ -339,6 +344,7 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
     frame.attrs["missing"] = missing
     frame.attrs["verdicts"] = verdicts
     frame.attrs["sweep"] = sweep
+    frame.attrs["mechanisms"] = mechanisms_in_words(ctx.mechanisms)
     return frame
 
 
@@ -501,6 +507,10 @@ def format_table(frame: pd.DataFrame) -> str:
             options = dict.fromkeys(stacks_running(sim.removeprefix("sim/").split("+"), GPU)[1]
                                     for sim, real in runs.items() if real)
             lines += [f"  (set in those stacks: {o})" for o in options if o]
+        if frame.attrs.get("mechanisms") and any(
+                exchange_kind(r["framework"], r["strategy"]) == MODEL_PARALLEL
+                for r in group.to_dict("records")):
+            lines.append(f"  (model-parallel layouts assume: {frame.attrs['mechanisms']})")
         lines.append("")
     lines.append("source: measured (a real run of that workload and strategy), estimated "
                  "(from another workload's run: the compute note says which), predicted (an "

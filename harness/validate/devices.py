@@ -91,6 +91,9 @@ class Row:
     stage_layers: tuple[int, ...] = ()  # blocks per pipeline stage where uneven
     param_gather_overlap: bool = False  # Megatron's --overlap-param-gather, where stated
     grad_accumulation: str = "fused"  # fp32_copy (DeepSpeed's BF16_Optimizer), half (NeMo's)
+    # norms and dropout split along the sequence in the tensor-parallel group; None: wherever
+    # TP > 1 (Megatron-Core's default with TP), False where the stack had none
+    sequence_parallel: bool | None = None
     # (padded length, share of micro-batches) where the loader bins sequences by length,
     # resolved from the file's ``lengths`` entry the row names (``padded_lengths``)
     padded: tuple[tuple[int, float], ...] = ()
@@ -117,7 +120,8 @@ class Row:
                       microbatches=self.accumulation, context=self.context,
                       expert=self.expert, virtual=self.virtual,
                       schedule="interleaved" if self.virtual > 1 else "1f1b",
-                      sequence_parallel=self.tensor > 1,
+                      sequence_parallel=(self.tensor > 1 if self.sequence_parallel is None
+                                         else self.sequence_parallel),
                       zero=3 if self.fsdp else int(self.sharded_optimizer),
                       tp_overlap=self.tp_overlap, p2p=self.p2p,
                       grad_reduce=self.grad_reduce, stage_blocks=tuple(self.stage_layers),
