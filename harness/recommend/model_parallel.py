@@ -95,6 +95,9 @@ def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
                 for virtual in _virtual_stages(blocks, stages, base.microbatches):
                     variants.append(replace(base, schedule="interleaved", virtual=virtual,
                                             stage_blocks=_uneven(blocks, virtual * stages)))
+                if stages == 1 and base.microbatches > 1:  # no bubble to shrink: the
+                    # replica's samples in one micro-batch, its reduction under all of it
+                    variants.append(replace(base, microbatches=1))
                 if context == 1 and stages == 1 and tensor > 1 and data > 1:
                     variants.append(replace(base, zero=3, microbatches=1))
                 for expert in (2, 4, 8, 16, 32, 64):  # experts sharded over data ranks
