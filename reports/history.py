@@ -19,8 +19,10 @@ from typing import Any
 
 import pandas as pd
 
+from harness.measure.stats import MIN_CHANGE
+
 K = 3.0
-MIN_REL = 0.05
+MIN_REL = MIN_CHANGE
 RULE = (f"a run is flagged when its median step time exceeds the median of the earlier runs "
         f"of the same case (same machine fingerprint) by more than max({K:g} x the earlier "
         f"runs' range of medians, the widest 95% CI width among those runs and this one) and "

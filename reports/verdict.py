@@ -18,16 +18,14 @@ from typing import Any
 import pandas as pd
 from markupsafe import Markup
 
-from harness.core.units import compare, format_count, format_usd
+from harness.core.units import format_count, format_usd
+from harness.recommend.decide import sureness
 from reports.plots import Series, chart
 
 PICK_KEYS = ("framework", "strategy", "replicas", "train_time_s", "cost_usd", "step_time_s",
              "throughput_samples_s", "scaling_efficiency", "source", "validation_error",
              "reason", "runs_as")
 TEXT_KEYS = ("framework", "strategy", "source", "reason", "runs_as")
-# Below this margin two measured strategies are a close call: the history's regression rule
-# treats smaller changes as noise (reports.history.MIN_REL).
-CLOSE_MEASURED = 0.05
 
 
 def _float(v: Any) -> float:
@@ -119,31 +117,6 @@ def _usable(r: dict[str, Any]) -> bool:
     return r.get("status") == "ok" and bool(r.get("fits", True)) and _ok(t) and t > 0
 
 
-def sure_line(pick: dict[str, Any], runner_up: dict[str, Any] | None, margin: float) -> str:
-    """How sure: where the figures come from, the margin, and whether the margin is within
-    the simulator's error (or, for measured figures, within run-to-run noise)."""
-    errs = [p["validation_error"] for p in (pick, runner_up) if p is not None
-            and p["source"] == "simulated"]
-    if pick["source"] == "simulated":
-        named = [f"{e:.0%} ({who})" for e, who in zip(
-            [pick["validation_error"], runner_up["validation_error"] if runner_up else math.nan],
-            ("pick", "runner-up"), strict=True) if _ok(e)]
-        head = ("simulated, validation error " + ", ".join(named) if named
-                else "simulated; the simulator has no validation error on record for these")
-    else:
-        head = f"{pick['source']} on this target"
-    if runner_up is None or not _ok(margin):
-        return head + "; nothing to compare with"
-    line = f"{head}; the runner-up is {compare(1 + margin, 'slower', 'faster')}"
-    known = [e for e in errs if _ok(e)]
-    bound = sum(known) if known else math.nan  # both may be off, in opposite directions
-    if _ok(bound) and margin <= bound:
-        line += ": within the simulator's error, a close call"
-    elif not errs and margin < CLOSE_MEASURED:
-        line += ": within run-to-run noise, a close call"
-    return line
-
-
 def derive(workload: str, target: str, rows: list[dict[str, Any]], samples: float
            ) -> dict[str, Any]:
     """The verdict of one (workload, target) group from its ranked rows (rank 1 the pick,
@@ -157,14 +130,13 @@ def derive(workload: str, target: str, rows: list[dict[str, Any]], samples: floa
         why = text(rows[0].get("reason")) if rows else "no results"
         return base | {"status": "none", "headline": f"no strategy ran and fits on {target}",
                        "why": why, "sure": "", "margin": math.nan}
-    margin = (runner_up["train_time_s"] / pick["train_time_s"] - 1 if runner_up
-              else math.nan)
+    sure, margin = sureness(pick, runner_up)
     cost = usd(pick["cost_usd"])
     headline = (f"use {pick['framework']}/{pick['strategy']} on {devices(pick['replicas'])}: "
                 f"{format_count(samples)} samples in {duration(pick['train_time_s'])}"
                 f"{' for ' + cost if cost else ''}")
     return base | {"status": "ok", "headline": headline, "why": pick["reason"],
-                   "sure": sure_line(pick, runner_up, margin), "margin": margin}
+                   "sure": sure, "margin": margin}
 
 
 def verdicts(frame: pd.DataFrame, samples: float) -> list[dict[str, Any]]:

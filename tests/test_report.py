@@ -293,15 +293,19 @@ def test_verdict_derived_from_ranks_without_attrs():
     assert v["margin"] == pytest.approx(0.05)
     assert v["headline"] == "use torch/ddp on 8 devices: 10 million samples in 2 h for $40.00"
     assert v["why"] == "reason ddp"
-    # both errors named, and a 5% margin under a 12% error is a close call
-    assert "8% (pick), 12% (runner-up)" in v["sure"] and "close call" in v["sure"]
+    # the recommender's own rule (decide.sureness): a 5% margin under the two errors
+    # together (8% + 12%) is a close call
+    assert "±8%" in v["sure"] and "within the error (20%): close" in v["sure"]
     assert vd.curve_plots(frame) == []  # no sweep, no curve
 
 
 def test_derived_verdict_measured_and_clear():
     frame = ranked_frame([("ddp", 100.0, math.nan), ("fsdp", 150.0, math.nan)], "measured")
     (v,) = vd.verdicts(frame, SAMPLES)
-    assert v["sure"] == "measured on this target; the runner-up is 1.5x slower"
+    assert v["sure"] == "measured; the runner-up is 1.5x slower: beyond run-to-run noise (5%)"
+    close = ranked_frame([("ddp", 100.0, math.nan), ("fsdp", 103.0, math.nan)], "measured")
+    (v,) = vd.verdicts(close, SAMPLES)
+    assert v["sure"].endswith("within run-to-run noise (5%): close, either will do")
 
 
 def test_derived_verdict_when_nothing_fits():

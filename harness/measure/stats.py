@@ -83,6 +83,13 @@ def summarize_rounds(round_times_s: list[float],
             "spread_rel": float((x.max() - x.min()) / mid) if mid > 0 else 0.0}
 
 
+#: The least change between two measured figures of one case counted as more than
+#: run-to-run noise: the regression rule's floor (reports.history), how far a nightly pick's
+#: measured time may move unflagged (harness.recommend.nightly), and how close two measured
+#: options are a close call (harness.recommend.decide.sureness). One home, so a report's
+#: "close call" and a night's "moved" draw the same line.
+MIN_CHANGE = 0.05
+
 # Rounds of every overlap probe (compute alone, exchange alone): each runner times this many
 # of each and `overlap` takes their medians.
 OVERLAP_ROUNDS = 3

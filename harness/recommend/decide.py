@@ -25,6 +25,7 @@ from harness.core.units import (
     format_usd,
     times_the,
 )
+from harness.measure.stats import MIN_CHANGE
 
 NAN = float("nan")
 DEFAULT_MIN_EFFICIENCY = 0.5
@@ -210,13 +211,17 @@ def sureness(pick: Point, runner_up: Point | None) -> tuple[str, float]:
     errors = [p.get("validation_error", NAN) for p in (pick, runner_up)
               if p["source"] != "measured"]
     known = [e for e in errors if _finite(e)]
-    noise = sum(known) if known else 0.0
+    # both may be off, in opposite directions; a measured figure by run-to-run noise
+    measured = any(p["source"] == "measured" for p in (pick, runner_up))
+    noise = sum(known) + (MIN_CHANGE if measured else 0.0)
     if errors and not known:
         verdict = "no validation error to weigh it against"
     elif margin > noise:
-        verdict = (f"beyond the error ({noise:.0%})" if known else "both measured")
+        verdict = (f"beyond the error ({noise:.0%})" if known
+                   else f"beyond run-to-run noise ({noise:.0%})")
     else:
-        verdict = f"within the error ({noise:.0%}): close, either will do"
+        verdict = (f"within the error ({noise:.0%}): close, either will do" if known
+                   else f"within run-to-run noise ({noise:.0%}): close, either will do")
     return (f"{_error_text(pick)}; the runner-up is {compare(1 + margin, 'slower', 'faster')}: "
             f"{verdict}"), margin
 

@@ -23,10 +23,10 @@ import pandas as pd
 
 from harness.core.errors import InputError
 from harness.core.project import Project, TargetGoal, resolved_workload
+from harness.measure.stats import MIN_CHANGE
 from harness.recommend.decide import run_name
 
 TABLE = "verdicts"
-MIN_CHANGE = 0.05  # as reports.history.MIN_REL: smaller moves are run-to-run noise
 
 
 def project_verdicts(root: Path, project: Project) -> list[dict[str, Any]]:
