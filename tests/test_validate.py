@@ -756,7 +756,9 @@ def test_racked_clusters_reproduce_from_their_calibration_alone(monkeypatch):
     medians = errors.median().round(3).to_dict()
     # embedding sharding was 17.2% (+21% on 5 hosts, -14% on 3) with its dense all-reduce at
     # the 16 MiB sweep's share and its lopsided exchange at the uniform all-to-all's
-    assert medians == {"torch/ddp": 0.009, "torch/fsdp": 0.057, "torch/parameter_server": 0.015,
+    # fsdp was 5.7% with units of DDP's 25 MiB bucket (one unit for mlp:M); one unit per
+    # layer, as the runner wraps them, overlaps more and predicts 0.7 points faster
+    assert medians == {"torch/ddp": 0.009, "torch/fsdp": 0.064, "torch/parameter_server": 0.015,
                        "torch/embedding_sharding": 0.136, "tf/multi_worker_mirrored": 0.049,
                        "tf/parameter_server": 0.006}
     # the bounds, 15% median and 30% every point

@@ -10,7 +10,7 @@ a user's file is imported for its declared numbers, never built.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
@@ -72,7 +72,9 @@ def workload_facts(text: str, measured: pd.DataFrame | None = None) -> WorkloadP
         return _facts(workload.name, float(workload.params), workload.batch_size,
                       workload.sparsity, workload.flops_per_sample,
                       sized_by="declared by the workload")
-    return from_spec(workload)
+    from harness.sim.structure import fsdp_unit_params
+
+    return replace(from_spec(workload), unit_params=fsdp_unit_params(text))
 
 
 def _rows_named(measured: pd.DataFrame, name: str) -> pd.DataFrame:

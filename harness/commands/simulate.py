@@ -226,7 +226,8 @@ def _deployed(profile: Any, names: list[str] | str, ps_shards: int | None,
             raise InputError(f"--bucket applies to DDP-style bucketed all-reduce and FSDP; "
                              f"the strategies chosen ({', '.join(sorted(chosen))}) have no "
                              f"buckets")
-        profile = replace(profile, bucket_bytes=max(1, int(parse_size(bucket, "bucket"))))
+        profile = replace(profile, bucket_bytes=max(1, int(parse_size(bucket, "bucket"))),
+                          unit_params=0)  # FSDP's units the size stated, not a block
     if bytes_per_element is not None:
         profile = replace(profile, bytes_per_element=bytes_per_element)
     return profile

@@ -534,10 +534,10 @@ def _fitting_strategies(ctx: Context, facts: WorkloadProfile, target: Target, n:
     return fitting, too_big
 
 
-def _checkpointed_activations(facts: WorkloadProfile) -> tuple[float, float] | None:
-    """(bytes one sample keeps under activation checkpointing of every layer: its layers'
-    inputs, plus one layer's whole activations during its backward; the bytes of one
-    block, FSDP's wrapping unit); None for a workload without layers here."""
+def _checkpointed_activations(facts: WorkloadProfile) -> float | None:
+    """Bytes one sample keeps under activation checkpointing of every layer: its layers'
+    inputs, plus one layer's whole activations during its backward; None for a workload
+    without layers here."""
     from harness.sim.memory import checkpointed_activation_bytes
     from harness.sim.structure import layered
     from workloads import WorkloadError
@@ -546,22 +546,20 @@ def _checkpointed_activations(facts: WorkloadProfile) -> tuple[float, float] | N
         model = layered(facts.label)
     except WorkloadError:
         return None
-    unit = max(layer.params for layer in model.layers) * model.bytes_per_element
-    return checkpointed_activation_bytes(model), float(unit)
+    return checkpointed_activation_bytes(model)
 
 
 def _checkpointed_fsdp(ctx: Context, facts: WorkloadProfile, target: Target, n: int,
-                       profile: Any, calibration: Any, checkpointed: tuple[float, float]
+                       profile: Any, calibration: Any, per_sample: float
                        ) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """FSDP with every layer checkpointed and wrapped (torchtitan's default for large
     models): the row and the point's memory, or None when even that does not fit. The
-    forward runs twice; each block is one FSDP unit."""
+    forward runs twice; each block is one FSDP unit (the profile's ``unit_params``)."""
     from dataclasses import replace
 
     from harness.sim import simulate
     from harness.sim.memory import data_parallel_memory
 
-    per_sample, unit = checkpointed
     cap = device_memory(target, ctx, n)
     need = data_parallel_memory(facts.params, "sharded", n, ctx.optimizer_slots,
                                 per_sample * facts.batch_per_replica).total
@@ -572,7 +570,7 @@ def _checkpointed_fsdp(ctx: Context, facts: WorkloadProfile, target: Target, n: 
                                       if profile.flops_per_sample else None),
                     step_compute_s=(profile.step_compute_s * 4 / 3
                                     if profile.step_compute_s is not None else None),
-                    bucket_bytes=max(1, int(unit)), recomputed=True)
+                    recomputed=True)
     row = simulate(target.spec, n, ["fsdp"], again, calibration, workload=facts.label)[0]
     return row, {"layout": "every layer checkpointed", "memory_per_device_bytes": need}
 

@@ -64,6 +64,16 @@ class WorkloadProfile:
     # workloads.costs' Zipf count rather than independent draws (``rows_touched``)
     recsys: RecsysConfig | None = None
     optimizer: str = "adam"  # what updates the weights: its state's memory, its traffic
+    # FSDP's wrapping unit, in parameters: one block where the workload has blocks (torchtitan
+    # wraps each TransformerBlock, torch's transformer_auto_wrap_policy each layer class); 0:
+    # units of ``bucket_bytes``
+    unit_params: int = 0
+
+    @property
+    def fsdp_unit_bytes(self) -> float:
+        """Bytes of one FSDP unit's gradient (its parameters at ``bytes_per_element``)."""
+        return (self.unit_params * self.bytes_per_element if self.unit_params
+                else float(self.bucket_bytes))
 
     def __post_init__(self) -> None:
         if self.params < 1:

@@ -13,7 +13,8 @@ A step is forward (1/3 of compute), backward (2/3), the exchange, and the optimi
   gradients (one pack: ``CommunicationOptions.bytes_per_pack`` defaults to 0) and a ring
   all-gather of the embedding gradients' touched rows, which TF hands over as
   ``IndexedSlices`` (values and int64 indices) and gathers rather than all-reduces;
-* FSDP: units of ``bucket_bytes`` of parameters; each unit is all-gathered before its forward
+* FSDP: units of one block's parameters (``fsdp_unit_bytes``; ``bucket_bytes`` where the
+  workload has no blocks); each unit is all-gathered before its forward
   and again before its backward (prefetched one unit ahead), its gradient reduce-scattered
   after; the optimizer works on a 1/W shard;
 * synchronous parameter server / central storage: compute, then push and pull the touched
@@ -374,7 +375,7 @@ def _fsdp_step(env: simpy.Environment, topology: Topology, workers: int,
                profile: WorkloadProfile, compute: float,
                classes: list[tuple[int, float]], colls: _Collectives,
                library: str = "nccl") -> Callable[[], float]:
-    """Units of ``bucket_bytes``: forward gathers unit i once unit i-1 has started; every
+    """Units of ``fsdp_unit_bytes``: forward gathers unit i once unit i-1 has started; every
     unit is resharded after its forward (FSDP2's default), so backward gathers the last unit
     again at once and prefetches unit i-1's parameters once unit i's backward has started,
     then reduce-scatters unit i's gradient once it is done (as ``library`` does it: see
@@ -384,7 +385,7 @@ def _fsdp_step(env: simpy.Environment, topology: Topology, workers: int,
     collective waits for every worker, and the slowest worker class is always the last to
     reach each point (same waits, longer compute), so its timeline is the step's.
     """
-    units = buckets(profile.gradient_bytes, profile.bucket_bytes)
+    units = buckets(profile.gradient_bytes, profile.fsdp_unit_bytes)
     total = profile.gradient_bytes
     factor = max(f for _, f in classes)
     gather, scatter = fsdp_schedules(topology, workers, library)

@@ -128,3 +128,15 @@ def layered(text: str, precision: Precision = FP32) -> LayeredModel:
                         f"take the transformer family (transformer:S|M|L), "
                         f"{', '.join([*TRANSFORMERS, *DIMS_MODELS])}, a transformer by its "
                         f"dimensions (transformer:layers=...,hidden=...) or the mlp family")
+
+
+def fsdp_unit_params(text: str) -> int:
+    """One FSDP unit's parameters for the workload ``text``: one of its blocks, as the
+    runners here wrap them (``workloads.torch_models.shard_units``: each transformer block,
+    each MLP layer) and torchtitan wraps each TransformerBlock; 0 where it has no blocks here
+    (units are then the profile's bucket)."""
+    try:
+        model = layered(text)
+    except WorkloadError:
+        return 0
+    return int(max((layer.params for layer in model.blocks), default=0))

@@ -421,9 +421,10 @@ def format_comparison(fitted: dict[str, float], records: list[dict[str, Any]]) -
 
 @dataclass(frozen=True)
 class Gain:
-    """A published speed-up from one precision to another, same model, layout and stack
-    (torchtitan's Float8 over bf16): a ratio, so it holds where the absolute figures were
-    measured on parts the system files do not describe."""
+    """A published ratio of per-GPU throughput between two runs of one model and stack that
+    differ in precision (torchtitan's Float8 over bf16) or in GPUs (its FSDP on 8 and on 128):
+    a ratio, so it holds where the absolute figures were measured on parts the system files
+    do not describe."""
 
     id: str
     model: str
@@ -435,41 +436,46 @@ class Gain:
     precision: str
     published: dict[str, Any]
     source: dict[str, Any]
+    baseline_gpus: int | None = None  # the baseline's GPUs where they differ
 
     @property
     def published_gain(self) -> float:
         return float(self.published["value"]) / float(self.published["baseline"])
 
-    def step_s(self, precision_name: str) -> float:
+    def step_s(self, precision_name: str, gpus: int) -> float:
         """The step under FSDP (parameters, gradients and optimizer state sharded over every
-        GPU), both precisions at the system file's cited efficiencies."""
+        GPU) on ``gpus``, at the system file's cited efficiency: the same samples a GPU
+        either way, so steps compare as per-GPU throughputs."""
         precision = find_precision(precision_name)
-        layout = Layout(data=self.gpus, zero=3)
-        return layout_step(self.system, self.gpus, layered(self.model, precision), layout,
-                           self.batch_per_gpu * self.gpus, precision, None,
+        layout = Layout(data=gpus, zero=3)
+        return layout_step(self.system, gpus, layered(self.model, precision), layout,
+                           self.batch_per_gpu * gpus, precision, None,
                            fused_attention=True, recompute=self.recompute).step_time_s
 
 
 def compare_gains() -> list[dict[str, Any]]:
-    """Each published precision gain beside the simulator's, out of the box."""
+    """Each published ratio beside the simulator's, out of the box."""
     _, data = corpus()
     out = []
     for entry in data.get("gains", []):
         gain = Gain(**entry)
-        predicted = gain.step_s(gain.baseline_precision) / gain.step_s(gain.precision)
+        before = gain.baseline_gpus or gain.gpus
+        predicted = (gain.step_s(gain.baseline_precision, before)
+                     / gain.step_s(gain.precision, gain.gpus))
         out.append({"id": gain.id, "gpus": gain.gpus, "published": gain.published_gain,
                     "predicted": predicted, "error": predicted / gain.published_gain - 1,
-                    "from": gain.baseline_precision, "to": gain.precision})
+                    "from": f"{gain.baseline_precision}@{before}",
+                    "to": f"{gain.precision}@{gain.gpus}"})
     return out
 
 
 def format_gains(records: list[dict[str, Any]]) -> str:
-    lines = ["precision gains (out of the box, both precisions at the system file's cited "
-             "efficiencies):",
-             f"{'row':<52}{'from':>6}{'to':>5}{'GPUs':>6}{'published':>11}{'predicted':>11}"
+    lines = ["per-GPU throughput ratios, precision@GPUs to precision@GPUs (out of the box, at "
+             "the system file's cited efficiencies):",
+             f"{'row':<48}{'from':>10}{'to':>10}{'published':>11}{'predicted':>11}"
              f"{'error':>8}"]
     for r in records:
-        lines.append(f"{r['id']:<52}{r['from']:>6}{r['to']:>5}{r['gpus']:>6}"
+        lines.append(f"{r['id']:<48}{r['from']:>10}{r['to']:>10}"
                      f"{r['published']:>10.3f}x{r['predicted']:>10.3f}x{r['error']:>+8.1%}")
     return "\n".join(lines)
 
