@@ -542,13 +542,15 @@ def test_recommend_searches_every_layout_with_the_stack_a_user_states(tmp_path):
     out = CliRunner().invoke(cli, ["recommend", "--workload", "llama3_70b", "--target", target,
                                     "--precision", "bf16", "--p2p", "blocking",
                                     "--grad-reduce", "after-backward",
-                                    "--no-sequence-parallel", "--json",
+                                    "--no-sequence-parallel", "--no-selective-recompute",
+                                    "--json",
                                     "--results", str(tmp_path)])
     assert out.exit_code == 0, out.output
     answer = json.loads(out.stdout)
     assert "sends waited for by the sender" in answer["mechanisms"]
     assert "after the whole backward" in answer["mechanisms"]
     assert "norms and dropout whole on every rank" in answer["mechanisms"]
+    assert "recomputation that fits: none or every layer" in answer["mechanisms"]
     layouts = [r["layout"] for r in answer["ranking"] if r.get("layout")]
     assert layouts and not any(",sp," in f"{layout}," for layout in layouts)
     assert any("blocking p2p" in layout for layout in layouts)
@@ -666,6 +668,35 @@ def test_the_layout_search_finds_the_published_layouts_or_faster():
     for p in compared:
         assert p.ratio <= 1 + layout_check.TOLERANCE, p
     assert "pick/theirs" in layout_check.format_picks(checked)
+
+
+def test_a_stack_without_selective_recomputation_is_never_given_it():
+    """BLOOM's stack (Megatron-DeepSpeed, 2022) recomputed whole layers or nothing: on its
+    cluster, with its unfused attention and no sequence parallelism, the search's fastest
+    split recomputes the attention's scores alone where it may, and never where the stack
+    says it cannot."""
+    from harness.core.layout import mechanisms_of
+    from harness.recommend.layout_check import model_parallel_rows
+    from harness.recommend.model_parallel import layouts_at
+    from harness.recommend.targets import parse_targets
+    from harness.sim.calibration import Calibration, from_preset, merge
+    from harness.validate.layout_step import system_spec
+
+    (row,) = [r for r in model_parallel_rows() if r.id.startswith("bloom")]
+    bf16 = PRECISIONS["bf16"]
+    (target,) = parse_targets([system_spec(row.system, row.gpus)])
+    calibration = merge(from_preset(row.system), Calibration(fused_attention=False))
+    memory = load_preset(row.system).device.usable_memory_bytes
+
+    def recomputes(selective: bool) -> set[str]:
+        stack = mechanisms_of(row.layout()) | {"sequence_parallel": False,
+                                               "selective_recompute": selective}
+        rows = layouts_at(layered(row.model, bf16), target, row.gpus, row.global_batch,
+                          calibration, None, memory, row.optimizer, bf16, stack)
+        return {r["recompute"] for r in rows if r.get("status") == "ok"}
+
+    assert "selective" in recomputes(True)
+    assert "selective" not in recomputes(False)
 
 
 def test_ring_attention_hides_what_an_all_gather_exposes():

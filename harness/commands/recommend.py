@@ -68,6 +68,12 @@ from workloads.precision import PRECISIONS as PRECISION_NAMES
               help="Whether your stack splits norms and dropout along the sequence in the "
                    "tensor-parallel group (Megatron-Core's --sequence-parallel, torchtitan's "
                    "SequenceParallel); without it they stay whole on every tensor rank.")
+@click.option("--selective-recompute/--no-selective-recompute", default=True,
+              show_default=True,
+              help="Whether your stack can recompute the attention's scores alone "
+                   "(Megatron-Core's --recompute-granularity selective, torchtitan's "
+                   "selective activation checkpointing); without it a layout that does not "
+                   "fit recomputes every layer.")
 @results_option
 @json_option
 def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple[str, ...],
@@ -77,7 +83,7 @@ def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple
             global_batch: int | None, optimizer: str | None, context_comm: str, p2p: str,
             tp_overlap: bool, param_gather_overlap: bool, ep_overlap: bool,
             grad_reduce: str, grad_accumulation: str, sequence_parallel: bool,
-            results: str | None,
+            selective_recompute: bool, results: str | None,
             as_json: bool) -> None:
     """Which strategy, on how many devices, within your budget, and why."""
     from harness.recommend.recommender import (
@@ -102,7 +108,8 @@ def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple
                                      param_gather_overlap=param_gather_overlap,
                                      ep_overlap=ep_overlap, grad_reduce=grad_reduce,
                                      grad_accumulation=grad_accumulation,
-                                     sequence_parallel=sequence_parallel))
+                                     sequence_parallel=sequence_parallel,
+                                     selective_recompute=selective_recompute))
     if as_json:
         print_json({"verdicts": frame.attrs.get("verdicts", []),
                     "mechanisms": frame.attrs.get("mechanisms", ""),

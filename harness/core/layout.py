@@ -30,11 +30,13 @@ GRAD_ACCUMULATION = ("fused", "fp32_copy", "half")
 #: are what an answer assumes when none is stated.
 MECHANISMS = ("grad_reduce", "context_comm", "p2p", "tp_overlap", "param_gather_overlap",
               "ep_overlap", "grad_accumulation")
-#: What a searched layout runs with unless the stack says otherwise, where it differs from
-#: Layout's literal default: sequence parallelism wherever tensor parallelism (Megatron-Core
-#: and torchtitan have it; BigScience's Megatron-DeepSpeed, which trained BLOOM, did not:
-#: ``recommend --no-sequence-parallel``).
-SEARCH_DEFAULTS: dict[str, Any] = {"sequence_parallel": True}
+#: What a searched layout may use unless the stack says otherwise, beyond Layout's literal
+#: defaults: sequence parallelism wherever tensor parallelism, and selective recomputation
+#: (the attention's scores only) where none does not fit. Megatron-Core and torchtitan have
+#: both; BigScience's Megatron-DeepSpeed, which trained BLOOM, had neither (both came with
+#: Korthikanti et al. 2022, arXiv 2205.05198, after its fork): ``recommend
+#: --no-sequence-parallel --no-selective-recompute``.
+SEARCH_DEFAULTS: dict[str, Any] = {"sequence_parallel": True, "selective_recompute": True}
 #: a result row's column for each field that runs and the simulator both record; the
 #: older names a stored dataset may still carry are read as aliases
 COLUMNS = {"data": "data_parallel", "stages": "pipeline_stages", "tensor": "tensor_parallel",
@@ -279,11 +281,15 @@ def mechanisms_of(layout: Layout) -> dict[str, Any]:
 def mechanisms_in_words(stated: dict[str, Any]) -> str:
     """What a searched layout assumes of the stack (``SEARCH_DEFAULTS``, then what was
     stated), each with the option that changes it."""
-    m = Layout(**(SEARCH_DEFAULTS | stated))
+    merged = SEARCH_DEFAULTS | stated
+    m = Layout(**{k: v for k, v in merged.items() if k in Layout.__dataclass_fields__})
     return "; ".join((
         "with tensor parallelism, norms and dropout " + (
             "split along the sequence" if m.sequence_parallel else "whole on every rank")
         + " (--no-sequence-parallel)",
+        "the least recomputation that fits: " + (
+            "none, the attention's scores, or every layer" if merged["selective_recompute"]
+            else "none or every layer") + " (--no-selective-recompute)",
         "data-parallel gradients reduced " + (
             "bucket by bucket under the last backward" if m.grad_reduce == "overlapped"
             else "after the whole backward") + " (--grad-reduce)",

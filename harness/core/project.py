@@ -243,7 +243,8 @@ def _stack(table: dict[str, Any], where: str) -> tuple[tuple[str, Any], ...]:
     """A target's ``stack`` table, checked as recommend's options are: each key a mechanism,
     each value one of its choices (true or false for an overlap)."""
     for name, value in table.items():
-        kind = bool if isinstance(getattr(Layout(), name, None), bool) else str
+        kind = (bool if name in SEARCH_DEFAULTS or isinstance(getattr(Layout(), name, None), bool)
+                else str)
         if name in (*MECHANISMS, *SEARCH_DEFAULTS) and not isinstance(value, kind):
             raise InputError(f"{where}.stack.{name} must be "
                              f"{'true or false' if kind is bool else 'a string'}, not "

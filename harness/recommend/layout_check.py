@@ -68,7 +68,8 @@ def check(row: Row) -> Pick:
     rows = [r for r in layouts_at(model, target, row.gpus, row.global_batch, calibration,
                                   None, memory, row.optimizer, precision,
                                   mechanisms_of(theirs)
-                                  | {"sequence_parallel": row.sequence_parallel is not False})
+                                  | {"sequence_parallel": row.sequence_parallel is not False,
+                                     "selective_recompute": row.selective_recompute})
             if r.get("status") == "ok"]
     best = min(rows, key=lambda r: float(r["step_time_median_s"])) if rows else None
     return Pick(row.id, row.gpus, row.global_batch / row.gpus / row.published_samples_per_gpu,

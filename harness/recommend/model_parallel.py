@@ -68,6 +68,7 @@ def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
     MECHANISMS``, as the user stated them), the same on every candidate."""
     stack = SEARCH_DEFAULTS | dict(mechanisms or {})
     sequence_parallel = bool(stack.pop("sequence_parallel"))
+    stack.pop("selective_recompute")  # what the step recomputes: layouts_at's
     tensors = [t for t in _divisors(model.heads) if t <= per_host] if model.heads else [1]
     blocks = len(model.blocks)
     out = []
@@ -173,18 +174,20 @@ def layouts_at(model: LayeredModel, target: Target, devices: int, batch: int,
     """On ``devices`` devices at ``batch`` samples a step, per kind of split, the simulated
     row of the fastest layout that fits (else the one that needs the least memory),
     ``recompute`` saying what it recomputes: for each layout the least recomputation that
-    fits (none, then selective, then full), as less is always faster. Memory is a formula,
-    so only the layouts that fit are simulated."""
+    fits (none, then selective, then full, where the stack recomputes selectively), as less
+    is always faster. Memory is a formula, so only the layouts that fit are simulated."""
     from harness.sim.api import fuses_attention
 
     fused = fuses_attention(calibration) if calibration is not None else True
+    selective = (SEARCH_DEFAULTS | dict(mechanisms or {}))["selective_recompute"]
+    kinds = [how for how in RECOMPUTE if selective or how != "selective"]
     options = []
     for layout in candidate_layouts(model, devices, max(1, target.per_host), batch,
                                     mechanisms):
         micro = batch // (layout.data * layout.microbatches)
         needs = [(model_parallel_memory(model, layout, micro, optimizer, how,
                                         precision or FP32, fused).total, how)
-                 for how in RECOMPUTE]
+                 for how in kinds]
         fits = [(need, how) for need, how in needs
                 if not math.isfinite(device_memory) or need <= device_memory]
         need, how = fits[0] if fits else min(needs)

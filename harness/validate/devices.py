@@ -94,6 +94,9 @@ class Row:
     # norms and dropout split along the sequence in the tensor-parallel group; None: wherever
     # TP > 1 (Megatron-Core's default with TP), False where the stack had none
     sequence_parallel: bool | None = None
+    # whether the stack could recompute the attention alone (the layout search's choice;
+    # the row's own recomputation is ``recompute``)
+    selective_recompute: bool = True
     # (padded length, share of micro-batches) where the loader bins sequences by length,
     # resolved from the file's ``lengths`` entry the row names (``padded_lengths``)
     padded: tuple[tuple[int, float], ...] = ()
