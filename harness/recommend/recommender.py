@@ -467,11 +467,12 @@ def format_verdicts(verdicts: Sequence[dict[str, Any]]) -> list[str]:
 def format_table(frame: pd.DataFrame) -> str:
     """The verdicts, then the table for a terminal, one block per workload and target:
     each strategy at its chosen device count."""
-    lines = [f"no results for {m}" for m in frame.attrs.get("missing", [])]
+    attrs, frame = frame.attrs, _bare(frame)
+    lines = [f"no results for {m}" for m in attrs.get("missing", [])]
     if frame.empty:
         return "\n".join(lines) or "no recommendations: no matching results or targets"
     lines += [""] if lines else []
-    verdicts = frame.attrs.get("verdicts", [])
+    verdicts = attrs.get("verdicts", [])
     if verdicts:
         lines += [*format_verdicts(verdicts), ""]
     for (workload, target), group in frame.groupby(["workload", "target"], sort=False):
@@ -507,10 +508,10 @@ def format_table(frame: pd.DataFrame) -> str:
             options = dict.fromkeys(stacks_running(sim.removeprefix("sim/").split("+"), GPU)[1]
                                     for sim, real in runs.items() if real)
             lines += [f"  (set in those stacks: {o})" for o in options if o]
-        if frame.attrs.get("mechanisms") and any(
+        if attrs.get("mechanisms") and any(
                 exchange_kind(r["framework"], r["strategy"]) == MODEL_PARALLEL
                 for r in group.to_dict("records")):
-            lines.append(f"  (model-parallel layouts assume: {frame.attrs['mechanisms']})")
+            lines.append(f"  (model-parallel layouts assume: {attrs['mechanisms']})")
         lines.append("")
     lines.append("source: measured (a real run of that workload and strategy), estimated "
                  "(from another workload's run: the compute note says which), predicted (an "
@@ -535,8 +536,17 @@ def _fits(r: dict[Any, Any]) -> str:
     return "yes" if r["fits"] else "NO"
 
 
+def _bare(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` without its attrs: pandas deep-copies a frame's attrs into every column and
+    group it hands out, and a recommendation's sweep is thousands of points (0.9 s of the
+    405B answer's 8.4 s went to copying it while the table was printed)."""
+    out = frame.copy(deep=False)
+    out.attrs = {}
+    return out
+
+
 def to_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """JSON-able rows (NaN as None)."""
-    records = frame.to_dict("records")
+    records = _bare(frame).to_dict("records")
     return [{str(k): (None if isinstance(v, float) and not math.isfinite(v) else v)
              for k, v in r.items()} for r in records]

@@ -96,8 +96,11 @@ class _PlacedCollectives:
         self.seen: set[tuple[object, ...]] = set()
         self.time_s = self.bytes_sent = 0.0
         self.count = self.events = 0
-        # a step places the same device lists once per layer: renumbered once each
+        # a step places the same device lists once per layer: renumbered once each, and
+        # a list handed in again (a stage's, built once) found by identity, not rehashed
         self.canonical: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self.placed: dict[tuple[str, int, int, int],
+                          tuple[Sequence[int], int, tuple[int, ...]]] = {}
 
     def allreduce(self, groups: int, size: int, nbytes: float, devices: Sequence[int],
                   times: int = 1) -> float:
@@ -116,11 +119,19 @@ class _PlacedCollectives:
 
     def _time(self, kind: str, groups: int, size: int, nbytes: float,
               devices: Sequence[int], times: int) -> float:
-        groups, devices = _alone(self.topology, kind, groups, size, devices)
-        placed = tuple(devices)
-        canonical = self.canonical.get(placed)
-        if canonical is None:
-            canonical = self.canonical[placed] = _canonical(self.topology, placed)
+        handle = (kind, groups, size, id(devices))
+        known = self.placed.get(handle)
+        if known is not None and known[0] is devices:
+            groups, canonical = known[1], known[2]
+        else:
+            given = devices
+            groups, devices = _alone(self.topology, kind, groups, size, devices)
+            placed = tuple(devices)
+            found = self.canonical.get(placed)
+            if found is None:
+                found = self.canonical[placed] = _canonical(self.topology, placed)
+            canonical = found
+            self.placed[handle] = (given, groups, canonical)
         key = (kind, groups, size, self.topology, float(nbytes), canonical, self.mode)
         result = _timed(*key)
         if key not in self.seen:
