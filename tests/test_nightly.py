@@ -66,6 +66,24 @@ def test_a_targets_stack_reaches_the_recommender_and_keeps_older_projects_identi
     assert load_project(plain).fingerprint() != load_project(stated).fingerprint()
 
 
+def test_a_nightly_card_searches_with_its_targets_stack(tmp_path):
+    """The nightly job asks the recommender what the file asks: a target whose stack
+    overlaps its tensor-parallel collectives and parameter gathers gets a layout that runs
+    with them, and the card's headline names them."""
+    from harness.recommend.nightly import project_verdicts
+
+    text = PROJECT.replace('"mlp:S"', '"llama3_70b"').replace(
+        'target = "local"', 'target = "preset:dgx_h100_ib,hosts=16"\nprecision = "bf16"')
+    plain, stated = tmp_path / "plain.toml", tmp_path / "stated.toml"
+    plain.write_text(text)
+    stated.write_text(text + "stack = { tp_overlap = true, param_gather_overlap = true }\n")
+    (before,) = project_verdicts(tmp_path / "r1", load_project(plain))
+    (after,) = project_verdicts(tmp_path / "r2", load_project(stated))
+    assert before["status"] == after["status"] == "ok"
+    assert "overlap" not in before["headline"]
+    assert "tp overlap" in after["headline"] and "param gather overlap" in after["headline"]
+
+
 def test_the_default_suite_is_the_checked_in_example():
     from harness.commands.bench import SIM_TARGETS
     from harness.commands.run import SUITES
