@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from harness.commands.common import (
@@ -80,12 +82,10 @@ def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple
             budget: float | None,
             deadline: float | None, min_efficiency: float, device: str | None,
             samples: float | None, price: float | None, precision: str | None,
-            global_batch: int | None, optimizer: str | None, context_comm: str, p2p: str,
-            tp_overlap: bool, param_gather_overlap: bool, ep_overlap: bool,
-            grad_reduce: str, grad_accumulation: str, sequence_parallel: bool,
-            selective_recompute: bool, results: str | None,
-            as_json: bool) -> None:
+            global_batch: int | None, optimizer: str | None, results: str | None,
+            as_json: bool, **stack: Any) -> None:
     """Which strategy, on how many devices, within your budget, and why."""
+    # ``stack``: the mechanism options (mechanism_options) and the two capabilities above
     from harness.recommend.recommender import (
         DEFAULT_SAMPLES,
         format_table,
@@ -102,14 +102,7 @@ def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple
                                  deadline_s=None if deadline is None else deadline * 3600,
                                  min_efficiency=min_efficiency, device=device,
                                  precision=precision, global_batch=global_batch,
-                                 optimizer=optimizer, mechanisms=stack_mechanisms(
-                                     context_comm=context_comm, p2p=p2p,
-                                     tp_overlap=tp_overlap,
-                                     param_gather_overlap=param_gather_overlap,
-                                     ep_overlap=ep_overlap, grad_reduce=grad_reduce,
-                                     grad_accumulation=grad_accumulation,
-                                     sequence_parallel=sequence_parallel,
-                                     selective_recompute=selective_recompute))
+                                 optimizer=optimizer, mechanisms=stack_mechanisms(**stack))
     if as_json:
         print_json({"verdicts": frame.attrs.get("verdicts", []),
                     "mechanisms": frame.attrs.get("mechanisms", ""),
