@@ -780,9 +780,9 @@ def test_routed_experts_reduce_their_gradients_only_among_ranks_holding_them(mon
     calls: list[tuple[int, int, float]] = []
     real = mps._PlacedCollectives.allreduce
 
-    def spy(self, groups, size, nbytes, devices, times=1):
+    def spy(self, groups, size, nbytes, devices, times=1, share=1.0):
         calls.append((groups, size, nbytes))
-        return real(self, groups, size, nbytes, devices, times)
+        return real(self, groups, size, nbytes, devices, times, share)
 
     monkeypatch.setattr(mps._PlacedCollectives, "allreduce", spy)
     for ep in (4, 8):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from harness.sim.compute import (
 )
 from harness.sim.device_model import gradient_copy_seconds
 from harness.sim.engine import CollectiveResult, run_collective
+from harness.sim.fsdp import UnitPass, exposed_s
 from harness.sim.layered import (
     Layer,
     LayeredModel,
@@ -103,9 +105,11 @@ class _PlacedCollectives:
                           tuple[Sequence[int], int, tuple[int, ...]]] = {}
 
     def allreduce(self, groups: int, size: int, nbytes: float, devices: Sequence[int],
-                  times: int = 1) -> float:
-        """``groups`` concurrent ring all-reduces of ``size`` ranks each."""
-        return self._time("allreduce", groups, size, nbytes, devices, times)
+                  times: int = 1, share: float = 1.0) -> float:
+        """``groups`` concurrent ring all-reduces of ``size`` ranks each; ``share`` 0.5: its
+        reduce-scatter or its all-gather half (a ring all-reduce is the one, then the
+        other: the same bytes in as many steps each)."""
+        return self._time("allreduce", groups, size, nbytes, devices, times, share)
 
     def alltoall(self, size: int, nbytes: float, devices: Sequence[int], times: int = 1
                  ) -> float:
@@ -118,7 +122,7 @@ class _PlacedCollectives:
         return self._time("send", pairs, 2, nbytes, devices, times)
 
     def _time(self, kind: str, groups: int, size: int, nbytes: float,
-              devices: Sequence[int], times: int) -> float:
+              devices: Sequence[int], times: int, share: float = 1.0) -> float:
         handle = (kind, groups, size, id(devices))
         known = self.placed.get(handle)
         if known is not None and known[0] is devices:
@@ -137,10 +141,10 @@ class _PlacedCollectives:
         if key not in self.seen:
             self.seen.add(key)
             self.events += result.events
-        self.time_s += result.time_s * times
-        self.bytes_sent += result.bytes_sent * times
+        self.time_s += result.time_s * share * times
+        self.bytes_sent += result.bytes_sent * share * times
         self.count += times
-        return result.time_s
+        return result.time_s * share
 
 
 def _alone(topology: Topology, kind: str, groups: int, size: int, devices: Sequence[int]
@@ -286,13 +290,13 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
         end = timing.ends_s[s]
         if D * C > 1:  # gradients reduce over data x context: every rank saw other tokens
             grad_bytes = FP32.value_bytes if copies_fp32 else model.bytes_per_element
-            reduce_s = _gradient_reduce(colls, layout, s, (params - experts) * grad_bytes / T,
-                                        experts * grad_bytes / T,
-                                        M if layout.zero == 3 else 1)
-            if layout.zero == 3:  # every micro-batch gathers the weights twice, then reduces
-                reduce_s *= M + 0.5
-                busy = timing.busy_s[s]
-                end += max(0.0, reduce_s - busy) + reduce_s / (2 * M * blocks)
+            reduce_s = (0.0 if layout.zero == 3 else
+                        _gradient_reduce(colls, layout, s, (params - experts) * grad_bytes / T,
+                                         experts * grad_bytes / T, 1))
+            if layout.zero == 3:  # every micro-batch gathers and reduce-scatters each unit
+                end += _sharded_exposed(colls, layout, s,
+                                        [(stages[q], forward[q], backward[q]) for q in mine],
+                                        model.bytes_per_element, grad_bytes)
             elif layout.grad_reduce == "after_backward":  # Megatron-LM 2021's local DDP
                 end += reduce_s
             elif layout.zero == 1 and layout.param_gather_overlap:
@@ -381,7 +385,8 @@ def step_lower_bound(model: LayeredModel, layout: Layout, global_batch: int,
 
 
 def _gradient_reduce(colls: _PlacedCollectives, layout: Layout, stage: int,
-                     dense_bytes: float, expert_bytes: float, times: int) -> float:
+                     dense_bytes: float, expert_bytes: float, times: int,
+                     share: float = 1.0) -> float:
     """A stage's gradients all-reduced over data x context (every replica saw other
     tokens), a rank's routed experts only among the ranks that hold the same experts:
     Megatron-Core's expert-data-parallel group, the data ranks d with d mod EP alike (EP
@@ -390,12 +395,45 @@ def _gradient_reduce(colls: _PlacedCollectives, layout: Layout, stage: int,
     D, T, C, EP = layout.data, layout.tensor, layout.context, layout.expert
     groups = [layout.device(d, stage, t, c) for t in range(T) for d in range(D)
               for c in range(C)]
-    took = colls.allreduce(T, D * C, dense_bytes, groups, times)
+    took = colls.allreduce(T, D * C, dense_bytes, groups, times, share)
     if expert_bytes > 0 and D * C // EP > 1:
         peers = [layout.device(d, stage, t, c) for t in range(T) for e in range(EP)
                  for d in range(e, D, EP) for c in range(C)]
-        took += colls.allreduce(T * EP, D * C // EP, expert_bytes, peers, times)
+        took += colls.allreduce(T * EP, D * C // EP, expert_bytes, peers, times, share)
     return took
+
+
+def _sharded_exposed(colls: _PlacedCollectives, layout: Layout, stage: int,
+                     chunks: Sequence[tuple[Sequence[Layer], float, float]],
+                     param_bytes: float, grad_bytes: float) -> float:
+    """What FSDP over data x context (``zero=3``) adds to a device's passes: each of its
+    layers one unit (torchtitan wraps each block, the embedding, and the norm with the
+    head) on FSDP's one timeline (``harness/sim/fsdp``), its chunks' (layers, forward s,
+    backward s) one micro-batch in a row, a unit's compute its share of its chunk's FLOPs.
+    Parameters are gathered in the precision they compute in and gradients reduce-scattered
+    in ``grad_bytes``, each half of a ring all-reduce over the data x context ranks (the
+    routed experts' over their expert-data-parallel group). Between pipeline stages the
+    device's bubbles could hide more: beyond one stage this is an upper bound."""
+    T, M, EP = layout.tensor, layout.microbatches, layout.expert
+    known: dict[tuple[float, float], UnitPass] = {}
+    units = []
+    for layers, forward_s, backward_s in chunks:
+        flops = sum(layer.flops_per_sample for layer in layers)
+        for layer in layers:
+            routed = layer.expert_params / EP if EP > 1 else 0.0
+            dense = held_params(layer, EP) - routed
+            collectives = known.get((dense, routed))
+            if collectives is None:
+                collectives = known[(dense, routed)] = UnitPass(
+                    0.0, 0.0,
+                    _gradient_reduce(colls, layout, stage, dense * param_bytes / T,
+                                     routed * param_bytes / T, 2 * M, share=0.5),
+                    _gradient_reduce(colls, layout, stage, dense * grad_bytes / T,
+                                     routed * grad_bytes / T, M, share=0.5))
+            part = layer.flops_per_sample / flops if flops else 1 / len(layers)
+            units.append(replace(collectives, forward_s=forward_s * part,
+                                 backward_s=backward_s * part))
+    return exposed_s(units, M)
 
 
 def _expert_exchange(layout: Layout, colls: _PlacedCollectives, layers: Sequence[Layer],

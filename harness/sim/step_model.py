@@ -50,6 +50,7 @@ from harness.sim.collectives import (
     ring_allreduce,
 )
 from harness.sim.engine import CollectiveResult, run_collective
+from harness.sim.fsdp import UnitPass, unit_timeline
 from harness.sim.network import CountingEnvironment
 from harness.sim.profile import WorkloadProfile
 from harness.sim.ps import central_storage, phases, ps_sync
@@ -375,17 +376,9 @@ def _fsdp_step(env: simpy.Environment, topology: Topology, workers: int,
                profile: WorkloadProfile, compute: float,
                classes: list[tuple[int, float]], colls: _Collectives,
                library: str = "nccl") -> Callable[[], float]:
-    """Units of ``fsdp_unit_bytes``: forward gathers unit i once unit i-1 has started; every
-    unit is resharded after its forward (FSDP2's default), so backward gathers the last unit
-    again at once and prefetches unit i-1's parameters once unit i's backward has started,
-    then reduce-scatters unit i's gradient once it is done (as ``library`` does it: see
-    fsdp_schedules); one collective at a time.
-
-    Computed pass by pass rather than as SimPy processes (a 175B model has 28,000 units): a
-    collective waits for every worker, and the slowest worker class is always the last to
-    reach each point (same waits, longer compute), so its timeline is the step's.
-    """
-    units = buckets(profile.gradient_bytes, profile.fsdp_unit_bytes)
+    """Units of ``fsdp_unit_bytes`` on FSDP's one timeline (``harness/sim/fsdp``), each
+    unit's compute its share of the slowest worker's, its collectives as ``library`` runs
+    them (``fsdp_schedules``)."""
     total = profile.gradient_bytes
     factor = max(f for _, f in classes)
     gather, scatter = fsdp_schedules(topology, workers, library)
@@ -393,22 +386,13 @@ def _fsdp_step(env: simpy.Environment, topology: Topology, workers: int,
     def comm(schedule: Schedule, size: float) -> float:
         return colls.time(schedule, size) if workers > 1 else 0.0
 
-    worker = link = 0.0  # when the slowest worker and the one stream are next free
-    previous_start = 0.0  # when the forward of the unit before started
-    for unit in units:  # forward
-        link = max(link, previous_start) + comm(gather, unit)  # its parameters are there
-        fwd_start = previous_start = max(worker, link)
-        worker = fwd_start + compute * factor / 3 * unit / total
-    link = max(link, worker) + comm(gather, units[-1])  # resharded: gathered again
-    gathered = link
-    for i in reversed(range(len(units))):  # backward
-        bwd_start = max(worker, gathered)
-        if i > 0:
-            link = max(link, bwd_start) + comm(gather, units[i - 1])
-            gathered = link
-        worker = bwd_start + compute * factor * 2 / 3 * units[i] / total
-        link = max(link, worker) + comm(scatter, units[i])
-    end = max(worker, link)
+    def unit_pass(unit: float) -> UnitPass:
+        gathers = [comm(gather, unit) for _ in range(2)]  # forward, backward: both logged
+        return UnitPass(forward_s=compute * factor / 3 * unit / total,
+                        backward_s=compute * factor * 2 / 3 * unit / total,
+                        gather_s=gathers[0], scatter_s=comm(scatter, unit))
+
+    end = unit_timeline([unit_pass(unit) for unit in buckets(total, profile.fsdp_unit_bytes)])
     return lambda: end
 
 
