@@ -516,6 +516,64 @@ def test_recommend_trains_llama3_405b_on_1024_hosts_with_its_mfu():
     assert not re.search(r"\de[+-]\d", table) and re.search(r" \d{1,3},\d{3} ", table), table
 
 
+def test_every_published_split_fits_the_memory_model_the_fullest_at_88_percent():
+    """The memory model against the runs that ran: every model-parallel run of the device
+    corpus fits its device by it (a model that overcounted would call one of them
+    impossible), and the fullest, NVIDIA's Llama 3.1 405B recipe on 576 H100s, needs 88% of
+    what the runtime leaves: the headroom the layout search keeps where it can."""
+    from harness.validate.devices import memory_reach
+
+    reach = memory_reach()
+    assert reach.row == "nemo2409_llama31_405b_h100_576gpu_bf16"
+    assert 0.85 < reach.fraction < 0.90 and reach.needed < reach.usable
+
+
+def test_the_405b_pick_keeps_the_headroom_published_runs_kept_and_is_metas_split():
+    """Without headroom the search took the fastest layout that fit, at 99% of the H100's
+    usable memory, beyond any published run (the model counts less than stacks hold: a
+    median 13.5 GB under nvidia-smi on BigScience's sweep). Keeping under the fullest
+    published run's 88%, it picks Meta's own pipeline, 16 stages of 8 layers with 7 on the
+    first and last (Llama 3 paper, section 3.3.2), tensor 8, at most 4% slower."""
+    from harness.recommend.model_parallel import layouts_at
+    from harness.recommend.targets import parse_targets
+    from harness.validate.devices import memory_reach
+
+    bf16 = PRECISIONS["bf16"]
+    model = layered("llama3_405b", bf16)
+    (target,) = parse_targets(["preset:dgx_h100_ib,hosts=1024"])
+    usable = load_preset("dgx_h100_ib").device.usable_memory_bytes
+    reach = memory_reach().fraction
+
+    def fastest(headroom):
+        rows = layouts_at(model, target, 8192, 8192, None, None, usable, "adam", bf16,
+                          headroom=headroom)
+        return min(rows, key=lambda r: float(r["step_time_median_s"]))
+
+    roomy, tight = fastest(reach), fastest(1.0)
+    assert roomy["memory_per_device_bytes"] <= reach * usable
+    assert tight["memory_per_device_bytes"] > reach * usable
+    assert 1 <= roomy["step_time_median_s"] / tight["step_time_median_s"] < 1.04
+    assert "pp=16" in roomy["layout"] and "tp=8" in roomy["layout"]
+    assert "layers=7,8x14,7" in roomy["layout"]
+
+
+def test_a_split_beyond_the_published_headroom_is_called_tight():
+    """Where no layout of a kind keeps the headroom, the fastest that fits stays, and the
+    answer says how full it is beside the fullest published run."""
+    from harness.recommend.recommender import _fits, _tight, tight_note
+
+    usable = load_preset("dgx_h100_ib").device.usable_memory_bytes
+    row = {"fits": True, "exchange": "model_parallel", "source": "simulated",
+           "device_memory_bytes": usable, "memory_per_device_bytes": 0.95 * usable}
+    assert _tight(row)
+    row["tight"] = True
+    assert _fits(row) == "tight"
+    assert tight_note(row).startswith("tight: 95% of the device's usable memory, where the "
+                                      "fullest published run needs 88%")
+    assert not _tight(row | {"memory_per_device_bytes": 0.8 * usable})
+    assert not _tight(row | {"source": "measured"})
+
+
 def test_recommend_searches_every_layout_with_the_stack_a_user_states(tmp_path):
     """A user whose stack overlaps its tensor-parallel collectives and parameter gathers
     (NeMo's recipes, Megatron-LM's 2024 runs) says so: every model-parallel candidate runs

@@ -599,9 +599,13 @@ def _model_parallel_rows(ctx: Context, facts: WorkloadProfile, target: Target,
         return []
     optimizer = next((name for name, slots in OPTIMIZER_SLOTS.items()
                       if slots == ctx.optimizer_slots), "adam")
+    from harness.validate.devices import memory_reach
+
+    described = (ctx.device or target.preset_name) is not None
     return best_layouts(model, target, facts.batch_per_replica, calibration, compute_s, cap,
                         optimizer, at, global_batch=ctx.global_batch,
-                        mechanisms=ctx.mechanisms)
+                        mechanisms=ctx.mechanisms,
+                        headroom=memory_reach().fraction if described else 1.0)
 
 
 def _stored(ctx: Context, facts: WorkloadProfile, target: Target, n: int

@@ -25,7 +25,7 @@ from harness.sim import simulate_layout
 from harness.sim.calibration import Calibration, from_preset, merge
 from harness.sim.preset import load_preset
 from harness.sim.structure import layered
-from harness.validate.devices import Row, corpus
+from harness.validate.devices import Row, corpus, memory_reach
 from harness.validate.layout_step import system_spec
 from workloads.precision import precision as find_precision
 
@@ -69,7 +69,8 @@ def check(row: Row) -> Pick:
                                   None, memory, row.optimizer, precision,
                                   mechanisms_of(theirs)
                                   | {"sequence_parallel": row.sequence_parallel is not False,
-                                     "selective_recompute": row.selective_recompute})
+                                     "selective_recompute": row.selective_recompute},
+                                  memory_reach().fraction)
             if r.get("status") == "ok"]
     best = min(rows, key=lambda r: float(r["step_time_median_s"])) if rows else None
     return Pick(row.id, row.gpus, row.global_batch / row.gpus / row.published_samples_per_gpu,

@@ -23,6 +23,7 @@ from harness.recommend.targets import Target, device_counts
 from harness.sim.calibration import Calibration
 from harness.sim.layered import RECOMPUTE, LayeredModel, check_layout
 from harness.sim.memory import model_parallel_memory
+from harness.sim.model_parallel_step import layout_name
 from workloads.precision import FP32, Precision
 
 MODEL_PARALLEL = "model_parallel"  # the exchange kind of these candidates
@@ -156,26 +157,34 @@ def best_layouts(model: LayeredModel, target: Target, batch_per_device: int,
                  device_memory: float, optimizer: str,
                  precision: Precision | None = None, *,
                  global_batch: int | None = None,
-                 mechanisms: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+                 mechanisms: Mapping[str, Any] | None = None,
+                 headroom: float = 1.0) -> list[dict[str, Any]]:
     """``layouts_at`` every device count of the sweep. ``global_batch``: the samples of every
     step at every device count (else ``batch_per_device`` per device)."""
     out: list[dict[str, Any]] = []
     for n in device_counts(target):
         out += layouts_at(model, target, n, global_batch or batch_per_device * n,
                           calibration, step_compute_s, device_memory, optimizer, precision,
-                          mechanisms)
+                          mechanisms, headroom)
     return out
 
 
 def layouts_at(model: LayeredModel, target: Target, devices: int, batch: int,
                calibration: Calibration | None, step_compute_s: float | None,
                device_memory: float, optimizer: str, precision: Precision | None = None,
-               mechanisms: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+               mechanisms: Mapping[str, Any] | None = None,
+               headroom: float = 1.0) -> list[dict[str, Any]]:
     """On ``devices`` devices at ``batch`` samples a step, per kind of split, the simulated
     row of the fastest layout that fits (else the one that needs the least memory),
     ``recompute`` saying what it recomputes: for each layout the least recomputation that
     fits (none, then selective, then full, where the stack recomputes selectively), as less
-    is always faster. Memory is a formula, so only the layouts that fit are simulated."""
+    is always faster. Memory is a formula, so only the layouts that fit are simulated.
+
+    ``headroom``: the share of ``device_memory`` a layout stays under where it can (the
+    fullest published run's, ``validate.devices.memory_reach``: the memory model counts less
+    than a stack holds): the least recomputation that fits under it, and per kind of split
+    only such layouts where any fits so; a kind none of whose layouts does keeps those that
+    fit at all (the answer then says it is tight)."""
     from harness.sim.api import fuses_attention
 
     fused = fuses_attention(calibration) if calibration is not None else True
@@ -190,12 +199,16 @@ def layouts_at(model: LayeredModel, target: Target, devices: int, batch: int,
                  for how in kinds]
         fits = [(need, how) for need, how in needs
                 if not math.isfinite(device_memory) or need <= device_memory]
-        need, how = fits[0] if fits else min(needs)
-        options.append((need, how, layout, bool(fits)))
+        roomy = [(need, how) for need, how in fits
+                 if not math.isfinite(device_memory) or need <= headroom * device_memory]
+        need, how = roomy[0] if roomy else fits[0] if fits else min(needs)
+        options.append((need, how, layout, bool(fits), bool(roomy)))
     if not options:
         return []
     fitting = [o for o in options if o[3]] or [min(options, key=lambda o: o[0])]
-    return _fastest_per_kind([(layout, how) for _, how, layout, _ in fitting], model, target,
+    roomy_kinds = {layout_name(o[2]) for o in fitting if o[4]}
+    chosen = [o for o in fitting if o[4] or layout_name(o[2]) not in roomy_kinds]
+    return _fastest_per_kind([(o[2], o[1]) for o in chosen], model, target,
                              batch, calibration, step_compute_s, optimizer, precision)
 
 
@@ -209,8 +222,6 @@ def _fastest_per_kind(options: list[tuple[Layout, str]], model: LayeredModel, ta
     pipeline scheduled); one whose bound already exceeds its kind's best step is skipped,
     so the answer is the one simulating every option gives (a test compares them)."""
     from harness.sim import layout_step_bound, simulate_layout
-    from harness.sim.model_parallel_step import layout_name
-
     bounds = [layout_step_bound(target.spec, model, layout, batch, calibration,
                                 step_compute_s=step_compute_s, recompute=how,
                                 precision=precision) for layout, how in options]

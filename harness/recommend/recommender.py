@@ -162,9 +162,34 @@ def _split_reason(row: dict[str, Any], at: str) -> str:
         bubble = row.get("bubble", NAN)
         return (f"split, as one replica does not fit a device: {layout}, "
                 f"{format_bytes(row['memory_per_device_bytes'])} per device"
+                + (f" ({tight_note(row)})" if row.get("tight") else "")
                 + (f"; pipeline bubble {bubble:.0%}" if math.isfinite(bubble) and bubble > 0
                    else ""))
     return f"splits the model over {row['replicas']} devices" + idle
+
+
+def _tight(r: dict[str, Any]) -> bool:
+    """A simulated split that fits, but needs more of its device than the fullest
+    published model-parallel run does by the same memory model
+    (``validate.devices.memory_reach``): it may not fit as a stack runs it."""
+    cap, need = r["device_memory_bytes"], r["memory_per_device_bytes"]
+    if not (r["fits"] and r["exchange"] == "model_parallel" and r.get("source") == "simulated"
+            and math.isfinite(cap) and math.isfinite(need) and cap > 0):
+        return False
+    from harness.validate.devices import memory_reach
+
+    return bool(need / cap > memory_reach().fraction)
+
+
+def tight_note(r: dict[str, Any]) -> str:
+    """What a tight layout's answer says: how full, beside the fullest published run."""
+    from harness.validate.devices import memory_reach
+
+    reach = memory_reach()
+    return (f"tight: {r['memory_per_device_bytes'] / r['device_memory_bytes']:.0%} of the "
+            f"device's usable memory, where the fullest published run needs "
+            f"{reach.fraction:.0%} by the same count ({reach.row}) and stacks hold more than "
+            f"it counts (python -m harness.validate.layout_sweep: a median 13.5 GB)")
 
 
 def fill(points: list[dict[str, Any]], *, samples: float, price: float | None = None,
@@ -188,6 +213,7 @@ def fill(points: list[dict[str, Any]], *, samples: float, price: float | None = 
         cap = r["device_memory_bytes"]
         r["fits"] = not (math.isfinite(cap) and math.isfinite(r["memory_per_device_bytes"])
                          and r["memory_per_device_bytes"] > cap)
+        r["tight"] = _tight(r)
         if not math.isfinite(r.get("price_per_device_hour", NAN)) and price is not None:
             r["price_per_device_hour"] = float(price)
         tput = r["throughput_samples_s"]
@@ -478,7 +504,7 @@ def format_table(frame: pd.DataFrame) -> str:
     for (workload, target), group in frame.groupby(["workload", "target"], sort=False):
         lines.append(f"{workload} on {target}: each strategy at its best device count")
         lines.append(f"  {'#':>2} {'strategy':<30}{'n':>5}{'step ms':>10}{'samples/s':>11}"
-                     f"{'eff':>6}{'mfu':>6}{'mem/dev':>11}{'fits':>5}{'train':>10}{'cost':>13}"
+                     f"{'eff':>6}{'mfu':>6}{'mem/dev':>11}{'fits':>6}{'train':>10}{'cost':>13}"
                      f"  {'source':<14} reason")
         for r in group.to_dict("records"):
             err = r.get("validation_error", NAN)
@@ -490,7 +516,7 @@ def format_table(frame: pd.DataFrame) -> str:
                 f"{_fmt(r['step_time_s'], 'ms'):>10}{_fmt(r['throughput_samples_s'], ''):>11}"
                 f"{_fmt(_efficiency(r), 'pct'):>6}{_fmt(r.get('mfu', NAN), 'pct'):>6}"
                 f"{_fmt(r['memory_per_device_bytes'], 'gb'):>11}"
-                f"{_fits(r):>5}{_fmt(r['train_time_s'], 'time'):>10}"
+                f"{_fits(r):>6}{_fmt(r['train_time_s'], 'time'):>10}"
                 f"{_fmt(r['cost_usd'], 'usd'):>13}  {source:<14} {r['reason']}")
         notes = sorted({str(n) for n in group.get("compute_note", pd.Series(dtype=str))
                         if isinstance(n, str) and n}
@@ -533,7 +559,7 @@ def _fits(r: dict[Any, Any]) -> str:
     cap = r.get("device_memory_bytes", NAN)
     if not (isinstance(cap, float) and math.isfinite(cap)):
         return "?"
-    return "yes" if r["fits"] else "NO"
+    return ("tight" if r.get("tight") else "yes") if r["fits"] else "NO"
 
 
 def _bare(frame: pd.DataFrame) -> pd.DataFrame:

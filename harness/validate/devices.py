@@ -220,6 +220,44 @@ def system_file_fits() -> dict[str, tuple[str, float]]:
     return out
 
 
+@dataclass(frozen=True)
+class MemoryReach:
+    """How full the published model-parallel runs' devices are by this memory model: the
+    fullest one's share of its device's usable memory (capacity less the runtime's
+    reserve), and which run it is."""
+
+    row: str
+    fraction: float
+    needed: float
+    usable: float
+
+
+@functools.cache
+def memory_reach() -> MemoryReach:
+    """The fullest device among the corpus's model-parallel runs, every one of which ran.
+    A layout that needs more of its device than that is beyond what any published run is
+    known to fit, and the memory model counts less than a stack holds: on BigScience's
+    measured layout sweep nvidia-smi showed a median 13.5 GB more than the model
+    (``harness.validate.layout_sweep``)."""
+    from harness.sim.memory import model_parallel_memory
+
+    fullest: MemoryReach | None = None
+    for row in corpus()[0]:
+        if not row.model_parallel:
+            continue
+        precision = find_precision(row.precision)
+        layout = row.layout()
+        needed = model_parallel_memory(
+            layered(row.model, precision), layout,
+            row.global_batch // (layout.data * layout.microbatches), row.optimizer,
+            row.recompute, precision, row.fused_attention is not False).total
+        usable = load_preset(row.system).device.usable_memory_bytes
+        if fullest is None or needed / usable > fullest.fraction:
+            fullest = MemoryReach(row.id, needed / usable, needed, usable)
+    assert fullest is not None
+    return fullest
+
+
 def row_ops(row: Row, seq: int | None = None) -> tuple[Op, ...]:
     """One sample's operators of the row's model at ``seq`` tokens (the row's length)."""
     if row.model == "bert_large":
