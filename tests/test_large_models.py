@@ -572,6 +572,19 @@ def test_a_split_beyond_the_published_headroom_is_called_tight():
                                       "fullest published run needs 88%")
     assert not _tight(row | {"memory_per_device_bytes": 0.8 * usable})
     assert not _tight(row | {"source": "measured"})
+    # simulate says it of a layout it is given, as recommend does of its picks
+    from click.testing import CliRunner
+
+    from harness.cli import cli
+
+    said = CliRunner().invoke(cli, [
+        "simulate", "--topology", "preset:dgx_h100_ib,hosts=1024", "--workers", "8192",
+        "--workload", "llama3_405b", "--stages", "8", "--tensor-parallel", "8",
+        "--context-parallel", "2", "--schedule", "interleaved", "--virtual-stages", "15",
+        "--stage-layers", "2x6,1x114", "--precision", "bf16", "--microbatches", "128",
+        "--global-batch", "8192", "--distributed-optimizer", "--sequence-parallel"])
+    assert said.exit_code == 0, said.output
+    assert "  tight: 99% of the device's usable memory" in said.output
 
 
 def test_recommend_searches_every_layout_with_the_stack_a_user_states(tmp_path):

@@ -414,7 +414,20 @@ def format_layout_row(r: dict[str, Any]) -> str:
         f"  {r['sim_notes']}; global batch {r['global_batch']}; "
         f"{r.get('calibration_sources', '')}",
         *([f"  {r['reason']}"] if r.get("status") != "ok" else []),
+        *([f"  {tight}"] if (tight := _tight(r)) else []),
         f"  compute: {r.get('compute_source', '')}"])
+
+
+def _tight(r: dict[str, Any]) -> str:
+    """The headroom note of a layout that fits its described device beyond the fullest
+    published run's share ('' otherwise)."""
+    device = r.get("device_memory_bytes", math.nan)
+    if r.get("status") != "ok" or not math.isfinite(device):
+        return ""
+    from harness.validate.layout_sweep import headroom_note
+
+    return headroom_note(r["memory_per_device_bytes"],
+                         device - r.get("memory_reserved_bytes", 0.0))
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:

@@ -170,26 +170,21 @@ def _split_reason(row: dict[str, Any], at: str) -> str:
 
 def _tight(r: dict[str, Any]) -> bool:
     """A simulated split that fits, but needs more of its device than the fullest
-    published model-parallel run does by the same memory model
-    (``validate.devices.memory_reach``): it may not fit as a stack runs it."""
+    published model-parallel run does by the same memory model: it may not fit as a stack
+    runs it."""
     cap, need = r["device_memory_bytes"], r["memory_per_device_bytes"]
     if not (r["fits"] and r["exchange"] == "model_parallel" and r.get("source") == "simulated"
-            and math.isfinite(cap) and math.isfinite(need) and cap > 0):
+            and math.isfinite(cap) and math.isfinite(need)):
         return False
-    from harness.validate.devices import memory_reach
+    from harness.validate.layout_sweep import headroom_note
 
-    return bool(need / cap > memory_reach().fraction)
+    return bool(headroom_note(need, cap))
 
 
 def tight_note(r: dict[str, Any]) -> str:
-    """What a tight layout's answer says: how full, beside the fullest published run."""
-    from harness.validate.devices import memory_reach
+    from harness.validate.layout_sweep import headroom_note
 
-    reach = memory_reach()
-    return (f"tight: {r['memory_per_device_bytes'] / r['device_memory_bytes']:.0%} of the "
-            f"device's usable memory, where the fullest published run needs "
-            f"{reach.fraction:.0%} by the same count ({reach.row}) and stacks hold more than "
-            f"it counts (python -m harness.validate.layout_sweep: a median 13.5 GB)")
+    return headroom_note(r["memory_per_device_bytes"], r["device_memory_bytes"])
 
 
 def fill(points: list[dict[str, Any]], *, samples: float, price: float | None = None,

@@ -236,9 +236,8 @@ class MemoryReach:
 def memory_reach() -> MemoryReach:
     """The fullest device among the corpus's model-parallel runs, every one of which ran.
     A layout that needs more of its device than that is beyond what any published run is
-    known to fit, and the memory model counts less than a stack holds: on BigScience's
-    measured layout sweep nvidia-smi showed a median 13.5 GB more than the model
-    (``harness.validate.layout_sweep``)."""
+    known to fit, and the memory model counts less than a stack holds (on BigScience's
+    measured layout sweep, ``harness.validate.layout_sweep.memory_gap_gb``)."""
     from harness.sim.memory import model_parallel_memory
 
     fullest: MemoryReach | None = None

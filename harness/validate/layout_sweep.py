@@ -14,6 +14,7 @@ layout the simulator would have picked, at its measured step against the measure
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass, replace
@@ -155,6 +156,27 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
                     "median_abs_ratio_error": ran["ratio_error"].abs().median(),
                     "median_abs_error": ran["error"].abs().median()})
     return pd.DataFrame.from_records(out)
+
+
+@functools.cache
+def memory_gap_gb() -> float:
+    """The median of what nvidia-smi showed beyond the memory model's fullest device, over
+    the sweep's layouts that report their memory (GB): how much more a stack held."""
+    frame = compare()
+    reported = frame[frame["mem_gb"].notna()]
+    return float((reported["mem_gb"] - reported["simulated_mem_gb"]).median())
+
+
+def headroom_note(needed: float, usable: float) -> str:
+    """What an answer says of a layout that fits but needs more of its device than the
+    fullest published run does (``devices.memory_reach``); '' within it."""
+    reach = devices.memory_reach()
+    if not (usable > 0 and needed <= usable and needed / usable > reach.fraction):
+        return ""
+    return (f"tight: {needed / usable:.0%} of the device's usable memory, where the fullest "
+            f"published run needs {reach.fraction:.0%} by the same count ({reach.row}) and a "
+            f"stack held a median {memory_gap_gb():.1f} GB more than it counts (python -m "
+            f"harness.validate.layout_sweep)")
 
 
 def _memory(gb: Any, oom: bool) -> str:
