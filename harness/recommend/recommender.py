@@ -533,6 +533,11 @@ def format_table(frame: pd.DataFrame) -> str:
                 exchange_kind(r["framework"], r["strategy"]) == MODEL_PARALLEL
                 for r in group.to_dict("records")):
             lines.append(f"  (model-parallel layouts assume: {attrs['mechanisms']})")
+        if any(exchange_kind(r["framework"], r["strategy"]) == MODEL_PARALLEL
+               and r.get("source") == "simulated" for r in group.to_dict("records")):
+            from harness.validate.layout_sweep import headroom_rule
+
+            lines.append(f"  ({headroom_rule()})")
         lines.append("")
     lines.append("source: measured (a real run of that workload and strategy), estimated "
                  "(from another workload's run: the compute note says which), predicted (an "

@@ -179,6 +179,14 @@ def headroom_note(needed: float, usable: float) -> str:
             f"harness.validate.layout_sweep)")
 
 
+def headroom_rule() -> str:
+    """The headroom the layout search keeps, in words (a recommendation's table says it)."""
+    reach = devices.memory_reach()
+    return (f"model-parallel layouts kept under {reach.fraction:.0%} of a device's usable "
+            f"memory where one of their kind can be: the fullest published run's by the same "
+            f"count, {reach.row}")
+
+
 def _memory(gb: Any, oom: bool) -> str:
     if oom:
         return "OOM"
