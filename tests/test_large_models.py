@@ -590,6 +590,57 @@ def test_a_split_beyond_the_published_headroom_is_called_tight():
     assert "  tight: 99% of the device's usable memory" in said.output
 
 
+def test_a_stack_by_name_is_a_published_runs_and_options_beside_it_override_it(capsys):
+    """`--stack NAME` gives every searched layout the mechanisms of the published run the
+    corpus names for it (BigScience's: blocking sends, the reduction after the backward,
+    the fp32 gradient copy, neither sequence parallelism nor selective recomputation); an
+    option given beside it overrides that one mechanism; simulate takes the same names;
+    an unknown name, or a stack on a data-parallel simulate, is one line and exit 2."""
+    from click.testing import CliRunner
+
+    from harness.cli import cli
+    from harness.validate.devices import named_stack
+
+    args = ["recommend", "--workload", "llama3_70b", "--target", "preset:dgx_h100_ib,hosts=16",
+            "--precision", "bf16", "--json"]
+    named = json.loads(CliRunner().invoke(
+        cli, [*args, "--stack", "bigscience-megatron-deepspeed"]).output)
+    assert "bloom_176b_jean_zay_a100_384gpu_bf16" in named["stack"]
+    for words in ("whole on every rank", "none or every layer", "after the whole backward",
+                  "pipeline sends waited for by the sender", "into an fp32 copy"):
+        assert words in named["mechanisms"], words
+    overridden = json.loads(CliRunner().invoke(
+        cli, [*args, "--stack", "bigscience-megatron-deepspeed", "--p2p", "async"]).output)
+    assert "pipeline sends in the background" in overridden["mechanisms"]
+    assert "after the whole backward" in overridden["mechanisms"]
+    assert "stack" in named and json.loads(CliRunner().invoke(cli, args).output)["stack"] == ""
+
+    from harness.cli import main
+
+    capsys.readouterr()
+    assert main([*args, "--stack", "nemo"]) == 2
+    assert capsys.readouterr().err == (
+        "stratbench: error: --stack: unknown stack 'nemo' (choose from nemo-24.09, "
+        "megatron-lm-2024, megatron-core-0.8, bigscience-megatron-deepspeed)\n")
+
+    layout = ["simulate", "--topology", "preset:dgx_h100_ib,hosts=2", "--workers", "16",
+              "--workload", "llama3_8b", "--stages", "2", "--tensor-parallel", "4",
+              "--microbatches", "8", "--global-batch", "16", "--precision", "bf16", "--json"]
+    mechanisms, _ = named_stack("nemo-24.09")
+    explicit = ["--tp-overlap", "--overlap-param-gather", "--grad-accumulation", "half",
+                "--distributed-optimizer"]
+    assert mechanisms["tp_overlap"] and mechanisms["param_gather_overlap"]
+    by_name, by_options = (json.loads(CliRunner().invoke(cli, [*layout, *extra]).output)[0]
+                           for extra in (["--stack", "nemo-24.09", "--distributed-optimizer"],
+                                         explicit))
+    assert by_name["layout"] == by_options["layout"]
+    assert by_name["step_time_median_s"] == by_options["step_time_median_s"]
+    assert main(["simulate", "--topology", "preset:dgx_h100_ib,hosts=2", "--workers", "16",
+                 "--workload", "llama3_8b", "--strategy", "fsdp", "--stack",
+                 "nemo-24.09"]) == 2
+    assert "--stack" in capsys.readouterr().err
+
+
 def test_recommend_searches_every_layout_with_the_stack_a_user_states(tmp_path):
     """A user whose stack overlaps its tensor-parallel collectives and parameter gathers
     (NeMo's recipes, Megatron-LM's 2024 runs) says so: every model-parallel candidate runs

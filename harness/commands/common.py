@@ -27,6 +27,11 @@ def results_option(func: F) -> F:
 #: a stack's mechanisms (harness.core.layout.MECHANISMS), the same options wherever a
 #: layout is simulated: of one layout (simulate), of every layout searched (recommend)
 MECHANISM_OPTIONS = (
+    click.option("--stack", "stack_name", default=None, metavar="NAME",
+                 help="The mechanisms of a stack as a published run used them: nemo-24.09, "
+                      "megatron-lm-2024, megatron-core-0.8, bigscience-megatron-deepspeed "
+                      "(the device corpus's 'stacks'); the options below given beside it "
+                      "override it one by one."),
     click.option("--context-comm", type=click.Choice(["ring", "all-gather"]), default="ring",
                  show_default=True,
                  help="How context ranks share keys and values: a ring passing K/V blocks "
@@ -67,6 +72,37 @@ def mechanism_options(func: F) -> F:
     for option in reversed(MECHANISM_OPTIONS):
         func = option(func)
     return func
+
+
+def stated_mechanisms(stack_name: str | None, capabilities: bool = True,
+                      **options: Any) -> tuple[dict[str, Any], str]:
+    """The mechanisms a command runs with, and the named stack's description ('' without
+    one): ``--stack``'s (a published run's), then each mechanism option given on the
+    command line over it; without ``--stack``, every option as given or defaulted.
+    ``capabilities``: also whether the stack splits along the sequence and recomputes
+    selectively (recommend's; simulate states those per layout). InputError, one line, for
+    an unknown stack or value."""
+    from click.core import ParameterSource
+
+    from harness.core.errors import InputError
+    from harness.core.layout import MECHANISMS, stack_mechanisms
+
+    try:
+        if stack_name is None:
+            return stack_mechanisms(**options), ""
+        from harness.validate.devices import named_stack
+
+        base, about = named_stack(stack_name)
+        ctx = click.get_current_context()
+        given = {name: value for name, value in options.items()
+                 if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE}
+        merged = base | stack_mechanisms(**given)
+    except ValueError as exc:
+        raise InputError(f"--stack: {exc}" if stack_name and "stack" in str(exc)
+                         else str(exc)) from None
+    if not capabilities:
+        merged = {k: v for k, v in merged.items() if k in MECHANISMS}
+    return merged, about
 
 
 def positive_int(name: str) -> click.IntRange:

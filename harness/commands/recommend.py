@@ -7,12 +7,13 @@ from typing import Any
 import click
 
 from harness.commands.common import (
+    info,
     json_option,
     mechanism_options,
     print_json,
     results_option,
+    stated_mechanisms,
 )
-from harness.core.layout import stack_mechanisms
 from harness.core.paths import results_dir
 from workloads.optimizers import OPTIMIZER_SLOTS
 from workloads.precision import PRECISIONS as PRECISION_NAMES
@@ -94,6 +95,9 @@ def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple
     )
     from harness.sim.preset import is_system_path
 
+    mechanisms, named = stated_mechanisms(**stack)
+    if named and not as_json:
+        info(f"stack {named}")
     targets = (*targets, *(f"preset:{s if is_system_path(s) else './' + s}" for s in systems))
     read_as = _how_read(targets)
     frame = recommend_from_store(results_dir(results), workloads=workloads, targets=targets,
@@ -102,16 +106,14 @@ def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple
                                  deadline_s=None if deadline is None else deadline * 3600,
                                  min_efficiency=min_efficiency, device=device,
                                  precision=precision, global_batch=global_batch,
-                                 optimizer=optimizer, mechanisms=stack_mechanisms(**stack))
+                                 optimizer=optimizer, mechanisms=mechanisms)
     if as_json:
         print_json({"verdicts": frame.attrs.get("verdicts", []),
-                    "mechanisms": frame.attrs.get("mechanisms", ""),
+                    "mechanisms": frame.attrs.get("mechanisms", ""), "stack": named,
                     "ranking": to_records(frame),
                     "sweep": frame.attrs.get("sweep", []),
                     "missing": frame.attrs.get("missing", []), "read_as": read_as})
     else:
-        from harness.commands.common import info
-
         for line in read_as:
             info(line)
         click.echo(format_table(frame))

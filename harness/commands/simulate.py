@@ -14,6 +14,7 @@ from harness.commands.common import (
     mechanism_options,
     print_json,
     results_option,
+    stated_mechanisms,
 )
 from harness.core.errors import InputError
 from harness.core.paths import results_dir
@@ -236,15 +237,12 @@ def _deployed(profile: Any, names: list[str] | str, ps_shards: int | None,
 def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tensor: int | None,
             microbatches: int | None, schedule: str, virtual: int | None = None,
             sequence_parallel: bool = False, distributed_optimizer: bool = False,
-            grad_reduce: str = "overlapped", context: int | None = None,
-            context_comm: str = "ring", expert: int | None = None,
-            p2p: str = "async", tp_overlap: bool = False,
-            param_gather_overlap: bool = False, grad_accumulation: str = "fused",
-            ep_overlap: bool = False) -> Any:
+            context: int | None = None, expert: int | None = None,
+            mechanisms: dict[str, Any] | None = None) -> Any:
     """The data x pipeline x tensor split of ``workers``; InputError if it does not divide.
     ``--strategy fsdp`` with a tensor-parallel degree: FSDP over the data axis (torchtitan's
-    2D)."""
-    from harness.core.layout import Layout, stack_mechanisms
+    2D). ``mechanisms``: the stack's (``stated_mechanisms``)."""
+    from harness.core.layout import Layout
 
     fsdp = "fsdp" in strategies
     other = [s for s in strategies if s not in MODEL_PARALLEL and s != "fsdp"]
@@ -270,12 +268,7 @@ def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tenso
                   virtual=(virtual or 2) if schedule == "interleaved" else 1,
                   sequence_parallel=sequence_parallel,
                   zero=3 if fsdp else 1 if distributed_optimizer else 0,
-                  context=context or 1, expert=expert or 1,
-                  **stack_mechanisms(grad_reduce=grad_reduce, context_comm=context_comm,
-                                     p2p=p2p, tp_overlap=tp_overlap,
-                                     param_gather_overlap=param_gather_overlap,
-                                     grad_accumulation=grad_accumulation,
-                                     ep_overlap=ep_overlap))
+                  context=context or 1, expert=expert or 1, **(mechanisms or {}))
 
 
 def _simulate_layout(topology: str, workload: str | None, profile: str | None, results: Path,
@@ -541,7 +534,7 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
             stage_layers: str | None, microbatches: int | None, tensor: int | None, schedule: str,
             virtual_stages: int | None, context: int | None, context_comm: str,
             expert: int | None, p2p: str, tp_overlap: bool, param_gather_overlap: bool,
-            ep_overlap: bool,
+            ep_overlap: bool, stack_name: str | None,
             sequence_parallel: bool, distributed_optimizer: bool,
             grad_reduce: str, grad_accumulation: str,
             precision: str | None, channels_last: bool | None, fit_step: float | None,
@@ -577,19 +570,25 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
     model_parallel = bool(stages or tensor or context or expert
                           or set(strategies) & set(MODEL_PARALLEL))
     if not model_parallel and (virtual_stages or sequence_parallel or distributed_optimizer
-                               or stage_layers
+                               or stage_layers or stack_name
                                or recompute != "none" or grad_reduce != "overlapped"
                                or grad_accumulation != "fused"):
         raise InputError("--virtual-stages, --stage-layers, --sequence-parallel, "
-                         "--distributed-optimizer, --grad-reduce, --grad-accumulation and "
-                         "--recompute apply to a "
+                         "--distributed-optimizer, --grad-reduce, --grad-accumulation, "
+                         "--stack and --recompute apply to a "
                          "model-parallel layout: give "
                          "--stages, --tensor-parallel or --context-parallel")
     if model_parallel:
+        mechanisms, named = stated_mechanisms(
+            stack_name, capabilities=False, grad_reduce=grad_reduce,
+            context_comm=context_comm, p2p=p2p, tp_overlap=tp_overlap,
+            param_gather_overlap=param_gather_overlap, grad_accumulation=grad_accumulation,
+            ep_overlap=ep_overlap)
+        if named and not as_json:
+            info(f"stack {named}")
         layout = _layout(workers, strategies, stages, tensor, microbatches, schedule,
-                         virtual_stages, sequence_parallel, distributed_optimizer, grad_reduce,
-                         context, context_comm, expert, p2p, tp_overlap,
-                         param_gather_overlap, grad_accumulation, ep_overlap)
+                         virtual_stages, sequence_parallel, distributed_optimizer,
+                         context, expert, mechanisms)
         row = _simulate_layout(topology, workload, profile, results_dir(results), calib,
                                layout, global_batch, recompute, optimizer, microbatches,
                                precision, fit_step, stage_layers)

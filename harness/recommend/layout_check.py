@@ -18,14 +18,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.core.layout import mechanisms_of
 from harness.recommend.model_parallel import layouts_at
 from harness.recommend.targets import parse_targets
 from harness.sim import simulate_layout
 from harness.sim.calibration import Calibration, from_preset, merge
 from harness.sim.preset import load_preset
 from harness.sim.structure import layered
-from harness.validate.devices import Row, corpus, memory_reach
+from harness.validate.devices import Row, corpus, memory_reach, stack_of
 from harness.validate.layout_step import system_spec
 from workloads.precision import precision as find_precision
 
@@ -67,10 +66,7 @@ def check(row: Row) -> Pick:
     memory = load_preset(row.system).device.usable_memory_bytes
     rows = [r for r in layouts_at(model, target, row.gpus, row.global_batch, calibration,
                                   None, memory, row.optimizer, precision,
-                                  mechanisms_of(theirs)
-                                  | {"sequence_parallel": row.sequence_parallel is not False,
-                                     "selective_recompute": row.selective_recompute},
-                                  memory_reach().fraction)
+                                  stack_of(row), memory_reach().fraction)
             if r.get("status") == "ok"]
     best = min(rows, key=lambda r: float(r["step_time_median_s"])) if rows else None
     return Pick(row.id, row.gpus, row.global_batch / row.gpus / row.published_samples_per_gpu,

@@ -30,7 +30,7 @@ from statistics import median
 from typing import Any
 
 from harness.core.errors import SpecError
-from harness.core.layout import Layout
+from harness.core.layout import Layout, mechanisms_of
 from harness.sim.api import simulate
 from harness.sim.compute import fit_efficiency
 from harness.sim.device_model import (
@@ -218,6 +218,28 @@ def system_file_fits() -> dict[str, tuple[str, float]]:
         for group in entry["sets"]:
             out[group] = (row.id, fit_efficiency(_step_at(row), target))
     return out
+
+
+def stack_of(row: Row) -> dict[str, Any]:
+    """The mechanisms ``row``'s authors ran, as a layout search is given a stack
+    (``recommend``'s options): its layout's, and whether the stack splits norms along the
+    sequence and can recompute selectively."""
+    return mechanisms_of(row.layout()) | {
+        "sequence_parallel": row.sequence_parallel is not False,
+        "selective_recompute": row.selective_recompute}
+
+
+def named_stack(name: str) -> tuple[dict[str, Any], str]:
+    """A stack by name (the corpus file's ``stacks``: each a published run whose
+    mechanisms it is): (its mechanisms, what it is and which run). ValueError, one line,
+    naming the choices."""
+    rows, data = corpus()
+    stacks = data.get("stacks", {})
+    if name not in stacks:
+        raise ValueError(f"unknown stack {name!r} (choose from {', '.join(stacks)})")
+    entry = stacks[name]
+    (row,) = [r for r in rows if r.id == entry["row"]]
+    return stack_of(row), f"{name}: {entry['about']} (as {row.id} ran)"
 
 
 @dataclass(frozen=True)
