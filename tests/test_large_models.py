@@ -560,6 +560,18 @@ def test_the_405b_pick_keeps_the_headroom_published_runs_kept_and_is_metas_split
     assert "layers=7,8x14,7" in roomy["layout"]
 
 
+def test_tensor_groups_divide_the_host():
+    """A tensor degree that does not divide the host (3 or 6 of 8 GPUs) would straddle two
+    hosts; the search tries the divisors of both the heads and the host only."""
+    from harness.recommend.model_parallel import candidate_layouts
+
+    model = layered("transformer:layers=8,hidden=6144,heads=48,vocab=32000,seq=2048",
+                    PRECISIONS["bf16"])
+    tensors = {layout.tensor for layout in candidate_layouts(model, 48, 8, 48)}
+    assert tensors == {1, 2, 4, 8}
+    assert {layout.tensor for layout in candidate_layouts(model, 72, 72, 72)} >= {3, 6, 12}
+
+
 def test_a_split_beyond_the_published_headroom_is_called_tight():
     """Where no layout of a kind keeps the headroom, the fastest that fits stays, and the
     answer says how full it is beside the fullest published run."""

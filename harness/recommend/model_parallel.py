@@ -70,7 +70,11 @@ def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
     stack = SEARCH_DEFAULTS | dict(mechanisms or {})
     sequence_parallel = bool(stack.pop("sequence_parallel"))
     stack.pop("selective_recompute")  # what the step recomputes: layouts_at's
-    tensors = [t for t in _divisors(model.heads) if t <= per_host] if model.heads else [1]
+    # tensor groups inside a host, dividing it: a group of 3 or 6 on 8-GPU hosts straddles
+    # two, its all-reduces leaving NVLink every layer, and Megatron's --tp-comm-overlap
+    # (userbuffers over CUDA IPC) needs the group on one host; no published run does either
+    tensors = ([t for t in _divisors(model.heads) if per_host % t == 0] if model.heads
+               else [1])
     blocks = len(model.blocks)
     out = []
     for tensor in tensors:
