@@ -84,6 +84,26 @@ def test_a_nightly_card_searches_with_its_targets_stack(tmp_path):
     assert "tp overlap" in after["headline"] and "param gather overlap" in after["headline"]
 
 
+def test_a_targets_stack_may_name_a_published_stack_and_override_it(tmp_path):
+    """``stack = "name"`` is recommend's --stack; ``{ like = "name", ... }`` overrides it
+    mechanism by mechanism, as options beside --stack do."""
+    from harness.validate.devices import named_stack, resolve_stack
+
+    path = tmp_path / "named.toml"
+    path.write_text(PROJECT.replace('target = "local"',
+                                    'target = "local"\nstack = "nemo-24.09"'))
+    (goal,) = load_project(path).targets
+    assert dict(goal.stack) == {"like": "nemo-24.09"}
+    assert resolve_stack(dict(goal.stack)) == named_stack("nemo-24.09")[0]
+    path.write_text(PROJECT.replace(
+        'target = "local"',
+        'target = "local"\nstack = { like = "nemo-24.09", tp_overlap = false }'))
+    (goal,) = load_project(path).targets
+    mechanisms = resolve_stack(dict(goal.stack))
+    assert mechanisms["tp_overlap"] is False and mechanisms["param_gather_overlap"] is True
+    assert "like nemo-24.09" in goal.describe()
+
+
 def test_the_default_suite_is_the_checked_in_example():
     from harness.commands.bench import SIM_TARGETS
     from harness.commands.run import SUITES
@@ -111,6 +131,10 @@ def test_the_default_suite_is_the_checked_in_example():
      "targets[0].stack: overlap_all is not a stack mechanism"),
     (PROJECT.replace('target = "local"', 'target = "local"\nstack = { p2p = "sometimes" }'),
      "targets[0].stack: p2p 'sometimes' (choose from async, blocking)"),
+    (PROJECT.replace('target = "local"', 'target = "local"\nstack = "nemo"'),
+     "targets[0].stack: unknown stack 'nemo' (choose from nemo-24.09,"),
+    (PROJECT.replace('target = "local"', 'target = "local"\nstack = { like = 3 }'),
+     "targets[0].stack.like must be a stack's name, not 3"),
 ])
 def test_a_malformed_project_file_is_one_line_naming_the_key_and_exit_2(tmp_path, capsys,
                                                                         text, key):

@@ -193,6 +193,13 @@ def _check_project(project: Project) -> None:
             raise InputError(f"{where}: targets[{i}].global_batch applies to described "
                              f"clusters (a topology or preset:...); {goal.target} trains at "
                              f"its runs' batches")
+        if goal.stack:
+            from harness.validate.devices import resolve_stack
+
+            try:
+                resolve_stack(dict(goal.stack))
+            except ValueError as exc:
+                raise InputError(f"{where}: targets[{i}].stack: {exc}") from None
         if goal.device is not None:
             from harness.sim.preset import load_preset
 

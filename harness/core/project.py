@@ -19,7 +19,9 @@ recommended for which clusters within which budget.
     device = "dgx_a100"               # a preset or system file whose devices it has
     budget = 500.0                    # USD; or deadline = 24.0 (hours)
     stack = { tp_overlap = true }     # optional: the mechanisms of the stack you run
-                                      # (recommend's --tp-overlap, --grad-reduce, ...)
+                                      # (recommend's --tp-overlap, --grad-reduce, ...), or
+                                      # a stack by name (recommend's --stack): "nemo-24.09",
+                                      # or { like = "nemo-24.09", tp_overlap = false }
 
 Like asv's ``asv.conf.json``: the file names the question, the results directory keeps the
 answers across nights. Read and checked here (keys, types, clusters, workload files); the
@@ -122,7 +124,8 @@ _KEYS: dict[str, tuple[type, ...]] = {
     "id": (str,)}
 _TARGET_KEYS: dict[str, tuple[type, ...]] = {
     "target": (str,), "budget": (int, float), "deadline": (int, float), "device": (str,),
-    "samples": (int, float), "precision": (str,), "global_batch": (int,), "stack": (dict,)}
+    "samples": (int, float), "precision": (str,), "global_batch": (int,),
+    "stack": (dict, str)}
 #: what a target's ``precision`` may name: workloads.precision's
 TARGET_PRECISIONS = tuple(PRECISIONS)
 
@@ -239,9 +242,20 @@ def parse_project(data: dict[str, Any], path: Path, table: str) -> Project:
         id=data.get("id"))
 
 
-def _stack(table: dict[str, Any], where: str) -> tuple[tuple[str, Any], ...]:
-    """A target's ``stack`` table, checked as recommend's options are: each key a mechanism,
-    each value one of its choices (true or false for an overlap)."""
+def _stack(value: dict[str, Any] | str, where: str) -> tuple[tuple[str, Any], ...]:
+    """A target's ``stack``, checked as recommend's options are: a table, each key a
+    mechanism, each value one of its choices (true or false for an overlap), and ``like``
+    naming a stack they override; or a stack's name alone. A name is kept as ``like``
+    and resolved, and checked, where the published stacks are known
+    (``harness.validate.devices.resolve_stack``)."""
+    table = {"like": value} if isinstance(value, str) else dict(value)
+    like = table.pop("like", None)
+    if like is not None and not isinstance(like, str):
+        raise InputError(f"{where}.stack.like must be a stack's name, not {like!r}")
+    return ((("like", like),) if like is not None else ()) + _mechanisms(table, where)
+
+
+def _mechanisms(table: dict[str, Any], where: str) -> tuple[tuple[str, Any], ...]:
     for name, value in table.items():
         kind = (bool if name in SEARCH_DEFAULTS or isinstance(getattr(Layout(), name, None), bool)
                 else str)

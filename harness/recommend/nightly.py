@@ -46,11 +46,13 @@ def card_frame(measured: pd.DataFrame, tables: dict[str, Any], project: Project,
     """The recommender's table for one workload on one of the project's targets, under that
     target's goal; ``recommender.Unanswered`` where there is no answer."""
     from harness.recommend.recommender import recommend
+    from harness.validate.devices import resolve_stack
 
     return recommend(
         measured, workloads=[resolved_workload(workload, project)], targets=[goal.target],
         samples=goal.samples or project.samples, budget=goal.budget_usd, device=goal.device,
-        precision=goal.precision, global_batch=goal.global_batch, mechanisms=dict(goal.stack),
+        precision=goal.precision, global_batch=goal.global_batch,
+        mechanisms=resolve_stack(dict(goal.stack)),
         deadline_s=None if goal.deadline_hours is None else goal.deadline_hours * 3600,
         **tables)
 

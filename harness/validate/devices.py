@@ -242,6 +242,16 @@ def named_stack(name: str) -> tuple[dict[str, Any], str]:
     return stack_of(row), f"{name}: {entry['about']} (as {row.id} ran)"
 
 
+def resolve_stack(stated: dict[str, Any]) -> dict[str, Any]:
+    """A project target's stack as the search takes it: the stack ``like`` names
+    (``named_stack``), with the mechanisms stated beside it over it. ValueError, one line,
+    for an unknown name."""
+    rest = {k: v for k, v in stated.items() if k != "like"}
+    if "like" not in stated:
+        return rest
+    return named_stack(str(stated["like"]))[0] | rest
+
+
 @dataclass(frozen=True)
 class MemoryReach:
     """How full the published model-parallel runs' devices are by this memory model: the
