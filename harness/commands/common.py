@@ -81,25 +81,24 @@ def stated_mechanisms(stack_name: str | None, capabilities: bool = True,
     command line over it; without ``--stack``, every option as given or defaulted.
     ``capabilities``: also whether the stack splits along the sequence and recomputes
     selectively (recommend's; simulate states those per layout). InputError, one line, for
-    an unknown stack or value."""
+    an unknown stack (click has checked every option's value)."""
     from click.core import ParameterSource
 
     from harness.core.errors import InputError
     from harness.core.layout import MECHANISMS, stack_mechanisms
 
-    try:
-        if stack_name is None:
-            return stack_mechanisms(**options), ""
-        from harness.validate.devices import named_stack
+    if stack_name is None:
+        return stack_mechanisms(**options), ""
+    from harness.validate.devices import named_stack
 
+    try:
         base, about = named_stack(stack_name)
-        ctx = click.get_current_context()
-        given = {name: value for name, value in options.items()
-                 if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE}
-        merged = base | stack_mechanisms(**given)
     except ValueError as exc:
-        raise InputError(f"--stack: {exc}" if stack_name and "stack" in str(exc)
-                         else str(exc)) from None
+        raise InputError(f"--stack: {exc}") from None
+    ctx = click.get_current_context()
+    given = {name: value for name, value in options.items()
+             if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE}
+    merged = base | stack_mechanisms(**given)
     if not capabilities:
         merged = {k: v for k, v in merged.items() if k in MECHANISMS}
     return merged, about

@@ -226,6 +226,7 @@ def _fastest_per_kind(options: list[tuple[Layout, str]], model: LayeredModel, ta
     pipeline scheduled); one whose bound already exceeds its kind's best step is skipped,
     so the answer is the one simulating every option gives (a test compares them)."""
     from harness.sim import layout_step_bound, simulate_layout
+
     bounds = [layout_step_bound(target.spec, model, layout, batch, calibration,
                                 step_compute_s=step_compute_s, recompute=how,
                                 precision=precision) for layout, how in options]

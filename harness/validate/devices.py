@@ -220,6 +220,12 @@ def system_file_fits() -> dict[str, tuple[str, float]]:
     return out
 
 
+def row_by_id(row_id: str) -> Row:
+    """The corpus row ``row_id`` names."""
+    (row,) = [r for r in corpus()[0] if r.id == row_id]
+    return row
+
+
 def stack_of(row: Row) -> dict[str, Any]:
     """The mechanisms ``row``'s authors ran, as a layout search is given a stack
     (``recommend``'s options): its layout's, and whether the stack splits norms along the
@@ -233,12 +239,11 @@ def named_stack(name: str) -> tuple[dict[str, Any], str]:
     """A stack by name (the corpus file's ``stacks``: each a published run whose
     mechanisms it is): (its mechanisms, what it is and which run). ValueError, one line,
     naming the choices."""
-    rows, data = corpus()
-    stacks = data.get("stacks", {})
+    stacks = corpus()[1].get("stacks", {})
     if name not in stacks:
         raise ValueError(f"unknown stack {name!r} (choose from {', '.join(stacks)})")
     entry = stacks[name]
-    (row,) = [r for r in rows if r.id == entry["row"]]
+    row = row_by_id(entry["row"])
     return stack_of(row), f"{name}: {entry['about']} (as {row.id} ran)"
 
 

@@ -81,8 +81,7 @@ def rows_of(table: dict[str, Any]) -> list[Measured]:
 
 def stack_row(data: dict[str, Any]) -> devices.Row:
     """The corpus row whose stack the sweep ran (BigScience's Megatron-DeepSpeed)."""
-    rows, _ = devices.corpus()
-    return next(r for r in rows if r.id == data["stack_of"])
+    return devices.row_by_id(data["stack_of"])
 
 
 def simulate(table: dict[str, Any], row: Measured, stack: devices.Row) -> dict[str, float]:
