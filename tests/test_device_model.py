@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -19,7 +20,11 @@ from harness.sim import simulate, simulate_layout
 from harness.sim.calibration import Calibration
 from harness.sim.device_model import device_rate, gemm_precision, gemm_seconds
 from harness.sim.layered import Layout
-from harness.sim.memory import model_parallel_memory
+from harness.sim.memory import (
+    kept_activations,
+    model_parallel_memory,
+    replica_activation_bytes,
+)
 from harness.sim.preset import load_preset
 from harness.sim.structure import layered
 from harness.validate import devices
@@ -261,6 +266,46 @@ def test_a_layout_that_does_not_fit_says_so_with_the_bytes():
     assert out["status"] == "does not fit"
     assert "needs" in out["reason"] and "of 80 GB per device" in out["reason"]
     assert out["memory_per_device_bytes"] > 80e9
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_whole_replica_keeps_what_a_one_way_layout_keeps(fused):
+    """One memory model: data-parallel candidates and model-parallel layouts count a
+    replica's activations alike."""
+    model = layered(GPT_22B, PRECISIONS["bf16"])
+    one_way = model_parallel_memory(model, Layout(), 1, precision=PRECISIONS["bf16"],
+                                    fused_attention=fused)
+    assert replica_activation_bytes(model, fused) == pytest.approx(one_way.activations)
+
+
+def test_a_replica_keeps_activations_at_its_precision_and_fused_attention_keeps_no_scores():
+    fp32 = kept_activations(GPT_22B, None, PRECISIONS["fp32"], False)
+    bf16 = kept_activations(GPT_22B, None, PRECISIONS["bf16"], False)
+    fused = kept_activations(GPT_22B, None, PRECISIONS["bf16"], True)
+    assert fp32 is not None and bf16 is not None and fused is not None
+    # half the bytes, but the dropout masks (a byte each) and the fp32 softmax of the loss
+    assert 0.5 < bf16 / fp32 < 0.6
+    assert fused < 0.3 * bf16  # s=2048, 64 heads: the scores are most of it
+    no_dropout = GPT_22B.replace("dropout=0.1", "dropout=0")  # the profile counts no masks
+    stated = workload_facts(no_dropout).activation_bytes_per_sample
+    assert kept_activations(no_dropout, None, PRECISIONS["fp32"], False) == pytest.approx(stated)
+    # a workload without layers here: the stated fp32 count at the precision's width
+    assert kept_activations("resnet50", 100.0, PRECISIONS["bf16"], True) == pytest.approx(50.0)
+    assert kept_activations("resnet50", None, PRECISIONS["bf16"], True) is None
+
+
+def test_simulate_says_a_data_parallel_replica_does_not_fit_with_the_bytes():
+    llama3_8b = f"hf:{Path(__file__).parent / 'fixtures' / 'hf' / 'llama3_8b_config.json'}"
+    proc = stratbench("simulate", "--topology", "preset:dgx_h100_ib,hosts=1", "--workers", "8",
+                      "--workload", f"{llama3_8b},seq=8192", "--precision", "bf16", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["strategy"]: r for r in json.loads(proc.stdout)}
+    ring = rows["allreduce_ring"]  # 16 bytes a parameter: 128 GB before any activation
+    assert ring["status"] == "does not fit" and "of 80 GB per device" in ring["reason"]
+    assert ring["memory_per_device_bytes"] > 16 * 8.0e9
+    fsdp = rows["fsdp"]  # sharded 8 ways: 16 GB of state, the activations in bf16, fused
+    assert fsdp["status"] == "ok"
+    assert 16e9 < fsdp["memory_per_device_bytes"] < 80e9 - fsdp["memory_reserved_bytes"]
 
 
 def test_recommend_takes_a_precision_and_finds_a_layout_that_fits_for_llama3_70b():

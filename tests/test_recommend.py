@@ -619,7 +619,7 @@ def test_a_sparse_model_accumulating_micro_batches_pushes_the_rows_they_all_touc
 def test_a_global_batch_is_every_layouts_step():
     from harness.recommend.recommender import recommend as answer
 
-    long = "transformer:layers=8,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=32000,seq=8192"
+    long = "transformer:layers=32,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=32000,seq=8192"
     frame = answer(pd.DataFrame(), workloads=[long], targets=["preset:dgx_h100_ib,hosts=4"],
                    precision="bf16", global_batch=64)
     sweep = pd.DataFrame(frame.attrs["sweep"])

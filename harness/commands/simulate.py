@@ -424,18 +424,26 @@ def _tight(r: dict[str, Any]) -> str:
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
+    from harness.core.units import format_bytes
+
+    sized = any("memory_per_device_bytes" in r for r in rows)  # a described device's
     lines = [f"{'strategy':<28}{'step ms':>10}{'exposed comm ms':>17}{'samples/s':>12}"
-             f"{'efficiency':>12}{'MB/worker':>11}  note"]
+             f"{'efficiency':>12}{'MB/worker':>11}" + (f"{'mem/device':>12}" if sized else "")
+             + "  note"]
     for r in sorted(rows, key=lambda r: (r["status"] != "ok", r["step_time_median_s"]
                                          if r["status"] == "ok" else math.inf)):
+        memory = (f"{format_bytes(r['memory_per_device_bytes']):>12}"
+                  if "memory_per_device_bytes" in r else f"{'':>12}") if sized else ""
         if r["status"] != "ok":
-            lines.append(f"{r['strategy']:<28}{'-':>10}{'':>17}{'':>12}{'':>12}{'':>11}  "
-                         f"{r['status']}: {r['reason']}")
+            said = (r["reason"] if str(r["reason"]).startswith(r["status"])
+                    else f"{r['status']}: {r['reason']}")
+            lines.append(f"{r['strategy']:<28}{'-':>10}{'':>17}{'':>12}{'':>12}{'':>11}"
+                         f"{memory}  {said}")
             continue
         lines.append(f"{r['strategy']:<28}{r['step_time_median_s'] * 1e3:>10.2f}"
                      f"{r['exposed_comm_s'] * 1e3:>17.2f}{r['throughput_samples_s']:>12.0f}"
                      f"{r['scaling_efficiency']:>12.2f}{r['bytes_per_worker'] / 1e6:>11.1f}"
-                     f"  {r.get('calibration_sources', '')}")
+                     f"{memory}  {r.get('calibration_sources', '')}")
     return "\n".join(lines)
 
 

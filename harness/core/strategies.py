@@ -243,6 +243,22 @@ def library(framework: str) -> CommLibrary:
 #: Model-parallel strategies split one model: they run only when named, on models with layers.
 MODEL_PARALLEL = tuple(s.name for s in STRATEGIES if s.exchange in ("pipeline", "tensor"))
 
+
+def exchange_kind(framework: str, name: str) -> str:
+    """none | allreduce | central | parameter_server | sharded | embedding | model_parallel,
+    from the strategy records (a simulator name: the exchange of the real strategies it
+    models): what a replica of it holds in memory follows from this."""
+    if name in ("single_device", "one_device"):
+        return "none"
+    if name in MODEL_PARALLEL or "+" in name:
+        return "model_parallel"
+    if framework == "sim":
+        kinds = [s.exchange for s in STRATEGIES if s.simulates(name)]
+        return kinds[0] if kinds else "allreduce"
+    record = strategy(framework, name)
+    return record.exchange if record else "allreduce"
+
+
 #: Strategies that fit one family of models run only when named, never under 'all'.
 NAMED_ONLY = (*MODEL_PARALLEL,
               *(s.name for s in STRATEGIES if s.exchange == "embedding"))

@@ -12,7 +12,7 @@ Pure functions over DataFrames: no framework, no run.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
@@ -28,8 +28,10 @@ from harness.calibrate.workload import (
 )
 from harness.core.errors import InputError
 from harness.core.layout import largest_divisor
+from harness.core.strategies import exchange_kind
 from harness.predict.emulated import emulated_strategies, predict_emulated
 from harness.recommend.targets import Target, device_counts, device_kind
+from harness.sim.api import activations_on_device
 from harness.sim.profile import WorkloadProfile
 
 NAN = float("nan")
@@ -64,24 +66,6 @@ class Context:
     # the stack's mechanisms every model-parallel candidate runs with (harness.core.layout.
     # MECHANISMS, as stated; the rest Layout's defaults)
     mechanisms: dict[str, Any] = field(default_factory=dict)
-
-
-def exchange_kind(framework: str, strategy: str) -> str:
-    """none | allreduce | central | parameter_server | sharded | embedding | model_parallel,
-    from the strategy records (a simulator name: the exchange of the real strategies it
-    models)."""
-    from harness.core.strategies import MODEL_PARALLEL, STRATEGIES
-    from harness.core.strategies import strategy as find_strategy
-
-    if strategy in ("single_device", "one_device"):
-        return "none"
-    if strategy in MODEL_PARALLEL or "+" in strategy:
-        return "model_parallel"
-    if framework == "sim":
-        kinds = [s.exchange for s in STRATEGIES if s.simulates(strategy)]
-        return kinds[0] if kinds else "allreduce"
-    record = find_strategy(framework, strategy)
-    return record.exchange if record else "allreduce"
 
 
 def runs_as(model: str, device: str, hosts: int = 1, zero: int = 0) -> str:
@@ -325,6 +309,9 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
                         else f"compute from FLOPs on the {device} device")
         if facts.ops:
             checked = published_check(device, ctx.precision)
+        # activations as the device keeps them: every candidate's memory reads this
+        facts = replace(facts, activation_bytes_per_sample=activations_on_device(
+            facts, calibration, facts.label))
     elif facts.step_compute_s is not None:
         compute_s, compute_note = facts.step_compute_s, "compute stated by the profile"
     else:
@@ -337,8 +324,6 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
     price, basis = _price(ctx, target, measured_here=device is None)
     profile = with_device_update(facts.at(step_compute_s=compute_s), calibration)
     if ctx.precision is not None:
-        from dataclasses import replace
-
         from workloads.precision import precision as find_precision
 
         profile = replace(profile, bytes_per_element=find_precision(ctx.precision).value_bytes)
@@ -354,7 +339,7 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
                   source="simulated", device_memory_bytes=device_memory(target, ctx, 1),
                   price_per_device_hour=price, price_basis=basis, compute_note=compute_note)
            | _accumulation(single_facts, single_times)]
-    checkpointed = _checkpointed_activations(facts)
+    checkpointed = _checkpointed_activations(facts, calibration)
     for n in [c for c in device_counts(target) if c > 1]:
         share = _per_replica(facts, profile, ctx.global_batch, n)
         if share is None:  # the global batch does not split over n replicas
@@ -430,8 +415,6 @@ def _simulated(spec: str, n: int, strategies: list[str], profile: WorkloadProfil
     ``times`` of them, the strategies that exchange once a step exchange the sum of their
     gradients (``WorkloadProfile.drawing``: a sparse one touches more rows) and, where the
     device model times the update, apply it (torch's sum keeps every micro-batch's rows)."""
-    from dataclasses import replace
-
     from harness.sim import simulate
     from harness.sim.calibration import compute_seconds, device_step
     from harness.sim.step_model import EXCHANGES_EVERY_MICROBATCH
@@ -534,10 +517,10 @@ def _fitting_strategies(ctx: Context, facts: WorkloadProfile, target: Target, n:
     return fitting, too_big
 
 
-def _checkpointed_activations(facts: WorkloadProfile) -> float | None:
+def _checkpointed_activations(facts: WorkloadProfile, calibration: Any) -> float | None:
     """Bytes one sample keeps under activation checkpointing of every layer: its layers'
-    inputs, plus one layer's whole activations during its backward; None for a workload
-    without layers here."""
+    inputs, plus one layer's whole activations during its backward (on a described device,
+    as it keeps them: ``activations_on_device``); None for a workload without layers here."""
     from harness.sim.memory import checkpointed_activation_bytes
     from harness.sim.structure import layered
     from workloads import WorkloadError
@@ -546,6 +529,8 @@ def _checkpointed_activations(facts: WorkloadProfile) -> float | None:
         model = layered(facts.label)
     except WorkloadError:
         return None
+    if calibration is not None and calibration.device is not None:
+        return activations_on_device(facts, calibration, facts.label, checkpointed=True)
     return checkpointed_activation_bytes(model)
 
 
@@ -555,8 +540,6 @@ def _checkpointed_fsdp(ctx: Context, facts: WorkloadProfile, target: Target, n: 
     """FSDP with every layer checkpointed and wrapped (torchtitan's default for large
     models): the row and the point's memory, or None when even that does not fit. The
     forward runs twice; each block is one FSDP unit (the profile's ``unit_params``)."""
-    from dataclasses import replace
-
     from harness.sim import simulate
     from harness.sim.memory import data_parallel_memory
 

@@ -33,7 +33,7 @@ from harness.calibrate.links import probed_networks
 from harness.calibrate.workload import row_names, workload_facts
 from harness.core.errors import InputError
 from harness.core.layout import mechanisms_in_words
-from harness.core.strategies import GPU, WEIGHT_TOLERANCE, stacks_running
+from harness.core.strategies import GPU, WEIGHT_TOLERANCE, exchange_kind, stacks_running
 from harness.core.units import (
     compare,
     format_bytes,
@@ -47,7 +47,6 @@ from harness.recommend import decide
 from harness.recommend.candidates import (
     Context,
     bandwidth_bits,
-    exchange_kind,
     measured_points,
     predicted_points,
     topology_points,

@@ -26,7 +26,12 @@ from harness.sim.collectives import (
 )
 from harness.sim.engine import MODES, run_collective
 from harness.sim.layered import LayeredModel, Layout, recompute_mode
-from harness.sim.memory import model_parallel_memory, optimizer_slots
+from harness.sim.memory import (
+    data_parallel_memory,
+    kept_activations,
+    model_parallel_memory,
+    optimizer_slots,
+)
 from harness.sim.model_parallel_step import model_parallel_step, step_lower_bound
 from harness.sim.profile import WorkloadProfile
 from harness.sim.ps import central_storage, ps_sync
@@ -120,8 +125,36 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
         except TopologyError as exc:
             rows.append(base | _unavailable(str(exc)))
             continue
-        rows.append(base | _row(result, single, profile.batch_per_replica, calib))
+        row = base | _row(result, single, profile.batch_per_replica, calib)
+        rows.append(row | _replica_memory(profile, calib, sim, workers, workload, row))
     return rows
+
+
+def _replica_memory(profile: WorkloadProfile, calib: cal.Calibration, strategy: str,
+                    workers: int, workload: str | None, row: dict[str, Any]
+                    ) -> dict[str, Any]:
+    """A data-parallel strategy's memory on a described device, and ``does not fit`` where
+    it needs more than the device has: what the recommender judges its candidates by
+    (``sim.memory.data_parallel_memory``, activations by ``kept_activations``); nothing
+    where no device is described."""
+    from harness.core.strategies import exchange_kind
+
+    if calib.device is None:
+        return {}
+    per_sample = activations_on_device(profile, calib, workload or profile.name,
+                                       checkpointed=profile.recomputed)
+    activations = (per_sample or 0.0) * profile.batch_per_replica
+    memory = data_parallel_memory(profile.params, exchange_kind("sim", strategy), workers,
+                                  optimizer_slots(profile.optimizer), activations,
+                                  dense_fraction=profile.dense_fraction,
+                                  table_gradient_bytes=profile.table_gradient_bytes)
+    fit = memory_fit(memory.total, calib)
+    out: dict[str, Any] = {
+        "memory_per_device_bytes": memory.total, "memory_activations_bytes": activations,
+        "memory_reserved_bytes": fit.reserved, "device_memory_bytes": fit.capacity}
+    if not fit.fits and row.get("status") == "ok":
+        out |= {"status": "does not fit", "reason": fit.reason}
+    return out
 
 
 def simulate_layout(topology_spec: str, model: LayeredModel, layout: Layout,
@@ -221,6 +254,20 @@ def memory_fit(needed: float, calib: cal.Calibration) -> MemoryFit:
     if device is None:
         return MemoryFit(needed, 0.0, NAN)
     return MemoryFit(needed, device.reserved_bytes, device.memory_bytes)
+
+
+def activations_on_device(profile: WorkloadProfile, calib: cal.Calibration, workload: str,
+                          checkpointed: bool = False) -> float | None:
+    """Bytes one sample of a whole replica keeps for backward on the calibration's device:
+    at the precision it computes in (its training precision where none is given), attention
+    fused as its framework runs it (``sim.memory.kept_activations``)."""
+    from harness.sim.device_model import training_precision
+    from workloads.precision import precision as find_precision
+
+    assert calib.device is not None
+    at = find_precision(calib.precision or training_precision(calib.device))
+    return kept_activations(workload, profile.activation_bytes_per_sample, at,
+                            fuses_attention(calib), checkpointed)
 
 
 def fuses_attention(calib: cal.Calibration) -> bool:

@@ -129,12 +129,40 @@ def data_parallel_memory(params: float, exchange: str, replicas: int, slots: int
     return Memory(w, grads, 0.0 if exchange == "parameter_server" else o, activation_bytes)
 
 
-def checkpointed_activation_bytes(model: LayeredModel) -> float:
+def checkpointed_activation_bytes(model: LayeredModel, fused_attention: bool = False
+                                  ) -> float:
     """Bytes one sample keeps with every layer checkpointed (torch's activation checkpointing
     as FSDP and torchtitan wrap it): each layer's input, plus the whole activations of the one
     layer whose backward runs."""
     return (sum(layer.input_bytes_per_sample for layer in model.layers)
-            + max(layer.activation_bytes_per_sample for layer in model.layers))
+            + max(_split(layer, 1, fused_attention=fused_attention) for layer in model.layers))
+
+
+def replica_activation_bytes(model: LayeredModel, fused_attention: bool = False) -> float:
+    """Bytes one sample keeps for backward in a whole replica (no split, no recomputation):
+    the count a model-parallel layout's devices add up to, so data- and model-parallel
+    candidates are judged by one memory model."""
+    return sum(_split(layer, 1, fused_attention=fused_attention) for layer in model.layers)
+
+
+def kept_activations(workload: str, stated: float | None, precision: Precision,
+                     fused_attention: bool, checkpointed: bool = False) -> float | None:
+    """Bytes one sample of a whole data-parallel replica of ``workload`` keeps for backward
+    on a device training at ``precision``. Where the workload has layers here, their count
+    (``replica_activation_bytes``; ``checkpointed``: every layer checkpointed): activations
+    at the precision's width, a fused attention (torch's SDPA, FlashAttention) keeping no
+    T x T scores. Else the ``stated`` count, which ``workloads.costs`` keeps in fp32, at the
+    precision's width; None where neither is known."""
+    from harness.sim.structure import layered
+    from workloads import WorkloadError
+    from workloads.costs import ACTIVATION_BYTES
+
+    try:
+        model = layered(workload, precision)
+    except WorkloadError:
+        return None if stated is None else stated * precision.value_bytes / ACTIVATION_BYTES
+    return (checkpointed_activation_bytes(model, fused_attention) if checkpointed
+            else replica_activation_bytes(model, fused_attention))
 
 
 def model_parallel_memory(model: LayeredModel, layout: Layout, microbatch: int,
