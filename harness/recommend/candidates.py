@@ -494,18 +494,14 @@ def _fitting_strategies(ctx: Context, facts: WorkloadProfile, target: Target, n:
     and an unavailable row, saying by how much, for each that does not: memory is a
     formula, so a strategy that cannot hold the model is not simulated."""
     from harness.core.units import format_bytes
-    from harness.sim.memory import data_parallel_memory
+    from harness.sim.memory import replica_memory
     from harness.sim.strategies import EMBEDDING_SHARDING, expand_strategies
 
     cap = device_memory(target, ctx, n)
-    activations = (facts.activation_bytes_per_sample or 0.0) * facts.batch_per_replica
     fitting, too_big = [], []
     sparse = [EMBEDDING_SHARDING] if facts.embedding_row_bytes else []  # tables to shard
     for name in [*(name for _, name in expand_strategies("all")), *sparse]:
-        need = data_parallel_memory(facts.params, exchange_kind("sim", name), n,
-                                    ctx.optimizer_slots, activations,
-                                    dense_fraction=facts.dense_fraction,
-                                    table_gradient_bytes=facts.table_gradient_bytes).total
+        need = replica_memory(facts, "sim", name, n, ctx.optimizer_slots).total
         if not math.isfinite(cap) or need <= cap:
             fitting.append(name)
             continue
@@ -541,11 +537,11 @@ def _checkpointed_fsdp(ctx: Context, facts: WorkloadProfile, target: Target, n: 
     models): the row and the point's memory, or None when even that does not fit. The
     forward runs twice; each block is one FSDP unit (the profile's ``unit_params``)."""
     from harness.sim import simulate
-    from harness.sim.memory import data_parallel_memory
+    from harness.sim.memory import replica_memory
 
     cap = device_memory(target, ctx, n)
-    need = data_parallel_memory(facts.params, "sharded", n, ctx.optimizer_slots,
-                                per_sample * facts.batch_per_replica).total
+    need = replica_memory(replace(facts, activation_bytes_per_sample=per_sample), "sim",
+                          "fsdp", n, ctx.optimizer_slots).total
     if math.isfinite(cap) and need > cap:
         return None
     again = replace(profile,
@@ -563,14 +559,12 @@ def _model_parallel_rows(ctx: Context, facts: WorkloadProfile, target: Target,
     """Pipeline / tensor / hybrid layouts, when one replica does not fit a device and the
     workload has layers to cut (harness/recommend/model_parallel.py); [] otherwise."""
     from harness.recommend.model_parallel import best_layouts
-    from harness.sim.memory import OPTIMIZER_SLOTS, data_parallel_memory
+    from harness.sim.memory import OPTIMIZER_SLOTS, replica_memory
     from harness.sim.structure import layered
     from workloads import WorkloadError
 
     cap = device_memory(target, ctx, 1)
-    activations = (facts.activation_bytes_per_sample or 0.0) * facts.batch_per_replica
-    whole = data_parallel_memory(facts.params, "none", 1, ctx.optimizer_slots,
-                                 activations).total
+    whole = replica_memory(facts, "sim", "single_device", 1, ctx.optimizer_slots).total
     if not (math.isfinite(cap) and whole > cap):
         return []
     from workloads.precision import precision as find_precision

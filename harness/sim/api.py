@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from harness.core.errors import SpecError
@@ -27,10 +27,10 @@ from harness.sim.collectives import (
 from harness.sim.engine import MODES, run_collective
 from harness.sim.layered import LayeredModel, Layout, recompute_mode
 from harness.sim.memory import (
-    data_parallel_memory,
     kept_activations,
     model_parallel_memory,
     optimizer_slots,
+    replica_memory,
 )
 from harness.sim.model_parallel_step import model_parallel_step, step_lower_bound
 from harness.sim.profile import WorkloadProfile
@@ -135,22 +135,17 @@ def _replica_memory(profile: WorkloadProfile, calib: cal.Calibration, strategy: 
                     ) -> dict[str, Any]:
     """A data-parallel strategy's memory on a described device, and ``does not fit`` where
     it needs more than the device has: what the recommender judges its candidates by
-    (``sim.memory.data_parallel_memory``, activations by ``kept_activations``); nothing
+    (``sim.memory.replica_memory``, activations by ``kept_activations``); nothing
     where no device is described."""
-    from harness.core.strategies import exchange_kind
-
     if calib.device is None:
         return {}
     per_sample = activations_on_device(profile, calib, workload or profile.name,
                                        checkpointed=profile.recomputed)
-    activations = (per_sample or 0.0) * profile.batch_per_replica
-    memory = data_parallel_memory(profile.params, exchange_kind("sim", strategy), workers,
-                                  optimizer_slots(profile.optimizer), activations,
-                                  dense_fraction=profile.dense_fraction,
-                                  table_gradient_bytes=profile.table_gradient_bytes)
+    kept = replace(profile, activation_bytes_per_sample=per_sample)
+    memory = replica_memory(kept, "sim", strategy, workers, optimizer_slots(profile.optimizer))
     fit = memory_fit(memory.total, calib)
     out: dict[str, Any] = {
-        "memory_per_device_bytes": memory.total, "memory_activations_bytes": activations,
+        "memory_per_device_bytes": memory.total, "memory_activations_bytes": memory.activations,
         "memory_reserved_bytes": fit.reserved, "device_memory_bytes": fit.capacity}
     if not fit.fits and row.get("status") == "ok":
         out |= {"status": "does not fit", "reason": fit.reason}

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.core.errors import SpecError
+from harness.core.strategies import exchange_kind
 from harness.sim.layered import (
     Layer,
     LayeredModel,
@@ -34,6 +35,7 @@ from harness.sim.layered import (
     stage_layers,
 )
 from harness.sim.pipeline import in_flight_per_chunk
+from harness.sim.profile import WorkloadProfile
 from workloads.optimizers import OPTIMIZER_SLOTS
 from workloads.precision import FP32, Precision
 
@@ -127,6 +129,18 @@ def data_parallel_memory(params: float, exchange: str, replicas: int, slots: int
     grads = (g * copies if table_gradient_bytes is None
              else g * dense_fraction * copies + table_gradient_bytes)
     return Memory(w, grads, 0.0 if exchange == "parameter_server" else o, activation_bytes)
+
+
+def replica_memory(profile: WorkloadProfile, framework: str, strategy: str, replicas: int,
+                   slots: int) -> Memory:
+    """One replica of ``framework``'s ``strategy`` (a simulator name under "sim") among
+    ``replicas``, holding ``profile``'s batch per replica of its activations per sample:
+    what a strategy's exchange leaves on each device (``data_parallel_memory``)."""
+    return data_parallel_memory(
+        profile.params, exchange_kind(framework, strategy), replicas, slots,
+        (profile.activation_bytes_per_sample or 0.0) * profile.batch_per_replica,
+        GRADIENT_COPIES.get((framework, strategy), 1), dense_fraction=profile.dense_fraction,
+        table_gradient_bytes=profile.table_gradient_bytes)
 
 
 def checkpointed_activation_bytes(model: LayeredModel, fused_attention: bool = False
