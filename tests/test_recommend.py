@@ -490,7 +490,7 @@ def test_verdicts_name_strategies_that_run_on_the_targets_devices(target, device
     """A user acts on a framework's strategy that runs on their devices, not on a simulator
     name: on GPUs never TPUStrategy; on TPUs only strategies that train on TPUs; the
     simulator's name beside as what was simulated."""
-    from harness.core.strategies import strategy
+    from harness.core.strategies import TPU_STACK, strategy
 
     frame = recommend(pd.DataFrame(), workloads=["resnet50", "gpt2_xl"], targets=[target],
                       device=device)
@@ -501,6 +501,9 @@ def test_verdicts_name_strategies_that_run_on_the_targets_devices(target, device
             continue
         named = [part.strip() for part in str(row["runs_as"]).split(" or ") if part.strip()]
         for label in named:
+            if label == TPU_STACK:  # a sharded model on TPUs
+                assert kind == "tpu", (row["strategy"], label)
+                continue
             framework, _, rest = label.partition(" ")
             for name in rest.split(" + "):
                 assert kind in strategy(framework, name).devices, (row["strategy"], label)
@@ -512,6 +515,27 @@ def test_verdicts_name_strategies_that_run_on_the_targets_devices(target, device
             assert "tf tpu" not in text, text
         if "sim/" in text and "sim/single_device" not in text:
             assert "(simulated as sim/" in text or "no framework strategy runs it" in text
+
+
+def test_a_model_sharded_on_tpus_is_answered_with_the_stack_that_shards_it_there():
+    """No runner here shards a model on TPUs (TPUStrategy replicates it): a split or FSDP
+    candidate there names MaxText and the mesh axes that set it, and the runner-up is
+    another layout, not the same stack again."""
+    frame = recommend(pd.DataFrame(), workloads=["llama3_8b"], targets=["preset:tpu_v5p"],
+                      precision="bf16")
+    (verdict,) = frame.attrs["verdicts"]
+    assert verdict["status"] == "ok"
+    assert verdict["headline"].startswith("use MaxText (JAX) (simulated as sim/")
+    assert "next: MaxText (JAX) (simulated as sim/" in verdict["why"]
+    sharded = frame[(frame["framework"] == "sim") & frame["strategy"].isin(["fsdp"])
+                    | frame["strategy"].str.contains("pipeline|tensor")]
+    assert not sharded.empty and set(sharded["runs_as"]) == {"MaxText (JAX)"}
+    from harness.core.strategies import stacks_running
+
+    assert stacks_running(["data", "pipeline", "context"], "tpu") == (
+        "MaxText (JAX)", "MaxText (JAX) ici_data_parallelism, ici_pipeline_parallelism, "
+                         "ici_context_parallelism")
+    assert stacks_running(["data"], "tpu") == ("", "")  # TPUStrategy runs plain replicas
 
 
 def test_a_gpu_clusters_simulated_all_reduce_names_ddp_not_tpustrategy():

@@ -73,8 +73,12 @@ def runs_as(model: str, device: str, hosts: int = 1, zero: int = 0) -> str:
     ``device``s (cpu, gpu, tpu) of ``hosts`` hosts: those that train there and do what was
     simulated. ``zero``: how the layout's data axis holds model state (3: sharded, so its
     data-parallel part is FSDP, not DDP)."""
-    from harness.core.strategies import STACKS_FOR, running, stacks_running
+    from harness.core.strategies import STACKS_FOR, TPU, running, stacks_running
 
+    if device == TPU and (model == "fsdp" or model in ("pipeline", "tensor_parallel")
+                          or "+" in model):
+        # a sharded model on TPUs: no runner here splits one there (TPUStrategy replicates)
+        return stacks_running(model.split("+"), device)[0]
     if any(dim in STACKS_FOR for dim in model.split("+")):
         # context and expert parallelism: run by other stacks (Megatron-Core, torchtitan),
         # not by a runner here

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.core.strategies import LAYOUT_STACKS
 from harness.core.units import (
     compare,
     format_count,
@@ -96,10 +97,11 @@ def runnable(p: Point) -> bool:
 
 def run_name(p: Point) -> str:
     """What a user runs for a candidate: a simulated strategy by the one framework strategy
-    it stands for on those devices (``torch ddp``), else its own name."""
+    it stands for on those devices (``torch ddp``), else its own name (a stack that runs
+    many layouts, Megatron-Core or MaxText, is told apart by the layout)."""
     runs_as = p.get("runs_as")
     if p.get("framework") == "sim" and isinstance(runs_as, str) and runs_as \
-            and " or " not in runs_as:
+            and " or " not in runs_as and runs_as not in LAYOUT_STACKS:
         return runs_as
     return f"{p['framework']}/{p['strategy']}"
 

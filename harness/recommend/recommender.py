@@ -525,8 +525,11 @@ def format_table(frame: pd.DataFrame) -> str:
             lines.append("  (what to run: " + "; ".join(
                 f"{sim}: {real or 'no framework strategy on these devices'}"
                 for sim, real in runs.items()) + ")")
-            options = dict.fromkeys(stacks_running(sim.removeprefix("sim/").split("+"), GPU)[1]
-                                    for sim, real in runs.items() if real)
+            kinds = {f"sim/{r['strategy']}": r.get("device_kind") or GPU
+                     for r in group.to_dict("records") if r["framework"] == "sim"}
+            options = dict.fromkeys(
+                stacks_running(sim.removeprefix("sim/").split("+"), kinds[sim])[1]
+                for sim, real in runs.items() if real)
             lines += [f"  (set in those stacks: {o})" for o in options if o]
         if attrs.get("mechanisms") and any(
                 exchange_kind(r["framework"], r["strategy"]) == MODEL_PARALLEL
