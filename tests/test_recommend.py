@@ -371,6 +371,11 @@ def test_a_users_model_before_any_run_needs_a_run_or_a_declared_size(tmp_path):
                       targets=["preset:dgx_h100_ib,hosts=1"])
     (verdict,) = frame.attrs["verdicts"]
     assert verdict["status"] == "ok" and verdict["pick"]["source"] == "simulated"
+    # a user's torch module: only torch's strategies run it, never TensorFlow's
+    named = [label for r in frame.to_dict("records") if r["framework"] == "sim"
+             and isinstance(r.get("runs_as"), str) for label in r["runs_as"].split(" or ")
+             if label]
+    assert named and all(label.startswith("torch ") for label in named), named
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -409,6 +414,10 @@ def test_a_users_model_after_one_measured_run_is_recommended_on_a_preset_and_a_d
             assert measured["extra"]["operators"]
             ranking = json.loads(proc.stdout)["ranking"]
             assert all("device model" in r["compute_note"] for r in ranking), ranking[0]
+            # only the model's own framework's strategies run it
+            assert all(label.startswith(f"{framework} ") for r in ranking
+                       if isinstance(r.get("runs_as"), str)
+                       for label in r["runs_as"].split(" or ") if label), ranking
         assert math.isfinite(verdict["pick"]["train_time_s"])
         assert verdict["pick"]["cost_usd"] > 0
     sim = _cli("simulate", "--results", str(tmp_path), "--workload", workload, "--topology",

@@ -61,17 +61,19 @@ def workload_facts(text: str, measured: pd.DataFrame | None = None) -> WorkloadP
     if isinstance(workload, UserWorkload):
         rows = _rows_named(measured, workload.name)
         if not rows.empty and rows["grad_bytes"].notna().any():
-            return _from_rows(workload.name, rows, workload.flops_per_sample,
-                              workload.sparsity, batch=workload.batch_size)
+            return replace(_from_rows(workload.name, rows, workload.flops_per_sample,
+                                      workload.sparsity, batch=workload.batch_size),
+                           framework=workload.framework)
         if workload.params is None:
             raise InputError(
                 f"user workload {workload.name!r} has no size yet: run it once "
                 f"(`stratbench run --workload {text} --strategy "
                 f"{'single_device' if workload.framework == 'torch' else 'one_device'}`) or "
                 f"declare params= (and flops_per_sample=) in its UserWorkload")
-        return _facts(workload.name, float(workload.params), workload.batch_size,
-                      workload.sparsity, workload.flops_per_sample,
-                      sized_by="declared by the workload")
+        return replace(_facts(workload.name, float(workload.params), workload.batch_size,
+                              workload.sparsity, workload.flops_per_sample,
+                              sized_by="declared by the workload"),
+                       framework=workload.framework)
     from harness.sim.structure import fsdp_unit_params
 
     return replace(from_spec(workload), unit_params=fsdp_unit_params(text))

@@ -68,13 +68,18 @@ class Context:
     mechanisms: dict[str, Any] = field(default_factory=dict)
 
 
-def runs_as(model: str, device: str, hosts: int = 1, zero: int = 0) -> str:
+def runs_as(model: str, device: str, hosts: int = 1, zero: int = 0,
+            framework: str | None = None) -> str:
     """The framework strategies a user would run for the simulator's ``model`` on
     ``device``s (cpu, gpu, tpu) of ``hosts`` hosts: those that train there and do what was
     simulated. ``zero``: how the layout's data axis holds model state (3: sharded, so its
-    data-parallel part is FSDP, not DDP)."""
+    data-parallel part is FSDP, not DDP). ``framework``: a user's model is code in one
+    framework, so only its strategies run it (no other stack)."""
     from harness.core.strategies import STACKS_FOR, TPU, running, stacks_running
 
+    if framework is not None:
+        return " or ".join(s.label for s in running(model, device, hosts)
+                           if s.framework == framework)
     if device == TPU and (model == "fsdp" or model in ("pipeline", "tensor_parallel")
                           or "+" in model):
         # a sharded model on TPUs: no runner here splits one there (TPUStrategy replicates)
@@ -386,7 +391,8 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
     kind = device_kind(target, ctx.device)
     for point in out[1:]:
         hosts = -(-int(point["replicas"]) // max(1, target.per_host))
-        point["runs_as"] = runs_as(point["strategy"], kind, hosts, int(point.get("zero", 0)))
+        point["runs_as"] = runs_as(point["strategy"], kind, hosts, int(point.get("zero", 0)),
+                                   facts.framework)
         point["device_kind"] = kind
     return out
 

@@ -68,6 +68,9 @@ class WorkloadProfile:
     # wraps each TransformerBlock, torch's transformer_auto_wrap_policy each layer class); 0:
     # units of ``bucket_bytes``
     unit_params: int = 0
+    # a user's model: the one framework its code is written in, so only that framework's
+    # strategies (and no other stack) can train it; None for what stratbench describes itself
+    framework: str | None = None
 
     @property
     def fsdp_unit_bytes(self) -> float:
