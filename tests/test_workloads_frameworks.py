@@ -240,3 +240,23 @@ def test_user_model_that_fails_to_build_is_a_clear_error():
     with pytest.raises(WorkloadError, match="'exploding': building or running the model "
                                             "failed: RuntimeError: no GPU here"):
         describe_user_workload(workload)
+
+
+def test_what_a_torch_model_keeps_for_backward_is_counted_once_per_storage():
+    """A user's model has no layers here: its activations are what autograd saves in one
+    forward. Linear(10, 20) keeps its input (10 floats a sample); ReLU its output (20), which
+    the next Linear also saves (counted once); the loss its log-softmax (5) and the targets
+    (one int64); the weights are not activations."""
+    import torch
+    from torch import nn
+
+    from harness.runners.torch_operators import saved_activation_bytes
+
+    model = nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 5))
+    x, y = torch.randn(4, 10), torch.randint(0, 5, (4,))
+    per_sample = saved_activation_bytes(model, lambda: nn.functional.cross_entropy(model(x), y),
+                                        4)
+    assert (10 + 20 + 5) * 4 + 8 <= per_sample <= (10 + 20 + 5) * 4 + 8 + 4  # + a scalar
+    bigger = torch.randn(4, 10, 3)  # three times the values: three times the bytes
+    three = saved_activation_bytes(model, lambda: model(bigger.transpose(1, 2)).sum(), 4)
+    assert three == pytest.approx(3 * (10 + 20) * 4, rel=0.01)

@@ -98,22 +98,37 @@ def _from_rows(name: str, rows: pd.DataFrame, flops: float | None, sparsity: flo
     if flops is None and ops:
         flops = 3 * total_forward_flops(ops)
     return _facts(name, float(last["grad_bytes"]) / BYTES_PER_PARAM, per_replica,
-                  sparsity, flops, sized_by=f"measured run {last['run_id']}", ops=ops)
+                  sparsity, flops, sized_by=f"measured run {last['run_id']}", ops=ops,
+                  activation_bytes_per_sample=saved_activations(rows))
 
 
 def traced_operators(rows: pd.DataFrame) -> tuple[Op, ...]:
     """The operators the newest one-device torch run traced (runners/torch_operators.py),
     or () where none did."""
-    if "extra" not in rows:
+    records = _newest_detail(rows, "operators")
+    if records is None:
         return ()
+    try:
+        return from_records(records)
+    except (TypeError, ValueError):
+        return ()
+
+
+def saved_activations(rows: pd.DataFrame) -> float | None:
+    """Bytes one sample kept for backward in the newest one-device torch run that counted
+    them (runners/torch_operators.saved_activation_bytes); None where none did."""
+    value = _newest_detail(rows, "activation_bytes_per_sample")
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
+def _newest_detail(rows: pd.DataFrame, key: str) -> Any:
+    if "extra" not in rows:
+        return None
     for extra in reversed(rows.sort_values("run_id")["extra"].tolist()):
         details = _json(extra)
-        if "operators" in details:
-            try:
-                return from_records(details["operators"])
-            except (TypeError, ValueError):
-                return ()
-    return ()
+        if key in details:
+            return details[key]
+    return None
 
 
 def _json(value: Any) -> dict[str, Any]:

@@ -103,3 +103,25 @@ def trace_operators(model: torch.nn.Module, forward: Any, batch_size: int
     with torch.no_grad(), recorder:
         forward()
     return to_records(tuple(recorder.ops))
+
+
+def saved_activation_bytes(model: torch.nn.Module, forward: Any, batch_size: int) -> float:
+    """Bytes one sample keeps for its backward: every tensor autograd saves during one
+    forward of ``forward()`` (``saved_tensors_hooks``), each storage once (a ReLU's output is
+    also the next layer's saved input), the model's own parameters left out. What a
+    described device's memory model reads for a model it has no layers of; the graph is
+    dropped unused."""
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        key = storage.data_ptr()
+        if key not in weights:
+            seen[key] = max(seen.get(key, 0), storage.nbytes())
+        return tensor
+
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = forward()
+    del loss
+    return sum(seen.values()) / batch_size

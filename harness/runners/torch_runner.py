@@ -212,12 +212,15 @@ def train(case: Case, rank: int, world: int, batch_per_rank: int,
     if times and case.strategy == "single_device" and distributed:  # not the reference's
         overlap.update(measure_split(case, model, spec, batches[-1], sparse))
         # the model as operators: what a described device's compute is modelled from
-        from harness.runners.torch_operators import trace_operators
+        from harness.runners.torch_operators import saved_activation_bytes, trace_operators
 
         last = batches[-1]
         try:
             overlap["operators"] = trace_operators(model, lambda: tw.loss(spec, model, last),
                                                    batch_per_rank)
+            # and what it keeps for backward: a described device's memory reads it
+            overlap["activation_bytes_per_sample"] = saved_activation_bytes(
+                model, lambda: tw.loss(spec, model, last), batch_per_rank)
         except Exception as exc:  # the record is optional; the measured run stands
             overlap["operators_error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
     elif tw.sparse_updates(spec):
