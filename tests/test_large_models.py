@@ -960,7 +960,12 @@ def test_a_layouts_framework_strategies_follow_how_its_data_axis_holds_state():
     assert runs_as("data+pipeline+tensor", "gpu", 8) == "torch ddp + pipeline + tensor_parallel"
     # expert and context parallelism: other stacks run them, on GPUs
     assert runs_as("data+tensor+expert", "gpu", 8, zero=3) == "Megatron-Core or torchtitan"
-    assert runs_as("data+context", "tpu", 8) == ""
+    # on TPUs no runner here shards a model: MaxText does, every dimension
+    assert runs_as("data+context", "tpu", 8) == "MaxText (JAX)"
+    assert runs_as("fsdp", "tpu", 8) == "MaxText (JAX)"
+    # a user's model is code in one framework: only its strategies, no other stack
+    assert runs_as("allreduce_ring", "gpu", 1, framework="torch") == "torch ddp"
+    assert runs_as("data+tensor+expert", "gpu", 8, framework="torch") == ""
 
 
 def test_expert_parallelism_needs_experts():

@@ -734,3 +734,17 @@ def test_a_described_gpu_carries_the_device_models_error_on_its_published_runs()
     unchecked = recommend(pd.DataFrame(), workloads=["resnet50"],
                           targets=["preset:dgx_a100,hosts=1"], precision="bf16")
     assert unchecked["validation_error"].isna().all()
+
+
+def test_an_fsdp_efficiency_over_100_percent_says_why():
+    """FSDP's devices each update a shard of the weights where one device updates them all,
+    so its scaling efficiency can pass 100%: the answer says so rather than leave a user to
+    doubt the number."""
+    frame = recommend(pd.DataFrame(), workloads=["gpt2_xl"], targets=["preset:l40s_eth,hosts=2"])
+    fsdp = frame[(frame["strategy"] == "fsdp") & (frame["scaling_efficiency"] > 1.005)]
+    assert not fsdp.empty
+    assert all("over 100%: each device updates 1/" in r for r in fsdp["reason"])
+    (verdict,) = frame.attrs["verdicts"]
+    if verdict["pick"]["strategy"] == "fsdp":
+        assert "; over 100%: each device updates 1/16 of the weights" in verdict["why"]
+        assert "scaling efficiency 107%" not in verdict["why"]

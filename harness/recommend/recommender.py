@@ -144,10 +144,13 @@ def _reason(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits: fl
                     f"device" + (f", gradient exchange {comm:.0%} of the step{at}"
                                  if math.isfinite(comm) else ""))
     eff = row.get("scaling_efficiency", NAN)
+    said = f"scaling efficiency {eff:.0%}" + (
+        f" (over 100%: each device updates 1/{row['replicas']} of the weights, one device "
+        f"all of them)" if ex == "sharded" and eff >= 1.005 else "")
     if math.isfinite(comm):
         text = f"gradient exchange is {comm:.0%} of the step{at}"
-        return text + (f"; scaling efficiency {eff:.0%}" if math.isfinite(eff) else "")
-    return f"scaling efficiency {eff:.0%}" if math.isfinite(eff) else "ranked by throughput"
+        return text + (f"; {said}" if math.isfinite(eff) else "")
+    return said if math.isfinite(eff) else "ranked by throughput"
 
 
 def _split_reason(row: dict[str, Any], at: str) -> str:
