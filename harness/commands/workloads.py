@@ -60,3 +60,7 @@ def command(as_json: bool) -> None:
     _table("known model", known)
     click.echo("known models are numbers only (nothing here trains them); what a sample is "
                "and the sources: --json, docs/MODELS.md")
+    click.echo("act MB/sample: what backward keeps in fp32 with attention unfused (its T x T "
+               "scores), no recomputation; on a described device simulate and recommend "
+               "count it at the precision's width, attention fused where the framework fuses "
+               "it (torch's SDPA)")
