@@ -16,14 +16,18 @@ from workloads.operators import total_forward_flops
 HF = Path(__file__).parent / "fixtures" / "hf"
 
 
-@pytest.mark.parametrize("config, total, active", [
-    ("llama3_8b_config.json", 8.03e9, 8.03e9),  # Meta: 8.03B
-    ("mixtral_8x7b_config.json", 46.7e9, 12.9e9),  # Mistral AI: 46.7B total, 12.9B active
+@pytest.mark.parametrize("config, total, active, active_rel", [
+    ("llama3_8b_config.json", 8.03e9, 8.03e9, 0.005),  # Meta: 8.03B
+    ("mixtral_8x7b_config.json", 46.7e9, 12.9e9, 0.005),  # Mistral AI: 46.7B, 12.9B active
+    # DeepSeek-AI: 671B total, "37B activated" (a whole number of billions: 37.55B counted,
+    # both embedding tables included)
+    ("deepseek_v3_config.json", 671e9, 37e9, 0.02),
 ])
-def test_published_configs_read_into_their_published_parameter_counts(config, total, active):
+def test_published_configs_read_into_their_published_parameter_counts(config, total, active,
+                                                                      active_rel):
     dims = parse_dims(f"hf:{HF / config},seq=4096")
     assert dims.params == pytest.approx(total, rel=0.005)
-    assert dims.active_params == pytest.approx(active, rel=0.005)
+    assert dims.active_params == pytest.approx(active, rel=active_rel)
     assert dims.seq == 4096  # as given: not max_position_embeddings
     # the operators the device model times carry the same FLOPs as the record's count
     assert total_forward_flops(dims.ops()) == pytest.approx(dims.forward_flops, rel=1e-9)
@@ -50,7 +54,8 @@ def test_experts_compute_through_top_k_and_hold_every_expert():
     ("hf:{dir}/none.json,seq=4096", "none.json"),
     ("hf:{tmp}/broken.json,seq=4096", "not JSON"),
     ("hf:{tmp}/nolayers.json,seq=4096", "missing field 'num_hidden_layers'"),
-    ("hf:{tmp}/deepseek.json,seq=4096", "multi-head latent attention"),
+    ("hf:{tmp}/deepseek.json,seq=4096", "field 'moe_layer_freq'"),
+    ("hf:{tmp}/deepseek_gqa.json,seq=4096", "field 'num_key_value_heads'"),
     ("hf:{tmp}/bert.json,seq=4096", "model_type 'bert' is not read"),
     ("hf:{tmp}/wide.json,seq=4096", "field 'head_dim'"),
     ("hf:{dir}/mixtral_8x7b_config.json,seq=4096,imbalance=much", "imbalance='much'"),
@@ -61,7 +66,9 @@ def test_a_bad_config_is_one_line_naming_the_field(tmp_path, text, said):
     (tmp_path / "broken.json").write_text("{not json")
     (tmp_path / "nolayers.json").write_text(json.dumps(
         {k: v for k, v in llama.items() if k != "num_hidden_layers"}))
-    (tmp_path / "deepseek.json").write_text(json.dumps(llama | {"model_type": "deepseek_v3"}))
+    v3 = json.loads((HF / "deepseek_v3_config.json").read_text())
+    (tmp_path / "deepseek.json").write_text(json.dumps(v3 | {"moe_layer_freq": 2}))
+    (tmp_path / "deepseek_gqa.json").write_text(json.dumps(v3 | {"num_key_value_heads": 8}))
     (tmp_path / "bert.json").write_text(json.dumps(llama | {"model_type": "bert"}))
     (tmp_path / "wide.json").write_text(json.dumps(llama | {"head_dim": 256}))
     with pytest.raises(WorkloadError) as caught:
@@ -83,9 +90,9 @@ def test_simulate_reads_an_hf_config(tmp_path):
 
 
 def test_the_catalogs_moe_models_are_their_published_shapes():
-    """Issue 37: Mixtral 8x7B and a DeepSeek-V3-shaped model by name, with cited dimensions:
-    Mixtral's count is its config's (46.7B total, 12.9B active); the DeepSeek-V3 shape routes
-    every layer and uses multi-head attention, and says how far that puts it from 671B/37B."""
+    """Issue 37: Mixtral 8x7B and DeepSeek-V3 by name, with cited dimensions: each count is
+    its published config's (46.7B total, 12.9B active; 671B total), DeepSeek-V3 with its
+    latent attention and its first 3 dense layers."""
     from workloads.known import DIMS_MODELS, get_known
 
     mixtral = parse_dims(f"hf:{HF / 'mixtral_8x7b_config.json'},seq=4096")
@@ -93,8 +100,32 @@ def test_the_catalogs_moe_models_are_their_published_shapes():
     assert (known.params, known.active_params) == (mixtral.params, mixtral.active_params)
     assert get_known("Mixtral-8x7B").params == mixtral.params
     v3 = DIMS_MODELS["deepseek_v3"]
-    assert v3.params == pytest.approx(671e9, rel=0.06)
-    assert v3.active_params == pytest.approx(37e9, rel=0.06)
+    read = parse_dims(f"hf:{HF / 'deepseek_v3_config.json'},seq=4096")
+    assert (v3.params, v3.active_params) == (read.params, read.active_params)
+    assert v3.params == pytest.approx(671e9, rel=0.005)
     notes = get_known("deepseek_v3").notes
-    assert "5% high" in notes and "MLA" in notes
+    assert "latent attention (MLA)" in notes and "first 3" in notes
     assert any("arXiv:2412.19437" in s for s in get_known("deepseek_v3").source)
+
+
+def test_latent_attention_by_its_dimensions_and_its_mistakes_in_one_line():
+    """The grammar names DeepSeek's attention as its config does; what it cannot be is one
+    line naming the key."""
+    from workloads.dims import parse_dims as by_dims
+
+    text = ("transformer:layers=4,hidden=1024,heads=8,ffn=2816,vocab=32000,seq=2048,"
+            "q_rank=256,kv_rank=128,rope_dim=32,qk_dim=64,v_dim=64")
+    dims = by_dims(text)
+    assert dims.latent and dims.head_dim == (64 + 32 + 64) // 2
+    # queries 1024 -> 256 -> 8 x 96; keys and values 1024 -> 128 + 32 -> 8 x (64 + 64)
+    assert dims.attention_params == (1024 * 256 + 256 + 256 * 8 * 96 + 1024 * 160 + 128
+                                     + 128 * 8 * 128 + 8 * 64 * 1024)
+    assert total_forward_flops(dims.ops()) == pytest.approx(dims.forward_flops, rel=1e-9)
+    for bad, said in [(text.replace(",v_dim=64", ""), "needs qk_dim= and v_dim="),
+                      ("transformer:layers=4,hidden=1024,heads=8,vocab=32000,seq=2048,"
+                       "qk_dim=64", "need kv_rank="),
+                      (text + ",kv_heads=2", "kv_heads=2"),
+                      (text + ",dense_layers=1", "dense_layers=1 needs experts=E")]:
+        with pytest.raises(WorkloadError) as caught:
+            by_dims(bad)
+        assert said in str(caught.value) and "\n" not in str(caught.value)

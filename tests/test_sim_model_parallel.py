@@ -20,7 +20,7 @@ from harness.sim.spec import parse_topology
 from harness.sim.structure import layered
 from workloads import costs
 from workloads.catalog import get_spec
-from workloads.known import TRANSFORMERS
+from workloads.known import DIMS_MODELS, TRANSFORMERS
 
 
 @pytest.mark.parametrize("name", ["transformer:S", "transformer:M", "transformer:L", "mlp:S",
@@ -32,6 +32,22 @@ def test_a_models_layers_add_up_to_its_totals(name):
     assert model.params == costs.param_count(config)
     assert model.flops_per_sample == costs.training_flops(config)
     assert model.activation_bytes_per_sample == costs.activation_bytes(config)
+
+
+@pytest.mark.parametrize("name", sorted(DIMS_MODELS))
+def test_a_model_by_its_dimensions_adds_up_in_layers(name):
+    """Llama 3, Mixtral, DeepSeek-V3 (latent attention, its first 3 blocks dense): the
+    layers the simulator splits hold the record's parameters, FLOPs and activations."""
+    dims = DIMS_MODELS[name]
+    model = layered(name)
+    assert len(model.blocks) == dims.layers
+    assert model.params == dims.params
+    assert model.flops_per_sample == pytest.approx(3 * dims.forward_flops, rel=1e-12)
+    assert model.activation_bytes_per_sample == pytest.approx(4 * dims.activations, rel=1e-12)
+    dense = [b for b in model.blocks if not b.expert_params]
+    assert len(dense) == (dims.dense_layers if dims.experts else dims.layers)
+    if dims.experts:  # the dense blocks lead
+        assert model.blocks[:len(dense)] == tuple(dense)
 
 
 def _uniform(blocks: int, heads: int = 8) -> LayeredModel:

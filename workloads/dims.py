@@ -11,7 +11,11 @@ experts per MLP), ``top_k`` (experts per token), ``shared`` (experts every token
 ``expert_ffn`` (one expert's width, default ``ffn``): every expert's parameters are held,
 each token computes through its top-k and the shared ones; ``imbalance`` (default 1, a
 balanced router): the busiest expert's tokens over the mean, which its rank's expert GEMMs
-take the time of (the model's FLOPs stay the balanced count).
+take the time of (the model's FLOPs stay the balanced count); ``dense_layers``: that many
+leading blocks keep a dense MLP of ``ffn`` (DeepSeek-V3's first 3). Multi-head latent
+attention (DeepSeek-V2/V3, MLA), where ``kv_rank`` is given: keys and values up-projected per
+head from a ``kv_rank``-wide latent (and queries from a ``q_rank``-wide one where given),
+``qk_dim`` + ``rope_dim`` per head for queries and keys, ``v_dim`` for values.
 
 GPT-style by default (GELU MLP of 4 x hidden, LayerNorm with biases, learned positions, a tied
 head); giving ``ffn`` without ``mlp`` means a gated MLP with RMSNorm, no biases, rotary
@@ -28,13 +32,14 @@ which runs at memory bandwidth rather than at the matmul rate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from workloads.operators import (
     Op,
     elementwise,
     embedding,
     gemm,
+    latent_attention,
     norm,
     transformer_block,
     vocab_cross_entropy,
@@ -45,7 +50,7 @@ from workloads.spec import WorkloadError, choices_message
 PREFIX = "transformer:"
 _KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "mlp", "tied",
          "positions", "dropout", "batch", "experts", "top_k", "shared", "expert_ffn",
-         "imbalance")
+         "imbalance", "dense_layers", "q_rank", "kv_rank", "rope_dim", "qk_dim", "v_dim")
 _REQUIRED = ("layers", "hidden", "heads", "vocab", "seq")
 MLPS = ("gelu", "swiglu")
 POSITIONS = ("learned", "rope")
@@ -74,6 +79,14 @@ class TransformerDims:
     # the busiest expert's token rows over the mean (1: a balanced router, as MoE benchmarks
     # force it); it slows the experts' GEMMs, never the model's FLOPs
     imbalance: float = 1.0
+    dense_layers: int = 0  # leading blocks with a dense MLP of ffn (DeepSeek-V3's first 3)
+    # multi-head latent attention (DeepSeek-V2/V3) where kv_rank > 0: the latents' widths,
+    # and per head the query/key width without and with rotary positions, the value width
+    q_rank: int = 0  # 0: queries projected straight from the hidden state
+    kv_rank: int = 0
+    rope_dim: int = 0
+    qk_dim: int = 0
+    v_dim: int = 0
 
     def __post_init__(self) -> None:
         for key in ("layers", "hidden", "heads", "vocab", "seq", "batch"):
@@ -99,6 +112,18 @@ class TransformerDims:
                                  or self.imbalance != 1.0):
             raise WorkloadError("transformer top_k, shared, expert_ffn and imbalance need "
                                 "experts=E")
+        if self.dense_layers and not (self.experts and 0 < self.dense_layers < self.layers):
+            raise WorkloadError(f"transformer dense_layers={self.dense_layers} needs experts=E "
+                                f"and must be below layers={self.layers}")
+        if self.kv_rank and not (self.qk_dim >= 1 and self.v_dim >= 1):
+            raise WorkloadError("transformer kv_rank (latent attention) needs qk_dim= and "
+                                "v_dim= (the per-head widths)")
+        if not self.kv_rank and (self.q_rank or self.rope_dim or self.qk_dim or self.v_dim):
+            raise WorkloadError("transformer q_rank, rope_dim, qk_dim and v_dim need kv_rank= "
+                                "(latent attention)")
+        if self.kv_rank and self.kv_heads not in (0, self.heads):
+            raise WorkloadError(f"transformer kv_heads={self.kv_heads}: latent attention "
+                                f"up-projects keys and values for every head")
         if not 1.0 <= self.imbalance <= max(1, self.experts):
             raise WorkloadError(f"transformer imbalance={self.imbalance} must be from 1 (a "
                                 f"balanced router) to experts={self.experts} (all on one)")
@@ -117,8 +142,67 @@ class TransformerDims:
         return self.mlp == "swiglu"
 
     @property
+    def latent(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3)."""
+        return self.kv_rank > 0
+
+    @property
     def kv_width(self) -> int:
+        """One token's key (or value) width; under latent attention the mean of the two,
+        each head's key ``qk_dim + rope_dim`` and value ``v_dim`` wide (what context
+        parallelism passes around, and a kernel reads)."""
+        if self.latent:
+            return self.heads * (self.qk_dim + self.rope_dim + self.v_dim) // 2
         return self.groups * (self.hidden // self.heads)
+
+    @property
+    def head_dim(self) -> int:
+        """The attention kernel's per-head width: under latent attention the mean of the
+        query/key and value widths, so its FLOPs (2 T^2 per head per width of each of the
+        two products) are the model's."""
+        if self.latent:
+            return (self.qk_dim + self.rope_dim + self.v_dim) // 2
+        return self.hidden // self.heads
+
+    @property
+    def attention_params(self) -> int:
+        """The attention's weight matrices and (latent attention) its latents' norms:
+        query, key, value and output projections."""
+        d = self.hidden
+        if not self.latent:
+            return d * (d + 2 * self.kv_width) + d * d
+        h, qk = self.heads, self.qk_dim + self.rope_dim
+        q = (d * self.q_rank + self.q_rank + self.q_rank * h * qk if self.q_rank
+             else d * h * qk)
+        kv = d * (self.kv_rank + self.rope_dim) + self.kv_rank + self.kv_rank * h * (
+            self.qk_dim + self.v_dim)
+        return q + kv + h * self.v_dim * d
+
+    @property
+    def _attention_macs(self) -> int:
+        """One token's multiply-accumulates through the attention's projections."""
+        norms = (self.q_rank + self.kv_rank) if self.latent else 0
+        return self.attention_params - norms
+
+    @property
+    def _attention_kept(self) -> int:
+        """One token's values the attention keeps for backward besides the norms and the
+        scores: queries, keys, values and its output (and the latents, normed and not)."""
+        if not self.latent:
+            return 2 * self.hidden + 2 * self.kv_width
+        h, qk = self.heads, self.qk_dim + self.rope_dim
+        return (2 * self.q_rank + (self.kv_rank + self.rope_dim) + self.kv_rank
+                + 2 * h * qk + 2 * h * self.v_dim)
+
+    def dense_block(self) -> TransformerDims:
+        """The shape of a leading dense block (``dense_layers``): the same attention, a
+        dense MLP of ``ffn``."""
+        return replace(self, experts=0, top_k=0, shared=0, expert_ffn=0, imbalance=1.0,
+                       dense_layers=0)
+
+    @property
+    def routed_layers(self) -> int:
+        return self.layers - self.dense_layers
 
     @property
     def expert_width(self) -> int:
@@ -162,22 +246,22 @@ class TransformerDims:
 
     def _block_params(self, mlp: int) -> int:
         d, f, kv = self.hidden, self.width, self.kv_width
-        matrices = d * (d + 2 * kv) + d * d + mlp
+        matrices = self.attention_params + mlp
         if self.gated:  # RMSNorm weights only, no biases (Llama)
             return matrices + 2 * d
         return matrices + (d + 2 * kv) + d + f + d + 4 * d  # biases, two LayerNorms
 
     @property
     def block_forward_flops(self) -> float:
-        d, t = self.hidden, self.seq
-        matrices = (d * (d + 2 * self.kv_width) + d * d + self.router_params
+        t = self.seq
+        matrices = (self._attention_macs + self.router_params
                     + self._mlp_params(self.token_width))
         return float(2 * t * matrices + self.attention_forward_flops)
 
     @property
     def attention_forward_flops(self) -> float:
         """Scores q.k^T and their weighted sum of v: what selective recomputation repeats."""
-        return float(4 * self.seq * self.seq * self.hidden)
+        return float(4 * self.seq * self.seq * self.heads * self.head_dim)
 
     @property
     def block_activations(self) -> float:
@@ -186,7 +270,7 @@ class TransformerDims:
         product), heads x T attention probabilities per token (a non-fused kernel)."""
         d, t = self.hidden, self.seq
         mlp = (3 if self.gated else 2) * self.token_width
-        return float(t * (6 * d + 2 * self.kv_width + mlp) + self.attention_activations)
+        return float(t * (4 * d + self._attention_kept + mlp) + self.attention_activations)
 
     @property
     def attention_activations(self) -> float:
@@ -254,15 +338,22 @@ class TransformerDims:
         norm = (1 if self.gated else 2) * self.hidden
         return norm + (0 if self.tied else self.vocab * self.hidden)
 
+    def _over_blocks(self, per_block: str) -> float:
+        """A per-block figure summed over the blocks: the leading dense ones and the rest."""
+        dense = self.dense_block() if self.dense_layers else None
+        return (self.routed_layers * getattr(self, per_block)
+                + (self.dense_layers * getattr(dense, per_block) if dense else 0))
+
     @property
     def params(self) -> int:
-        return self.embedding_params + self.layers * self.block_params + self.head_params
+        return int(self.embedding_params + self._over_blocks("block_params") + self.head_params)
 
     @property
     def active_params(self) -> int:
         """Parameters one token uses (all of them for a dense model): Mixtral's '12.9B
         active' of 46.7B."""
-        return self.embedding_params + self.layers * self.active_block_params + self.head_params
+        return int(self.embedding_params + self._over_blocks("active_block_params")
+                   + self.head_params)
 
     @property
     def head_forward_flops(self) -> float:
@@ -270,7 +361,7 @@ class TransformerDims:
 
     @property
     def forward_flops(self) -> float:
-        return self.layers * self.block_forward_flops + self.head_forward_flops
+        return self._over_blocks("block_forward_flops") + self.head_forward_flops
 
     @property
     def head_activations(self) -> float:
@@ -279,7 +370,7 @@ class TransformerDims:
 
     @property
     def activations(self) -> float:
-        return self.layers * self.block_activations + self.head_activations
+        return self._over_blocks("block_activations") + self.head_activations
 
     def pre_ops(self) -> tuple[Op, ...]:
         """The token embedding (and learned positions) of one sequence."""
@@ -291,12 +382,15 @@ class TransformerDims:
 
     def block_ops(self) -> tuple[Op, ...]:
         """One block's forward operators for one sequence (workloads.operators)."""
+        attention = (latent_attention(self.seq, self.hidden, self.heads, self.q_rank,
+                                      self.kv_rank, self.rope_dim, self.qk_dim, self.v_dim,
+                                      dropout=self.dropout) if self.latent else None)
         return tuple(transformer_block(self.seq, self.hidden, self.heads, self.kv_width,
                                        self.width, gated=self.gated, dropout=self.dropout,
                                        bias=not self.gated, experts=self.experts,
                                        top_k=self.top_k, shared=self.shared,
                                        expert_ffn=self.expert_width,
-                                       imbalance=self.imbalance))
+                                       imbalance=self.imbalance, attention=attention))
 
     def post_ops(self) -> tuple[Op, ...]:
         """The final norm, the head and the loss."""
@@ -306,12 +400,19 @@ class TransformerDims:
 
     def ops(self) -> tuple[Op, ...]:
         """The forward operators of one sequence: embedding, blocks, head."""
-        return (*self.pre_ops(), *(self.block_ops() * self.layers), *self.post_ops())
+        dense = self.dense_block().block_ops() * self.dense_layers if self.dense_layers else ()
+        return (*self.pre_ops(), *dense, *(self.block_ops() * self.routed_layers),
+                *self.post_ops())
 
     def describe(self) -> str:
         parts = [f"{self.layers} layers", f"hidden {self.hidden}", f"{self.heads} heads"]
         if self.kv_heads and self.kv_heads != self.heads:
             parts.append(f"{self.kv_heads} kv heads")
+        if self.latent:
+            parts.append(f"latent attention (q {self.q_rank or 'direct'}, kv {self.kv_rank}, "
+                         f"qk {self.qk_dim}+{self.rope_dim}, v {self.v_dim})")
+        if self.dense_layers:
+            parts.append(f"first {self.dense_layers} dense ({self.mlp} MLP {self.width})")
         if self.experts:
             parts.append(f"{self.experts} experts of {self.mlp} MLP {self.expert_width}, top "
                          f"{self.top_k}" + (f", {self.shared} shared" if self.shared else ""))
@@ -346,7 +447,9 @@ def parse_dims(text: str) -> TransformerDims:
                             f"(keys: {', '.join(_KEYS)})")
     ints = {k: _int(k, values[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn",
                                             "vocab", "seq", "batch", "experts", "top_k",
-                                            "shared", "expert_ffn") if k in values}
+                                            "shared", "expert_ffn", "dense_layers", "q_rank",
+                                            "kv_rank", "rope_dim", "qk_dim", "v_dim")
+            if k in values}
     llama = "ffn" in values and "mlp" not in values
     mlp = values.get("mlp", "swiglu" if llama else "gelu")
     tied = values.get("tied", "no" if llama else "yes").lower()

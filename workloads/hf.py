@@ -5,8 +5,9 @@
 The file gives the architecture (layers, hidden, heads, kv heads, MLP width, vocabulary,
 experts); the training sequence length is given (``seq=``), never taken from
 ``max_position_embeddings``, which is the longest the model accepts, not what it trains at.
-Llama, Mistral, Mixtral, Qwen2 and Qwen2-MoE, GPT-2 and GPT-NeoX configs are read; any other
-``model_type`` (DeepSeek-V3's multi-head latent attention, for one) is refused by name rather
+Llama, Mistral, Mixtral, Qwen2 and Qwen2-MoE, GPT-2, GPT-NeoX and DeepSeek-V2/V3 configs
+are read (DeepSeek's multi-head latent attention by its ranks and head widths, its leading
+dense layers by ``first_k_dense_replace``); any other ``model_type`` is refused by name rather
 than guessed. Every error is one line naming the file and the field.
 """
 
@@ -27,8 +28,7 @@ _OPTIONS = ("seq", "batch", "dropout", "imbalance")  # imbalance: a MoE's busies
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe")
 _GPT2 = ("gpt2",)
 _NEOX = ("gpt_neox",)
-_REFUSED = {"deepseek_v3": "multi-head latent attention (q/kv LoRA ranks) is not modelled",
-            "deepseek_v2": "multi-head latent attention (q/kv LoRA ranks) is not modelled"}
+_DEEPSEEK = ("deepseek_v2", "deepseek_v3")
 
 
 def dims_of(text: str) -> TransformerDims | None:
@@ -57,17 +57,16 @@ def parse_hf(text: str) -> TransformerDims:
     config = _read(Path(path_text))
     where = f"hf config {path_text}"
     kind = config.get("model_type")
-    if kind in _REFUSED:
-        raise WorkloadError(f"{where}: model_type {kind}: {_REFUSED[kind]}")
-    if kind not in (*_LLAMA_LIKE, *_GPT2, *_NEOX):
+    known = (*_LLAMA_LIKE, *_GPT2, *_NEOX, *_DEEPSEEK)
+    if kind not in known:
         raise WorkloadError(f"{where}: model_type {kind!r} is not read (known: "
-                            f"{', '.join((*_LLAMA_LIKE, *_GPT2, *_NEOX))})")
+                            f"{', '.join(known)})")
     seq = _whole(options["seq"], "seq", "hf option")
     batch = _whole(options.get("batch", "1"), "batch", "hf option")
     dropout = _number(options.get("dropout", "0"), "dropout")
     imbalance = _number(options.get("imbalance", "1"), "imbalance")
-    fields = _gpt2(config, where) if kind in _GPT2 else _neox(config, where) if kind in _NEOX \
-        else _llama(config, where)
+    fields = (_gpt2(config, where) if kind in _GPT2 else _neox(config, where) if kind in _NEOX
+              else _deepseek(config, where) if kind in _DEEPSEEK else _llama(config, where))
     return TransformerDims(seq=seq, batch=batch, dropout=dropout, imbalance=imbalance,
                            name=text.strip(), **fields)
 
@@ -125,6 +124,40 @@ def _llama(config: dict[str, Any], where: str) -> dict[str, Any]:
             "vocab": _field(config, "vocab_size", where), "mlp": "swiglu",
             "tied": bool(config.get("tie_word_embeddings", False)), "positions": "rope",
             **moe}
+
+
+def _deepseek(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """DeepSeek-V2/V3 (their configuration_deepseek.py's keys): multi-head latent attention
+    and routed experts every ``moe_layer_freq`` layers after the first
+    ``first_k_dense_replace`` dense ones (only every layer, 1, is read)."""
+    if config.get("moe_layer_freq", 1) != 1:
+        raise WorkloadError(f"{where}: field 'moe_layer_freq' {config['moe_layer_freq']!r}: "
+                            f"only experts in every layer after the dense ones (1) is read")
+    heads = _field(config, "num_attention_heads", where)
+    kv_heads = config.get("num_key_value_heads", heads)
+    if kv_heads != heads:
+        raise WorkloadError(f"{where}: field 'num_key_value_heads' {kv_heads!r}: latent "
+                            f"attention up-projects keys and values for all {heads} heads")
+    fields = {"layers": _field(config, "num_hidden_layers", where),
+              "hidden": _field(config, "hidden_size", where), "heads": heads,
+              "ffn": _field(config, "intermediate_size", where),
+              "vocab": _field(config, "vocab_size", where), "mlp": "swiglu",
+              "tied": bool(config.get("tie_word_embeddings", False)), "positions": "rope",
+              # null in the Lite models: queries straight from the hidden state
+              "q_rank": _field(config | {"q_lora_rank": config.get("q_lora_rank") or 0},
+                               "q_lora_rank", where),
+              "kv_rank": _field(config, "kv_lora_rank", where),
+              "rope_dim": _field(config, "qk_rope_head_dim", where),
+              "qk_dim": _field(config, "qk_nope_head_dim", where),
+              "v_dim": _field(config, "v_head_dim", where)}
+    experts = config.get("n_routed_experts")
+    if experts:
+        fields |= {"experts": _field(config, "n_routed_experts", where),
+                   "top_k": _field(config, "num_experts_per_tok", where),
+                   "shared": _field(config, "n_shared_experts", where, 0),
+                   "expert_ffn": _field(config, "moe_intermediate_size", where),
+                   "dense_layers": _field(config, "first_k_dense_replace", where, 0)}
+    return fields
 
 
 def _gpt2(config: dict[str, Any], where: str) -> dict[str, Any]:

@@ -94,12 +94,12 @@ DIMS_MODELS = {
                                     vocab=32000, seq=4096, mlp="swiglu", tied=False,
                                     positions="rope", experts=8, top_k=2,
                                     name="mixtral_8x7b"),
-    # DeepSeek-V3's shape in the dims' terms: every layer routed (V3's first 3 are dense)
-    # and multi-head attention (V3's is latent, MLA); the notes give what that moves
+    # DeepSeek-V3: multi-head latent attention, the first 3 layers dense
     "deepseek_v3": TransformerDims(layers=61, hidden=7168, heads=128, ffn=18432,
                                    vocab=129280, seq=4096, mlp="swiglu", tied=False,
                                    positions="rope", experts=256, top_k=8, shared=1,
-                                   expert_ffn=2048, name="deepseek_v3"),
+                                   expert_ffn=2048, dense_layers=3, q_rank=1536, kv_rank=512,
+                                   rope_dim=64, qk_dim=128, v_dim=128, name="deepseek_v3"),
 }
 
 #: the published models a device is measured with (``workloads.torch_known`` builds them in
@@ -392,7 +392,8 @@ DEEPSEEK_V3_SOURCE = ("DeepSeek-AI 2024, DeepSeek-V3 Technical Report, arXiv:241
                       "sequence)",
                       "https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json "
                       "(vocab_size 129280, intermediate_size 18432, moe_intermediate_size "
-                      "2048, first_k_dense_replace 3)")
+                      "2048, first_k_dense_replace 3, q_lora_rank 1536, kv_lora_rank 512, "
+                      "qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128)")
 
 
 def _moe(name: str, source: tuple[str, ...], published: str, shape: str) -> KnownModel:
@@ -411,10 +412,10 @@ _MODELS: dict[str, KnownModel] = {m.name: m for m in (
          " Sequence 4,096 as Megatron-Core's Mixtral benchmark ran it (Mistral AI published "
          "no training length)."),
     _moe("deepseek_v3", DEEPSEEK_V3_SOURCE, "671B total, 37B activated",
-         " DeepSeek-V3-shaped, not DeepSeek-V3: all 61 layers routed (V3's first 3 are "
-         "dense FFNs of width 18,432) and multi-head attention in place of MLA, which puts "
-         "the count 5% high (and the active count 5% high); the multi-token-prediction "
-         "module (14B) is left out."),
+         " Multi-head latent attention (MLA) by its ranks and head widths, the first 3 "
+         "layers dense FFNs of width 18,432; the multi-token-prediction module (14B, not in "
+         "the 671B) is left out, as is the router's per-expert score bias (256 values a "
+         "layer)."),
     _dlrm())}
 
 

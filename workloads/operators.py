@@ -190,10 +190,30 @@ def vocab_cross_entropy(name: str, rows: float, vocab: int) -> Op:
                                backward_kernels=2), fp32_input=float(rows * vocab))
 
 
+def latent_attention(seq: int, hidden: int, heads: int, q_rank: int, kv_rank: int,
+                     rope_dim: int, qk_dim: int, v_dim: int, *, dropout: float = 0.0,
+                     causal: bool = True) -> list[Op]:
+    """Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434, section 2.1; V3): the
+    query from a ``q_rank``-wide latent (normed; straight from the hidden state where
+    ``q_rank`` is 0), keys and values up-projected per head from a normed ``kv_rank``-wide
+    latent, a ``rope_dim``-wide rotary key shared by the heads, then attention over
+    ``qk_dim + rope_dim``-wide queries and keys and ``v_dim``-wide values, and the output
+    projection. The kernel is timed at the mean of the two widths, which gives its FLOPs."""
+    t, d, h, qk = seq, hidden, heads, qk_dim + rope_dim
+    query = ([gemm("q_down", t, q_rank, d), norm("q_norm", t * q_rank),
+              gemm("q_up", t, h * qk, q_rank)] if q_rank else [gemm("q", t, h * qk, d)])
+    return [*query, gemm("kv_down", t, kv_rank + rope_dim, d), norm("kv_norm", t * kv_rank),
+            gemm("kv_up", t, h * (qk_dim + v_dim), kv_rank),
+            Op("attention", ATTENTION, heads=h, seq=t, head_dim=(qk + v_dim) // 2,
+               kv_heads=h, causal=causal, dropout=dropout),
+            gemm("proj", t, d, h * v_dim)]
+
+
 def transformer_block(seq: int, hidden: int, heads: int, kv_width: int, ffn: int, *,
                       gated: bool, dropout: float, causal: bool = True,
                       bias: bool = True, experts: int = 0, top_k: int = 0, shared: int = 0,
-                      expert_ffn: int = 0, imbalance: float = 1.0) -> list[Op]:
+                      expert_ffn: int = 0, imbalance: float = 1.0,
+                      attention: list[Op] | None = None) -> list[Op]:
     """One pre-norm (or post-norm: the same operators) transformer block of ``seq`` tokens:
     norm, fused QKV projection, attention, output projection, residual add, norm, MLP
     (GELU: two matrices; SwiGLU: gate and up fused, then down), residual add; dropout after
@@ -201,17 +221,19 @@ def transformer_block(seq: int, hidden: int, heads: int, kv_width: int, ffn: int
     the MLP is routed: a router GEMM and its softmax, each token's rows copied to its
     ``top_k`` experts and back (permute, unpermute), the experts as grouped GEMMs of
     ``seq * top_k / experts`` rows each (the busiest ``imbalance`` x that, in time), and
-    ``shared`` experts as a dense MLP."""
+    ``shared`` experts as a dense MLP. ``attention``: the projections and the kernel in
+    place of the fused QKV ones (``latent_attention``)."""
     if experts:
         return _moe_block(seq, hidden, heads, kv_width, gated=gated, dropout=dropout,
                           causal=causal, bias=bias, experts=experts, top_k=top_k,
-                          shared=shared, expert_ffn=expert_ffn, imbalance=imbalance)
+                          shared=shared, expert_ffn=expert_ffn, imbalance=imbalance,
+                          attention=attention)
     t, d = seq, hidden
-    ops = [norm("ln1", t * d),
+    ops = [norm("ln1", t * d), *(attention or [
            gemm("qkv", t, d + 2 * kv_width, d, bias=bias),
            Op("attention", ATTENTION, heads=heads, seq=t, head_dim=d // heads,
               kv_heads=heads * kv_width // d, causal=causal, dropout=dropout),
-           gemm("proj", t, d, d, bias=bias)]
+           gemm("proj", t, d, d, bias=bias)])]
     if dropout:
         ops.append(elementwise("proj.dropout", 2 * t * d + t * d / 4))
     ops += [elementwise("residual1", 3 * t * d, 2 * t * d), norm("ln2", t * d)]
@@ -229,10 +251,12 @@ def transformer_block(seq: int, hidden: int, heads: int, kv_width: int, ffn: int
 
 def _moe_block(seq: int, hidden: int, heads: int, kv_width: int, *, gated: bool,
                dropout: float, causal: bool, bias: bool, experts: int, top_k: int,
-               shared: int, expert_ffn: int, imbalance: float = 1.0) -> list[Op]:
+               shared: int, expert_ffn: int, imbalance: float = 1.0,
+               attention: list[Op] | None = None) -> list[Op]:
     t, d = seq, hidden
     dense = transformer_block(t, d, heads, kv_width, max(1, expert_ffn * shared),
-                              gated=gated, dropout=dropout, causal=causal, bias=bias)
+                              gated=gated, dropout=dropout, causal=causal, bias=bias,
+                              attention=attention)
     cut = next(i for i, op in enumerate(dense) if op.name == "ln2") + 1
     shared_mlp = dense[cut:-1] if shared else []
     routed = t * top_k  # token-rows through the experts

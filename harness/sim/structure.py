@@ -48,25 +48,7 @@ def transformer(config: TransformerConfig | TransformerDims, name: str, batch_si
                       input_bytes_per_sample=float(t * TOKEN_ID_BYTES), tp_allreduces=1,
                       replicated_elementwise_bytes_per_sample=2.0 * stream,
                       ops=dims.pre_ops())
-    block = Layer("block", params=dims.block_params,
-                  flops_per_sample=costs.TRAIN_FLOPS_FACTOR * dims.block_forward_flops,
-                  activation_bytes_per_sample=dims.block_activations * E
-                  + dims.block_mask_bytes,
-                  output_bytes_per_sample=stream, input_bytes_per_sample=stream,
-                  tp_allreduces=2, tp_units=dims.groups,
-                  replicated_activation_bytes_per_sample=dims.block_replicated_activations * E
-                  + dims.replicated_mask_bytes,
-                  elementwise_bytes_per_sample=dims.block_elementwise * E,
-                  replicated_elementwise_bytes_per_sample=dims.block_replicated_elementwise * E,
-                  attention_flops_per_sample=dims.attention_forward_flops,
-                  attention_elementwise_bytes_per_sample=dims.attention_elementwise * E,
-                  attention_activation_bytes_per_sample=dims.attention_activations * E
-                  + dims.attention_mask_bytes,
-                  kv_bytes_per_sample=float(2 * t * dims.kv_width * E),
-                  expert_params=dims.routed_expert_params,
-                  routed_bytes_per_sample=float(t * dims.top_k * d * E),
-                  expert_load=dims.imbalance,
-                  ops=dims.block_ops())
+    block = _block(dims, E)
     head = Layer("head", params=dims.head_params,
                  flops_per_sample=costs.TRAIN_FLOPS_FACTOR * dims.head_forward_flops,
                  # the final norm's input and output in the training precision, the
@@ -78,11 +60,38 @@ def transformer(config: TransformerConfig | TransformerDims, name: str, batch_si
                  elementwise_bytes_per_sample=float(2 * t * v * E),
                  replicated_elementwise_bytes_per_sample=2.0 * stream,
                  ops=dims.post_ops())
-    blocks = tuple(replace(block, name=f"block{i}") for i in range(dims.layers))
+    # leading dense blocks first (DeepSeek-V3's), then the rest
+    shapes = [_block(dims.dense_block(), E)] * dims.dense_layers + [block] * dims.routed_layers
+    blocks = tuple(replace(shape, name=f"block{i}") for i, shape in enumerate(shapes))
     # a tied head reuses the token embedding: a pipeline's last stage keeps a copy (Megatron)
     return LayeredModel(name, (embedding,), blocks, (head,), batch_size,
                         bytes_per_element=E, tied_head_params=v * d if dims.tied else 0,
                         seq=t, experts=dims.experts)
+
+
+def _block(dims: TransformerDims, E: int) -> Layer:
+    """One block of ``dims`` as a layer, its bytes at ``E`` per value."""
+    t = dims.seq
+    stream = float(t * dims.hidden * E)
+    return Layer("block", params=dims.block_params,
+                 flops_per_sample=costs.TRAIN_FLOPS_FACTOR * dims.block_forward_flops,
+                 activation_bytes_per_sample=dims.block_activations * E
+                 + dims.block_mask_bytes,
+                 output_bytes_per_sample=stream, input_bytes_per_sample=stream,
+                 tp_allreduces=2, tp_units=dims.groups,
+                 replicated_activation_bytes_per_sample=dims.block_replicated_activations * E
+                 + dims.replicated_mask_bytes,
+                 elementwise_bytes_per_sample=dims.block_elementwise * E,
+                 replicated_elementwise_bytes_per_sample=dims.block_replicated_elementwise * E,
+                 attention_flops_per_sample=dims.attention_forward_flops,
+                 attention_elementwise_bytes_per_sample=dims.attention_elementwise * E,
+                 attention_activation_bytes_per_sample=dims.attention_activations * E
+                 + dims.attention_mask_bytes,
+                 kv_bytes_per_sample=float(2 * t * dims.kv_width * E),
+                 expert_params=dims.routed_expert_params,
+                 routed_bytes_per_sample=float(t * dims.top_k * dims.hidden * E),
+                 expert_load=dims.imbalance,
+                 ops=dims.block_ops())
 
 
 def mlp(config: MLPConfig, name: str, batch_size: int, precision: Precision = FP32
