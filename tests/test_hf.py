@@ -57,7 +57,7 @@ def test_experts_compute_through_top_k_and_hold_every_expert():
     ("hf:{tmp}/deepseek.json,seq=4096", "field 'moe_layer_freq'"),
     ("hf:{tmp}/deepseek_gqa.json,seq=4096", "field 'num_key_value_heads'"),
     ("hf:{tmp}/bert.json,seq=4096", "model_type 'bert' is not read"),
-    ("hf:{tmp}/wide.json,seq=4096", "field 'head_dim'"),
+    ("hf:{tmp}/sparse_step.json,seq=4096", "field 'decoder_sparse_step'"),
     ("hf:{dir}/mixtral_8x7b_config.json,seq=4096,imbalance=much", "imbalance='much'"),
     ("hf:{dir}/llama3_8b_config.json,seq=4096,imbalance=1.3", "need experts=E"),
 ])
@@ -70,7 +70,9 @@ def test_a_bad_config_is_one_line_naming_the_field(tmp_path, text, said):
     (tmp_path / "deepseek.json").write_text(json.dumps(v3 | {"moe_layer_freq": 2}))
     (tmp_path / "deepseek_gqa.json").write_text(json.dumps(v3 | {"num_key_value_heads": 8}))
     (tmp_path / "bert.json").write_text(json.dumps(llama | {"model_type": "bert"}))
-    (tmp_path / "wide.json").write_text(json.dumps(llama | {"head_dim": 256}))
+    (tmp_path / "sparse_step.json").write_text(json.dumps(
+        llama | {"model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2,
+                 "decoder_sparse_step": 2}))
     with pytest.raises(WorkloadError) as caught:
         parse_dims(text.format(dir=HF, tmp=tmp_path))
     assert said in str(caught.value) and "\n" not in str(caught.value)
@@ -129,3 +131,19 @@ def test_latent_attention_by_its_dimensions_and_its_mistakes_in_one_line():
         with pytest.raises(WorkloadError) as caught:
             by_dims(bad)
         assert said in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_heads_wider_than_the_model_are_read_not_refused(tmp_path):
+    """Qwen3-32B's shape: 64 heads of 128 (8,192 wide) on a 5,120-wide model, 8 kv heads."""
+    llama = json.loads((HF / "llama3_8b_config.json").read_text())
+    qwen3 = llama | {"model_type": "qwen3", "hidden_size": 5120, "num_attention_heads": 64,
+                     "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 25600,
+                     "num_hidden_layers": 64, "vocab_size": 151936}
+    (tmp_path / "qwen3.json").write_text(json.dumps(qwen3))
+    dims = parse_dims(f"hf:{tmp_path / 'qwen3.json'},seq=4096")
+    assert dims.head_size == 128 and dims.q_width == 8192 and dims.kv_width == 1024
+    d = 5120  # q, k, v and the output projection at their widths
+    assert dims.attention_params == d * 8192 + 2 * d * 1024 + 8192 * d
+    assert dims.params == pytest.approx(32.8e9, rel=0.005)  # Qwen3-32B's published count
+    assert dims.attention_forward_flops == 4 * 4096 * 4096 * 64 * 128
+    assert total_forward_flops(dims.ops()) == pytest.approx(dims.forward_flops, rel=1e-9)

@@ -16,6 +16,8 @@ leading blocks keep a dense MLP of ``ffn`` (DeepSeek-V3's first 3). Multi-head l
 attention (DeepSeek-V2/V3, MLA), where ``kv_rank`` is given: keys and values up-projected per
 head from a ``kv_rank``-wide latent (and queries from a ``q_rank``-wide one where given),
 ``qk_dim`` + ``rope_dim`` per head for queries and keys, ``v_dim`` for values.
+``head_size``: each head's width where it is not ``hidden / heads`` (Qwen3's 128 with 64
+heads of a 5,120-wide model: the attention is wider than the model).
 
 GPT-style by default (GELU MLP of 4 x hidden, LayerNorm with biases, learned positions, a tied
 head); giving ``ffn`` without ``mlp`` means a gated MLP with RMSNorm, no biases, rotary
@@ -50,7 +52,8 @@ from workloads.spec import WorkloadError, choices_message
 PREFIX = "transformer:"
 _KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "mlp", "tied",
          "positions", "dropout", "batch", "experts", "top_k", "shared", "expert_ffn",
-         "imbalance", "dense_layers", "q_rank", "kv_rank", "rope_dim", "qk_dim", "v_dim")
+         "imbalance", "dense_layers", "q_rank", "kv_rank", "rope_dim", "qk_dim", "v_dim",
+         "head_size")
 _REQUIRED = ("layers", "hidden", "heads", "vocab", "seq")
 MLPS = ("gelu", "swiglu")
 POSITIONS = ("learned", "rope")
@@ -87,12 +90,13 @@ class TransformerDims:
     rope_dim: int = 0
     qk_dim: int = 0
     v_dim: int = 0
+    head_size: int = 0  # each head's width (0: hidden / heads)
 
     def __post_init__(self) -> None:
         for key in ("layers", "hidden", "heads", "vocab", "seq", "batch"):
             if getattr(self, key) < 1:
                 raise WorkloadError(f"transformer {key}={getattr(self, key)} must be >= 1")
-        if self.hidden % self.heads:
+        if self.hidden % self.heads and not (self.head_size or self.latent):
             raise WorkloadError(f"transformer hidden={self.hidden} must be a multiple of "
                                 f"heads={self.heads}")
         if self.heads % self.groups:
@@ -121,6 +125,9 @@ class TransformerDims:
         if not self.kv_rank and (self.q_rank or self.rope_dim or self.qk_dim or self.v_dim):
             raise WorkloadError("transformer q_rank, rope_dim, qk_dim and v_dim need kv_rank= "
                                 "(latent attention)")
+        if self.kv_rank and self.head_size:
+            raise WorkloadError("transformer head_size: latent attention's widths are qk_dim, "
+                                "rope_dim and v_dim")
         if self.kv_rank and self.kv_heads not in (0, self.heads):
             raise WorkloadError(f"transformer kv_heads={self.kv_heads}: latent attention "
                                 f"up-projects keys and values for every head")
@@ -153,7 +160,7 @@ class TransformerDims:
         parallelism passes around, and a kernel reads)."""
         if self.latent:
             return self.heads * (self.qk_dim + self.rope_dim + self.v_dim) // 2
-        return self.groups * (self.hidden // self.heads)
+        return self.groups * self.head_dim
 
     @property
     def head_dim(self) -> int:
@@ -162,7 +169,12 @@ class TransformerDims:
         two products) are the model's."""
         if self.latent:
             return (self.qk_dim + self.rope_dim + self.v_dim) // 2
-        return self.hidden // self.heads
+        return self.head_size or self.hidden // self.heads
+
+    @property
+    def q_width(self) -> int:
+        """The queries' (and the attention output's) width: heads x head width."""
+        return self.heads * self.head_dim
 
     @property
     def attention_params(self) -> int:
@@ -170,7 +182,7 @@ class TransformerDims:
         query, key, value and output projections."""
         d = self.hidden
         if not self.latent:
-            return d * (d + 2 * self.kv_width) + d * d
+            return d * (self.q_width + 2 * self.kv_width) + self.q_width * d
         h, qk = self.heads, self.qk_dim + self.rope_dim
         q = (d * self.q_rank + self.q_rank + self.q_rank * h * qk if self.q_rank
              else d * h * qk)
@@ -189,7 +201,7 @@ class TransformerDims:
         """One token's values the attention keeps for backward besides the norms and the
         scores: queries, keys, values and its output (and the latents, normed and not)."""
         if not self.latent:
-            return 2 * self.hidden + 2 * self.kv_width
+            return 2 * self.q_width + 2 * self.kv_width
         h, qk = self.heads, self.qk_dim + self.rope_dim
         return (2 * self.q_rank + (self.kv_rank + self.rope_dim) + self.kv_rank
                 + 2 * h * qk + 2 * h * self.v_dim)
@@ -249,7 +261,7 @@ class TransformerDims:
         matrices = self.attention_params + mlp
         if self.gated:  # RMSNorm weights only, no biases (Llama)
             return matrices + 2 * d
-        return matrices + (d + 2 * kv) + d + f + d + 4 * d  # biases, two LayerNorms
+        return matrices + (self.q_width + 2 * kv) + d + f + d + 4 * d  # biases, 2 LayerNorms
 
     @property
     def block_forward_flops(self) -> float:
@@ -390,7 +402,8 @@ class TransformerDims:
                                        bias=not self.gated, experts=self.experts,
                                        top_k=self.top_k, shared=self.shared,
                                        expert_ffn=self.expert_width,
-                                       imbalance=self.imbalance, attention=attention))
+                                       imbalance=self.imbalance, attention=attention,
+                                       head_dim=self.head_dim))
 
     def post_ops(self) -> tuple[Op, ...]:
         """The final norm, the head and the loss."""
@@ -408,6 +421,8 @@ class TransformerDims:
         parts = [f"{self.layers} layers", f"hidden {self.hidden}", f"{self.heads} heads"]
         if self.kv_heads and self.kv_heads != self.heads:
             parts.append(f"{self.kv_heads} kv heads")
+        if self.head_size:
+            parts.append(f"heads of {self.head_size}")
         if self.latent:
             parts.append(f"latent attention (q {self.q_rank or 'direct'}, kv {self.kv_rank}, "
                          f"qk {self.qk_dim}+{self.rope_dim}, v {self.v_dim})")
@@ -448,7 +463,7 @@ def parse_dims(text: str) -> TransformerDims:
     ints = {k: _int(k, values[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn",
                                             "vocab", "seq", "batch", "experts", "top_k",
                                             "shared", "expert_ffn", "dense_layers", "q_rank",
-                                            "kv_rank", "rope_dim", "qk_dim", "v_dim")
+                                            "kv_rank", "rope_dim", "qk_dim", "v_dim", "head_size")
             if k in values}
     llama = "ffn" in values and "mlp" not in values
     mlp = values.get("mlp", "swiglu" if llama else "gelu")

@@ -5,9 +5,10 @@
 The file gives the architecture (layers, hidden, heads, kv heads, MLP width, vocabulary,
 experts); the training sequence length is given (``seq=``), never taken from
 ``max_position_embeddings``, which is the longest the model accepts, not what it trains at.
-Llama, Mistral, Mixtral, Qwen2 and Qwen2-MoE, GPT-2, GPT-NeoX and DeepSeek-V2/V3 configs
-are read (DeepSeek's multi-head latent attention by its ranks and head widths, its leading
-dense layers by ``first_k_dense_replace``); any other ``model_type`` is refused by name rather
+Llama, Mistral, Mixtral, Qwen2/Qwen3 and their MoE models (heads wider than the model
+included), GPT-2, GPT-NeoX and DeepSeek-V2/V3 configs are read (DeepSeek's multi-head latent
+attention by its ranks and head widths, its leading dense layers by
+``first_k_dense_replace``); any other ``model_type`` is refused by name rather
 than guessed. Every error is one line naming the file and the field.
 """
 
@@ -25,7 +26,7 @@ PREFIX = "hf:"
 _OPTIONS = ("seq", "batch", "dropout", "imbalance")  # imbalance: a MoE's busiest expert
 
 # model_type -> the family whose keys and conventions it uses
-_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe")
+_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
 _GPT2 = ("gpt2",)
 _NEOX = ("gpt_neox",)
 _DEEPSEEK = ("deepseek_v2", "deepseek_v3")
@@ -100,10 +101,13 @@ def _llama(config: dict[str, Any], where: str) -> dict[str, Any]:
                             f"read for this model_type")
     hidden = _field(config, "hidden_size", where)
     head_dim = config.get("head_dim")
-    if head_dim is not None and head_dim * heads != hidden:
-        raise WorkloadError(f"{where}: field 'head_dim' {head_dim} x {heads} heads is not "
-                            f"hidden_size {hidden}: attention wider than the model is not "
-                            f"modelled")
+    # attention wider (or narrower) than the model: Qwen3's 64 heads of 128 on 5,120
+    width = ({"head_size": _field(config, "head_dim", where)}
+             if head_dim is not None and head_dim * heads != hidden else {})
+    for key, every in (("decoder_sparse_step", 1), ("mlp_only_layers", [])):
+        if config.get(key, every) != every:
+            raise WorkloadError(f"{where}: field {key!r} {config[key]!r}: only experts in "
+                                f"every layer is read")
     moe: dict[str, Any] = {}
     experts = config.get("num_local_experts", config.get("num_experts"))
     if experts:
@@ -123,7 +127,7 @@ def _llama(config: dict[str, Any], where: str) -> dict[str, Any]:
             "ffn": _field(config, "intermediate_size", where),
             "vocab": _field(config, "vocab_size", where), "mlp": "swiglu",
             "tied": bool(config.get("tie_word_embeddings", False)), "positions": "rope",
-            **moe}
+            **width, **moe}
 
 
 def _deepseek(config: dict[str, Any], where: str) -> dict[str, Any]:

@@ -213,7 +213,7 @@ def transformer_block(seq: int, hidden: int, heads: int, kv_width: int, ffn: int
                       gated: bool, dropout: float, causal: bool = True,
                       bias: bool = True, experts: int = 0, top_k: int = 0, shared: int = 0,
                       expert_ffn: int = 0, imbalance: float = 1.0,
-                      attention: list[Op] | None = None) -> list[Op]:
+                      attention: list[Op] | None = None, head_dim: int = 0) -> list[Op]:
     """One pre-norm (or post-norm: the same operators) transformer block of ``seq`` tokens:
     norm, fused QKV projection, attention, output projection, residual add, norm, MLP
     (GELU: two matrices; SwiGLU: gate and up fused, then down), residual add; dropout after
@@ -222,18 +222,21 @@ def transformer_block(seq: int, hidden: int, heads: int, kv_width: int, ffn: int
     ``top_k`` experts and back (permute, unpermute), the experts as grouped GEMMs of
     ``seq * top_k / experts`` rows each (the busiest ``imbalance`` x that, in time), and
     ``shared`` experts as a dense MLP. ``attention``: the projections and the kernel in
-    place of the fused QKV ones (``latent_attention``)."""
+    place of the fused QKV ones (``latent_attention``); ``head_dim``: each head's width
+    where it is not ``hidden / heads``."""
     if experts:
         return _moe_block(seq, hidden, heads, kv_width, gated=gated, dropout=dropout,
                           causal=causal, bias=bias, experts=experts, top_k=top_k,
                           shared=shared, expert_ffn=expert_ffn, imbalance=imbalance,
-                          attention=attention)
+                          attention=attention, head_dim=head_dim)
     t, d = seq, hidden
+    hd = head_dim or d // heads
+    q = heads * hd
     ops = [norm("ln1", t * d), *(attention or [
-           gemm("qkv", t, d + 2 * kv_width, d, bias=bias),
-           Op("attention", ATTENTION, heads=heads, seq=t, head_dim=d // heads,
-              kv_heads=heads * kv_width // d, causal=causal, dropout=dropout),
-           gemm("proj", t, d, d, bias=bias)])]
+           gemm("qkv", t, q + 2 * kv_width, d, bias=bias),
+           Op("attention", ATTENTION, heads=heads, seq=t, head_dim=hd,
+              kv_heads=kv_width // hd, causal=causal, dropout=dropout),
+           gemm("proj", t, d, q, bias=bias)])]
     if dropout:
         ops.append(elementwise("proj.dropout", 2 * t * d + t * d / 4))
     ops += [elementwise("residual1", 3 * t * d, 2 * t * d), norm("ln2", t * d)]
@@ -252,11 +255,11 @@ def transformer_block(seq: int, hidden: int, heads: int, kv_width: int, ffn: int
 def _moe_block(seq: int, hidden: int, heads: int, kv_width: int, *, gated: bool,
                dropout: float, causal: bool, bias: bool, experts: int, top_k: int,
                shared: int, expert_ffn: int, imbalance: float = 1.0,
-               attention: list[Op] | None = None) -> list[Op]:
+               attention: list[Op] | None = None, head_dim: int = 0) -> list[Op]:
     t, d = seq, hidden
     dense = transformer_block(t, d, heads, kv_width, max(1, expert_ffn * shared),
                               gated=gated, dropout=dropout, causal=causal, bias=bias,
-                              attention=attention)
+                              attention=attention, head_dim=head_dim)
     cut = next(i for i, op in enumerate(dense) if op.name == "ln2") + 1
     shared_mlp = dense[cut:-1] if shared else []
     routed = t * top_k  # token-rows through the experts
