@@ -400,11 +400,12 @@ def test_a_users_model_after_one_measured_run_is_recommended_on_a_preset_and_a_d
     (measured,) = load(tmp_path).to_dict("records")
     assert measured["status"] == "ok" and measured["grad_bytes"] > 0, measured["reason"]
     assert measured["workload"] == name
-    if framework == "torch":  # what autograd saved in one forward: the memory model reads it
-        from harness.calibrate.workload import workload_facts
+    # what the backward reads of one forward (autograd's saved tensors, TF's gradient graph):
+    # a described device's memory counts it
+    from harness.calibrate.workload import workload_facts
 
-        facts = workload_facts(workload, load(tmp_path))
-        assert facts.activation_bytes_per_sample and facts.activation_bytes_per_sample > 0
+    facts = workload_facts(workload, load(tmp_path))
+    assert facts.activation_bytes_per_sample and facts.activation_bytes_per_sample > 0
     for target in ("preset:dgx_h100_ib,hosts=2",
                    "two_level:hosts=6,gpus=4,intra=300GB/s,inter=25Gbit"):
         proc = _cli("recommend", "--results", str(tmp_path), "--workload", workload,

@@ -260,3 +260,22 @@ def test_what_a_torch_model_keeps_for_backward_is_counted_once_per_storage():
     bigger = torch.randn(4, 10, 3)  # three times the values: three times the bytes
     three = saved_activation_bytes(model, lambda: model(bigger.transpose(1, 2)).sum(), 4)
     assert three == pytest.approx(3 * (10 + 20) * 4, rel=0.01)
+
+
+def test_what_a_keras_model_keeps_for_backward_is_what_its_gradient_reads():
+    """TensorFlow's count: the forward values the traced gradient reads. Dense(10 -> 20)'s
+    weight gradient reads its input (10 a sample, a constant of the graph), ReluGrad and the
+    next weight gradient the ReLU's output (20, once), the loss's gradient its softmax
+    backprop (5); the weights are not activations. Within a scalar of torch's count."""
+    import keras
+    import tensorflow as tf
+
+    from harness.runners.tf_operators import saved_activation_bytes
+
+    model = keras.Sequential([keras.Input((10,)), keras.layers.Dense(20, activation="relu"),
+                              keras.layers.Dense(5)])
+    x = tf.constant(np.random.default_rng(0).standard_normal((4, 10)).astype("float32"))
+    y = tf.constant([0, 1, 2, 3])
+    per_sample = saved_activation_bytes(model.trainable_variables, lambda: tf.reduce_mean(
+        keras.losses.sparse_categorical_crossentropy(y, model(x), from_logits=True)), 4)
+    assert (10 + 20 + 5) * 4 <= per_sample <= (10 + 20 + 5) * 4 + 4

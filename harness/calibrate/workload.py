@@ -115,8 +115,9 @@ def traced_operators(rows: pd.DataFrame) -> tuple[Op, ...]:
 
 
 def saved_activations(rows: pd.DataFrame) -> float | None:
-    """Bytes one sample kept for backward in the newest one-device torch run that counted
-    them (runners/torch_operators.saved_activation_bytes); None where none did."""
+    """Bytes one sample kept for backward in the newest one-device run that counted them
+    (runners/torch_operators.py, runners/tf_operators.py: saved_activation_bytes); None where
+    none did."""
     value = _newest_detail(rows, "activation_bytes_per_sample")
     return float(value) if isinstance(value, int | float) and value > 0 else None
 

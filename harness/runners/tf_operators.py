@@ -87,3 +87,43 @@ def trace_operators(forward: Any, batch_size: int) -> list[dict[str, Any]]:
     ops = [o for o in (_op(op, float(batch_size)) for op in graph.get_operations())
            if o is not None]
     return to_records(tuple(ops))
+
+
+#: Operations that read only a tensor's shape: a gradient that uses them keeps no values.
+_SHAPE_ONLY = {"Shape", "ShapeN", "Size", "Rank", "BroadcastGradientArgs"}
+#: Operations whose output is a weight (a variable's value), not an activation.
+_WEIGHTS = {"ReadVariableOp", "VarHandleOp"}
+
+
+def saved_activation_bytes(variables: Any, forward: Any, batch_size: int) -> float:
+    """Bytes one sample keeps for backward: the forward's values that the gradient's
+    operations read, with ``tape.gradient`` of ``forward()`` over ``variables`` traced in one
+    graph (its operations are those under the tape's ``gradient_tape`` scope), each tensor
+    once (the batch too: traced from eager tensors, it is the graph's constants); weights
+    (variable reads and what they pass through unchanged) and reads of a shape alone left
+    out. The TensorFlow counterpart of
+    ``torch_operators.saved_activation_bytes``."""
+    def step() -> Any:
+        with tf.GradientTape() as tape:
+            loss = forward()
+        return tape.gradient(loss, variables)
+
+    graph = tf.function(step).get_concrete_function().graph
+    kept: dict[str, float] = {}
+    for op in graph.get_operations():
+        if not op.name.startswith("gradient_tape/") or op.type in _SHAPE_ONLY:
+            continue
+        for tensor in op.inputs:
+            source = tensor.op
+            if source.name.startswith("gradient_tape/") or _is_weight(source) \
+                    or tensor.dtype == tf.resource:
+                continue
+            kept[tensor.name] = _numel(tensor) * tensor.dtype.size
+    return sum(kept.values()) / batch_size
+
+
+def _is_weight(op: Any) -> bool:
+    """A variable's value, possibly through identities and casts (mixed precision)."""
+    while op.type in ("Identity", "Cast") and op.inputs:
+        op = op.inputs[0].op
+    return op.type in _WEIGHTS

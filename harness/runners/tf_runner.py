@@ -227,6 +227,20 @@ def _operators(case: Case) -> list[dict[str, Any]]:
                            case.global_batch)
 
 
+def _saved_activations(case: Case) -> float:
+    """Bytes a sample keeps for backward (runners/tf_operators.py), on a fresh build as
+    ``_operators`` traces one."""
+    from harness.runners import tf_workload as tw
+    from harness.runners.tf_operators import saved_activation_bytes
+
+    workload = tw.spec(case)
+    model = tw.build(workload, case.seed)
+    batch = tw.to_tensors(tw.batch(workload, 0, case.global_batch, case.seed))
+    return saved_activation_bytes(
+        model.trainable_variables,
+        lambda: tw.scaled_loss(workload, model, batch, case.global_batch), case.global_batch)
+
+
 def _run_tpu(case: Case, workdir: Path) -> dict[str, Any]:
     """Every core of the TPU is a replica; the per-replica batch stays the case's."""
     _configure(1)
@@ -269,6 +283,8 @@ def run(case: Case, role: str, index: int, workdir: Path) -> dict[str, Any]:
         if case.strategy == "one_device" and report["step_times_s"]:
             try:
                 details["operators"] = _operators(case)
+                # and what it keeps for backward: a described device's memory reads it
+                details["activation_bytes_per_sample"] = _saved_activations(case)
             except Exception as exc:  # the record is optional; the measured run stands
                 details["operators_error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
         return _with_details(report, details)
