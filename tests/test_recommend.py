@@ -749,3 +749,19 @@ def test_an_fsdp_efficiency_over_100_percent_says_why():
     if verdict["pick"]["strategy"] == "fsdp":
         assert "; over 100%: each device updates 1/16 of the weights" in verdict["why"]
         assert "scaling efficiency 107%" not in verdict["why"]
+
+
+def test_a_torus_splits_tensors_within_one_ring_of_its_first_dimension():
+    """Device ids run along a torus's first dimension, so a tensor-parallel group of up to
+    that many chips sits on one ring of neighbouring links, as a GPU host's sits on NVLink:
+    the search offers such splits on TPUs (MaxText's ici_tensor_parallelism), never wider."""
+    from harness.recommend.targets import parse_targets
+
+    (torus,) = parse_targets(["preset:tpu_v5p"])  # 4x4x8
+    assert torus.per_host == 4
+    frame = recommend(pd.DataFrame(), workloads=["llama3_8b"], targets=["preset:tpu_v5p"],
+                      precision="bf16")
+    sweep = pd.DataFrame(frame.attrs["sweep"])
+    split = sweep[sweep["strategy"].str.contains("tensor")]
+    degrees = {int(layout.split("tp=")[1].split(",")[0]) for layout in split["layout"]}
+    assert not split.empty and degrees <= {2, 4}

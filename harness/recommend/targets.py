@@ -97,7 +97,10 @@ def _topology_targets(spec: str) -> list[Target]:
             topology = parse_topology(text)
         except (SpecError, ValueError) as exc:
             raise InputError(f"bad target {spec!r}: {exc}") from None
-        per_host = topology.per_host if isinstance(topology, Hierarchy) else 1
+        # a torus's devices of one ring (device ids run along its first dimension): where
+        # a tensor-parallel group stays on neighbouring links, as a host's does on NVLink
+        per_host = (topology.per_host if isinstance(topology, Hierarchy)
+                    else topology.dims[0])
         out.append(Target("topology", text, devices=n_devices(topology), per_host=per_host))
     return out
 
