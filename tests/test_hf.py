@@ -58,6 +58,7 @@ def test_experts_compute_through_top_k_and_hold_every_expert():
     ("hf:{tmp}/deepseek_gqa.json,seq=4096", "field 'num_key_value_heads'"),
     ("hf:{tmp}/bert.json,seq=4096", "model_type 'bert' is not read"),
     ("hf:{tmp}/sparse_step.json,seq=4096", "field 'decoder_sparse_step'"),
+    ("hf:{tmp}/windowed.json,seq=8192", "field 'sliding_window' 4096 is below seq=8192"),
     ("hf:{dir}/mixtral_8x7b_config.json,seq=4096,imbalance=much", "imbalance='much'"),
     ("hf:{dir}/llama3_8b_config.json,seq=4096,imbalance=1.3", "need experts=E"),
 ])
@@ -70,6 +71,8 @@ def test_a_bad_config_is_one_line_naming_the_field(tmp_path, text, said):
     (tmp_path / "deepseek.json").write_text(json.dumps(v3 | {"moe_layer_freq": 2}))
     (tmp_path / "deepseek_gqa.json").write_text(json.dumps(v3 | {"num_key_value_heads": 8}))
     (tmp_path / "bert.json").write_text(json.dumps(llama | {"model_type": "bert"}))
+    (tmp_path / "windowed.json").write_text(json.dumps(
+        llama | {"model_type": "mistral", "sliding_window": 4096}))
     (tmp_path / "sparse_step.json").write_text(json.dumps(
         llama | {"model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2,
                  "decoder_sparse_step": 2}))

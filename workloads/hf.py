@@ -9,7 +9,7 @@ Llama, Mistral, Mixtral, Qwen2/Qwen3 and their MoE models (heads wider than the 
 included), GPT-2, GPT-NeoX and DeepSeek-V2/V3 configs are read (DeepSeek's multi-head latent
 attention by its ranks and head widths, its leading dense layers by
 ``first_k_dense_replace``); any other ``model_type`` is refused by name rather
-than guessed. Every error is one line naming the file and the field.
+than guessed, as is attention over a sliding window shorter than the sequence. Every error is one line naming the file and the field.
 """
 
 from __future__ import annotations
@@ -63,6 +63,12 @@ def parse_hf(text: str) -> TransformerDims:
         raise WorkloadError(f"{where}: model_type {kind!r} is not read (known: "
                             f"{', '.join(known)})")
     seq = _whole(options["seq"], "seq", "hf option")
+    window = config.get("sliding_window") if config.get("use_sliding_window", True) else None
+    if isinstance(window, int) and not isinstance(window, bool) and 0 < window < seq:
+        # Mistral 7B v0.1's 4,096: each token attends to the last window of tokens only
+        raise WorkloadError(f"{where}: field 'sliding_window' {window} is below seq={seq}: "
+                            f"attention over a sliding window is not modelled (train at "
+                            f"seq={window} or less)")
     batch = _whole(options.get("batch", "1"), "batch", "hf option")
     dropout = _number(options.get("dropout", "0"), "dropout")
     imbalance = _number(options.get("imbalance", "1"), "imbalance")
