@@ -34,6 +34,7 @@ which runs at memory bandwidth rather than at the matmul rate.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from workloads.operators import (
@@ -350,21 +351,21 @@ class TransformerDims:
         norm = (1 if self.gated else 2) * self.hidden
         return norm + (0 if self.tied else self.vocab * self.hidden)
 
-    def _over_blocks(self, per_block: str) -> float:
+    def _over_blocks(self, per_block: Callable[[TransformerDims], float]) -> float:
         """A per-block figure summed over the blocks: the leading dense ones and the rest."""
-        dense = self.dense_block() if self.dense_layers else None
-        return (self.routed_layers * getattr(self, per_block)
-                + (self.dense_layers * getattr(dense, per_block) if dense else 0))
+        dense = per_block(self.dense_block()) if self.dense_layers else 0.0
+        return self.routed_layers * per_block(self) + self.dense_layers * dense
 
     @property
     def params(self) -> int:
-        return int(self.embedding_params + self._over_blocks("block_params") + self.head_params)
+        return int(self.embedding_params + self._over_blocks(lambda b: b.block_params)
+                   + self.head_params)
 
     @property
     def active_params(self) -> int:
         """Parameters one token uses (all of them for a dense model): Mixtral's '12.9B
         active' of 46.7B."""
-        return int(self.embedding_params + self._over_blocks("active_block_params")
+        return int(self.embedding_params + self._over_blocks(lambda b: b.active_block_params)
                    + self.head_params)
 
     @property
@@ -373,7 +374,7 @@ class TransformerDims:
 
     @property
     def forward_flops(self) -> float:
-        return self._over_blocks("block_forward_flops") + self.head_forward_flops
+        return self._over_blocks(lambda b: b.block_forward_flops) + self.head_forward_flops
 
     @property
     def head_activations(self) -> float:
@@ -382,7 +383,7 @@ class TransformerDims:
 
     @property
     def activations(self) -> float:
-        return self._over_blocks("block_activations") + self.head_activations
+        return self._over_blocks(lambda b: b.block_activations) + self.head_activations
 
     def pre_ops(self) -> tuple[Op, ...]:
         """The token embedding (and learned positions) of one sequence."""

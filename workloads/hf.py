@@ -9,7 +9,8 @@ Llama, Mistral, Mixtral, Qwen2/Qwen3 and their MoE models (heads wider than the 
 included), GPT-2, GPT-NeoX and DeepSeek-V2/V3 configs are read (DeepSeek's multi-head latent
 attention by its ranks and head widths, its leading dense layers by
 ``first_k_dense_replace``); any other ``model_type`` is refused by name rather
-than guessed, as is attention over a sliding window shorter than the sequence. Every error is one line naming the file and the field.
+than guessed, as is attention over a sliding window shorter than the sequence. Every error
+is one line naming the file and the field.
 """
 
 from __future__ import annotations
