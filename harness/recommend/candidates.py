@@ -526,18 +526,14 @@ def _fitting_strategies(ctx: Context, facts: WorkloadProfile, target: Target, n:
 def _checkpointed_activations(facts: WorkloadProfile, calibration: Any) -> float | None:
     """Bytes one sample keeps under activation checkpointing of every layer: its layers'
     inputs, plus one layer's whole activations during its backward (on a described device,
-    as it keeps them: ``activations_on_device``); None for a workload without layers here."""
-    from harness.sim.memory import checkpointed_activation_bytes
-    from harness.sim.structure import layered
-    from workloads import WorkloadError
+    as it keeps them: ``activations_on_device``; else in fp32, attention unfused); None for
+    a workload without layers here."""
+    from harness.sim.memory import kept_activations
+    from workloads.precision import FP32
 
-    try:
-        model = layered(facts.label)
-    except WorkloadError:
-        return None
     if calibration is not None and calibration.device is not None:
         return activations_on_device(facts, calibration, facts.label, checkpointed=True)
-    return checkpointed_activation_bytes(model)
+    return kept_activations(facts.label, None, FP32, False, checkpointed=True)
 
 
 def _checkpointed_fsdp(ctx: Context, facts: WorkloadProfile, target: Target, n: int,

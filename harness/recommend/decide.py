@@ -13,7 +13,6 @@ Points are plain dicts (the recommender's rows); these are pure functions over t
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -439,8 +438,7 @@ def verdict(workload: str, target: str, ranked: Sequence[Point], points: Sequenc
         reason = str(pick.get("reason") or "")
         eff = pick.get("scaling_efficiency", NAN)
         if _finite(eff):  # the decision's sentence gave it already (why over 100% stays)
-            reason = re.sub(rf"; scaling efficiency {eff:.0%}(?: \((over 100%[^)]*)\))?",
-                            lambda m: f"; {m.group(1)}" if m.group(1) else "", reason)
+            reason = reason.replace(f"; scaling efficiency {eff:.0%}", "")
         why += f"; {reason}" if reason else ""
         single = [p for p in points if int(p["replicas"]) == 1 and usable(p)]
         if single and _finite(cost) and _finite(single[0].get("cost_usd")) \

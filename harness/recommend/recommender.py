@@ -145,8 +145,8 @@ def _reason(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits: fl
                                  if math.isfinite(comm) else ""))
     eff = row.get("scaling_efficiency", NAN)
     said = f"scaling efficiency {eff:.0%}" + (
-        f" (over 100%: each device updates 1/{row['replicas']} of the weights, one device "
-        f"all of them)" if ex == "sharded" and eff >= 1.005 else "")
+        f"; over 100%: each device updates 1/{row['replicas']} of the weights, one device "
+        f"all of them" if ex == "sharded" and eff >= 1.005 else "")
     if math.isfinite(comm):
         text = f"gradient exchange is {comm:.0%} of the step{at}"
         return text + (f"; {said}" if math.isfinite(eff) else "")

@@ -215,30 +215,31 @@ def train_sync(case: Case, strategy: Any, rank: int, global_batch: int,
 
 def _operators(case: Case) -> list[dict[str, Any]]:
     """The model as operators (runners/tf_operators.py): what a described device's compute
-    is modelled from. A fresh build on the run's first batch: the trained model is not
-    needed, only its shapes."""
-    from harness.runners import tf_workload as tw
+    is modelled from."""
     from harness.runners.tf_operators import trace_operators
 
-    workload = tw.spec(case)
-    model = tw.build(workload, case.seed)
-    batch = tw.to_tensors(tw.batch(workload, 0, case.global_batch, case.seed))
-    return trace_operators(lambda: tw.scaled_loss(workload, model, batch, case.global_batch),
-                           case.global_batch)
+    _, forward = _fresh_forward(case)
+    return trace_operators(forward, case.global_batch)
 
 
 def _saved_activations(case: Case) -> float:
-    """Bytes a sample keeps for backward (runners/tf_operators.py), on a fresh build as
-    ``_operators`` traces one."""
-    from harness.runners import tf_workload as tw
+    """Bytes a sample keeps for backward (runners/tf_operators.py): what a described
+    device's memory reads."""
     from harness.runners.tf_operators import saved_activation_bytes
+
+    model, forward = _fresh_forward(case)
+    return saved_activation_bytes(model.trainable_variables, forward, case.global_batch)
+
+
+def _fresh_forward(case: Case) -> tuple[Any, Any]:
+    """(a fresh build of the case's model, its loss on the run's first batch as a closure):
+    the trained model is not needed, only its shapes."""
+    from harness.runners import tf_workload as tw
 
     workload = tw.spec(case)
     model = tw.build(workload, case.seed)
     batch = tw.to_tensors(tw.batch(workload, 0, case.global_batch, case.seed))
-    return saved_activation_bytes(
-        model.trainable_variables,
-        lambda: tw.scaled_loss(workload, model, batch, case.global_batch), case.global_batch)
+    return model, lambda: tw.scaled_loss(workload, model, batch, case.global_batch)
 
 
 def _run_tpu(case: Case, workdir: Path) -> dict[str, Any]:

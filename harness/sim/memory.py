@@ -166,7 +166,8 @@ def kept_activations(workload: str, stated: float | None, precision: Precision,
     (``replica_activation_bytes``; ``checkpointed``: every layer checkpointed): activations
     at the precision's width, a fused attention (torch's SDPA, FlashAttention) keeping no
     T x T scores. Else the ``stated`` count, which ``workloads.costs`` keeps in fp32, at the
-    precision's width; None where neither is known."""
+    precision's width; None where neither is known, or, ``checkpointed``, where it has no
+    layers to checkpoint."""
     from harness.sim.structure import layered
     from workloads import WorkloadError
     from workloads.costs import ACTIVATION_BYTES
@@ -174,7 +175,9 @@ def kept_activations(workload: str, stated: float | None, precision: Precision,
     try:
         model = layered(workload, precision)
     except WorkloadError:
-        return None if stated is None else stated * precision.value_bytes / ACTIVATION_BYTES
+        if checkpointed or stated is None:
+            return None
+        return stated * precision.value_bytes / ACTIVATION_BYTES
     return (checkpointed_activation_bytes(model, fused_attention) if checkpointed
             else replica_activation_bytes(model, fused_attention))
 
