@@ -381,6 +381,35 @@ def test_the_h100s_efficiencies_are_the_fit_they_cite():
     assert not {rid for rid, _ in fits.values()} & corpus_ids
 
 
+def test_every_fitted_system_file_efficiency_is_the_fit_it_cites():
+    """Each system-file efficiency taken from a published run (``system_sources``) is what
+    refitting with today's device model gives: B200 and GB200 by their Megatron-Bridge run
+    against the H100's (one recipe on both), applied to the H100 file's own values."""
+    fits = devices.system_file_fits()
+    assert {"hgx_b200/bf16", "hgx_b200/fp8", "gb200_nvl72/bf16", "gb200_nvl72/fp8"} <= set(fits)
+    for group, (_, fitted) in fits.items():
+        system, precision = group.split("/")
+        assert load_preset(system).device.matmul_efficiency[precision] == pytest.approx(
+            fitted, abs=0.005), group
+    h100 = load_preset("dgx_h100_ib").device.matmul_efficiency
+    b200 = load_preset("hgx_b200").device.matmul_efficiency
+    # one ratio for every precision: the runs say how the devices compare, not the recipe
+    assert b200["bf16"] / h100["bf16"] == pytest.approx(b200["fp8"] / h100["fp8"], rel=0.01)
+    assert b200["bf16"] < h100["bf16"]  # the best shapes' 77.6% against 80.3% says as much
+
+
+def test_the_h200_computes_as_the_h100_it_shares_a_die_with():
+    """Same peaks and SMs: the H200's efficiencies are the H100's fitted ones, not its best
+    GEMM shape's (80%), so it is faster only where memory decides."""
+    h100, h200 = load_preset("dgx_h100_ib").device, load_preset("hgx_h200").device
+    assert h200.matmul_efficiency == h100.matmul_efficiency
+    assert h200.peak_flops == h100.peak_flops and h200.sms == h100.sms
+    rates = [device_rate(d, "bf16") for d in (h100, h200)]
+    gemm = [gemm_seconds(8192, 8192, 8192, 1, r) for r in rates]
+    assert gemm[0] == pytest.approx(gemm[1])
+    assert rates[1].bytes_per_s > rates[0].bytes_per_s
+
+
 def test_a_project_target_may_name_its_precision(tmp_path):
     from harness.core.errors import InputError
     from harness.core.project import load_project

@@ -208,16 +208,32 @@ def _row(entry: dict[str, Any], data: dict[str, Any]) -> Row:
 def system_file_fits() -> dict[str, tuple[str, float]]:
     """Each system-file efficiency taken from a published run outside the corpus (the file's
     ``system_sources``): (the run's id, the efficiency fitted on it with this device model).
+    An entry ``relative_to`` a corpus row ran the same recipe on another device: the ratio of
+    the two fits is the devices' ratio under one stack, applied to the reference device's own
+    file (so devices compare as one stack runs them, not each by its own stack's recipe).
     A test holds the system files to these, so a change to the device model that moves a fit
     shows as a stale system file rather than as a quietly better table."""
     _, data = corpus()
     out = {}
     for entry in data.get("system_sources", []):
-        row = _row({k: v for k, v in entry.items() if k != "sets"}, data)
-        target = row.global_batch / row.gpus / row.published_samples_per_gpu
+        row = _row({k: v for k, v in entry.items() if k not in ("sets", "relative_to")}, data)
+        fitted = _fit_on(row)
+        reference = row_by_id(entry["relative_to"]) if "relative_to" in entry else None
         for group in entry["sets"]:
-            out[group] = (row.id, fit_efficiency(_step_at(row), target))
+            if reference is None:
+                out[group] = (row.id, fitted)
+                continue
+            precision = group.split("/")[1]
+            stated = load_preset(reference.system).device.efficiency(precision)
+            out[group] = (f"{row.id} relative to {reference.id}",
+                          stated * fitted / _fit_on(reference))
     return out
+
+
+def _fit_on(row: Row) -> float:
+    """The efficiency at which the device model gives ``row``'s published throughput."""
+    return fit_efficiency(_step_at(row), row.global_batch / row.gpus
+                          / row.published_samples_per_gpu)
 
 
 def row_by_id(row_id: str) -> Row:
@@ -562,8 +578,11 @@ def format_system_fits(fits: dict[str, tuple[str, float]]) -> str:
     for group, (rid, efficiency) in fits.items():
         system, precision = group.split("/")
         stated = load_preset(system).device.efficiency(precision)
-        lines.append(f"  {group:<20}{efficiency:>7.1%} on {rid} (the system file: "
+        run, _, reference = rid.partition(" relative to ")
+        lines.append(f"  {group:<20}{efficiency:>7.1%} on {run} (the system file: "
                      f"{stated:.1%})")
+        if reference:
+            lines.append(f"  {'':<27}relative to {reference}")
     return "\n".join(lines)
 
 
