@@ -202,6 +202,26 @@ def test_a_tiny_model_on_an_h100_is_launch_bound_and_says_so():
     assert "launch-bound" in row["compute_source"]
 
 
+def test_an_answer_says_where_the_devices_efficiency_is_assumed():
+    """A TPU's GEMM efficiency is the file's placeholder, fitted on no run: the compute note
+    says so; an H100's bf16 is fitted (llm-foundry's MPT-7B) and says nothing of the kind."""
+    base = ("--workers", "1", "--workload", "gpt2_xl", "--precision", "bf16")
+    tpu = _simulate("--topology", "preset:tpu_v5p", *base)
+    assert "bf16 GEMM efficiency is an assumed 50%" in tpu["compute_source"]
+    h100 = _simulate("--topology", "preset:dgx_h100_ib,hosts=1", *base)
+    assert "assumed" not in h100["compute_source"]
+
+
+def test_the_mi300xs_efficiency_is_the_h100s_scaled_by_their_best_gemm_shapes():
+    """No MI300X training run is fitted: its bf16 is the H100's fit times the two devices'
+    best-shape ratio (mamf-finder, cited in the file), fp8 bf16's times the H100's fp8/bf16."""
+    h100 = load_preset("dgx_h100_ib").device.matmul_efficiency
+    mi300x = load_preset("mi300x").device.matmul_efficiency
+    assert mi300x["bf16"] == pytest.approx(h100["bf16"] * (668.4 / 1300) / (794.5 / 989),
+                                           abs=0.001)
+    assert mi300x["fp8"] / mi300x["bf16"] == pytest.approx(h100["fp8"] / h100["bf16"], abs=0.01)
+
+
 def test_every_strategy_computes_alike_on_one_device():
     """Data-parallel, FSDP, parameter-server and model-parallel steps of one model on one
     device: one device model, one compute."""

@@ -300,6 +300,7 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
         from_preset,
         with_device_update,
     )
+    from harness.sim.device_model import assumed_efficiency_note, device_rate, training_precision
     from harness.validate.devices import published_check
 
     calibration = None
@@ -316,6 +317,10 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
         compute_note = (f"compute by the device model on the {device} device "
                         f"({ctx.precision or 'its training precision'})" if facts.ops
                         else f"compute from FLOPs on the {device} device")
+        if facts.ops and preset_cal.device is not None and (assumed := assumed_efficiency_note(
+                device_rate(preset_cal.device, ctx.precision
+                            or training_precision(preset_cal.device)))):
+            compute_note = f"{compute_note}; {assumed}"
         if facts.ops:
             checked = published_check(device, ctx.precision)
         # activations as the device keeps them: every candidate's memory reads this

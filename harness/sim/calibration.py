@@ -11,7 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from harness.core.errors import SpecError
-from harness.sim.device_model import DeviceStep, device_rate, training_precision
+from harness.sim.device_model import (
+    DeviceStep,
+    assumed_efficiency_note,
+    device_rate,
+    training_precision,
+)
 from harness.sim.device_model import device_step as _device_step
 from harness.sim.memory import optimizer_slots
 from harness.sim.preset import Device, load_preset
@@ -136,8 +141,10 @@ def device_step(profile: WorkloadProfile, calibration: Calibration | None
     step = _device_step(profile.ops, profile.batch_per_replica, updated, rate,
                         precision(name), optimizer_slots(profile.optimizer))
     if calibration.precision is None:
-        step = replace(step, precision_note=f"{name} (no --precision given: the device's "
-                                            f"training precision)")
+        note = f"{name} (no --precision given: the device's training precision)"
+        if assumed := assumed_efficiency_note(rate):
+            note = f"{note}; {assumed}"
+        step = replace(step, precision_note=note)
     return step
 
 
@@ -177,8 +184,8 @@ def compute_seconds(profile: WorkloadProfile, calibration: Calibration | None
         assert calibration is not None and calibration.device is not None
         again = step.forward_s if profile.recomputed else 0.0
         return (step.passes_s + again + step.overhead_s,
-                f"device model: {calibration.device.name}, {step.precision_note}, "
-                f"{step.bound}")
+                f"device model: {calibration.device.name}, {step.bound}, "
+                f"{step.precision_note}")
     if (profile.flops_per_sample is not None and calibration is not None
             and calibration.device_flops):
         return (profile.flops_per_sample * profile.batch_per_replica / calibration.device_flops,

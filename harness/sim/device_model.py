@@ -87,6 +87,18 @@ def gemm_precision(precision: str, framework: str, conv: bool, device: Device) -
     return precision
 
 
+def assumed_efficiency_note(rate: DeviceRate) -> str:
+    """What the answer says where the device's GEMM efficiency at this precision is the
+    system file's placeholder (``assumed_efficiency``), fitted on no run; "" elsewhere."""
+    if rate.efficiency is not None or rate.precision is None:
+        return ""
+    p = gemm_precision(rate.precision, rate.framework, False, rate.device)
+    if p in rate.device.matmul_efficiency:
+        return ""
+    return (f"its {p} GEMM efficiency is an assumed {rate.device.assumed_efficiency:.0%}, fitted "
+            f"on no run (--fit-step fits it on a measured step)")
+
+
 def training_precision(device: Device) -> str:
     """What a device trains in when no precision is given: bf16 mixed precision where it
     has a bf16 peak (the default of large-model training on accelerators), else fp16, else
@@ -426,6 +438,8 @@ def device_step(ops: tuple[Op, ...], samples: int, params: float, rate: DeviceRa
     optimizer = optimizer_seconds(params, precision, slots, rate) * scale
     note = (fp32_meaning(rate.framework, rate.device) if rate.precision == "fp32"
             else f"{rate.name}")
+    if assumed := assumed_efficiency_note(rate):
+        note = f"{note}; {assumed}"
     return DeviceStep(times.forward_s * scale, times.backward_s * scale, optimizer,
                       rate.device.step_overhead_s, kernels,
                       "launch-bound" if floor >= device_s else bound_by(times, rate), note)
