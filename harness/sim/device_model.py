@@ -96,7 +96,8 @@ def assumed_efficiency_note(rate: DeviceRate) -> str:
     if p in rate.device.matmul_efficiency:
         return ""
     return (f"its {p} GEMM efficiency is an assumed {rate.device.assumed_efficiency:.0%}, fitted "
-            f"on no run (--fit-step fits it on a measured step)")
+            f"on no run (simulate --fit-step fits it on a measured step, for the system "
+            f"file's matmul_efficiency)")
 
 
 def training_precision(device: Device) -> str:
