@@ -906,6 +906,29 @@ def test_expert_parallelism_shards_the_experts_and_pays_all_to_alls():
     assert eight["bytes_per_step"] != one["bytes_per_step"]
 
 
+def test_a_rank_runs_its_local_experts_on_every_ranks_tokens():
+    """Under EP a rank's grouped GEMM covers 1/EP of the experts, each on the rows all EP
+    ranks send it: the FLOPs stay the rank's share, the GEMMs grow EP times taller and read
+    1/EP of the weights. DeepSeek-V3's 256 experts take 128 rows a sample each (4,096
+    tokens x top 8 / 256): timed as 256 skinny GEMMs that read every expert's weights, its
+    MoE layer in fp8 on an H100 took 1.9x as long as the same FLOPs under EP 64."""
+    from harness.sim.device_model import device_rate, pass_times
+    from workloads.operators import expert_sharded
+
+    block = layered("deepseek_v3", PRECISIONS["fp8"]).blocks[-1]
+    routed = [op for op in block.ops if op.routed]
+    assert [op.name for op in routed] == ["experts.in", "experts.out"]
+    for op in routed:
+        local = expert_sharded(op, 64)
+        assert (local.repeat, local.rows) == (op.repeat // 64, op.rows * 64)
+        assert local.forward_flops == pytest.approx(op.forward_flops)
+    assert all(expert_sharded(op, 64) == op for op in block.ops if not op.routed)
+    rate = device_rate(load_preset("dgx_h100_ib").device, "fp8")
+    whole = pass_times(block.ops, 1, rate, expert=1)
+    sharded = pass_times(block.ops, 1, rate, expert=64)
+    assert sharded.device_s < 0.6 * whole.device_s
+
+
 def test_routed_experts_reduce_their_gradients_only_among_ranks_holding_them(monkeypatch):
     """Megatron-Core's expert-data-parallel group: on 8 data ranks with EP 4, data rank d
     holds expert shard d mod 4, so the experts' gradients (1/4 of them a rank) reduce over

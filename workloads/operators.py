@@ -58,6 +58,10 @@ class Op:
     # the busiest rank's share over the mean (a router's expert imbalance): its time, never
     # its FLOPs, which stay the balanced model's
     load: float = 1.0
+    # gemm: one of a layer's routed experts (``repeat`` = the experts, ``rows`` each one's
+    # share of a sample's tokens): expert parallelism hands a rank 1/EP of the experts, each
+    # with the rows of every rank of its group (``expert_sharded``)
+    routed: bool = False
     # elementwise: computes in fp32 whatever the training precision, on an input of this
     # many values per sample cast up from it (and its gradient cast back): the loss, as
     # torch's autocast runs log_softmax and nll_loss in fp32 and Megatron-LM casts the
@@ -89,6 +93,18 @@ class Op:
         if self.kind == ATTENTION:  # q.k^T and the weighted sum of v, the full square
             return 4.0 * self.seq * self.seq * self.heads * self.head_dim
         return 0.0
+
+
+def expert_sharded(op: Op, expert: int) -> Op:
+    """``op`` on one rank of ``expert``-way expert parallelism: a routed expert's GEMM runs
+    1/EP of the experts, each on EP times the rows (the tokens every rank of the group sends
+    it), so the FLOPs are the rank's share while each GEMM is EP times taller and reads
+    1/EP of the weights (Megatron-Core's grouped GEMM over a rank's local experts); every
+    other operator is unchanged."""
+    if not op.routed or expert <= 1:
+        return op
+    local = max(1, op.repeat // expert)
+    return replace(op, rows=op.rows * op.repeat / local, repeat=local)
 
 
 def to_records(ops: tuple[Op, ...]) -> list[dict[str, Any]]:
@@ -268,8 +284,10 @@ def _moe_block(seq: int, hidden: int, heads: int, kv_width: int, *, gated: bool,
     act = (elementwise("experts.swiglu", 3 * routed * expert_ffn, 5 * routed * expert_ffn)
            if gated else elementwise("experts.gelu", 2 * routed * expert_ffn))
     busiest = [replace(op, load=imbalance) for op in (
-        gemm("experts.in", rows, width, d, repeat=experts, bias=bias), act,
-        gemm("experts.out", rows, d, expert_ffn, repeat=experts, bias=bias))]
+        replace(gemm("experts.in", rows, width, d, repeat=experts, bias=bias), routed=True),
+        act,
+        replace(gemm("experts.out", rows, d, expert_ffn, repeat=experts, bias=bias),
+                routed=True))]
     return [*dense[:cut], gemm("router", t, experts, d),
             elementwise("router.softmax", 2 * t * experts), elementwise("permute", 2 * routed * d),
             *busiest, elementwise("unpermute", 3 * routed * d), *shared_mlp, dense[-1]]

@@ -65,7 +65,8 @@ ZERO = ComputeSplit(0.0, 0.0)
 
 def layers_split(layers: Iterable[Layer], rate: DeviceRate, samples: int, tensor: int = 1,
                  sequence_parallel: bool = False,
-                 recompute: Callable[[Layer], str] = lambda layer: "none") -> ComputeSplit:
+                 recompute: Callable[[Layer], str] = lambda layer: "none",
+                 expert: int = 1) -> ComputeSplit:
     """``layer_split`` summed over ``layers``, each distinct layer timed once: a model's
     blocks are one layer repeated (126 of them in Llama 3 405B), and a layout search times
     them for every split."""
@@ -76,19 +77,21 @@ def layers_split(layers: Iterable[Layer], rate: DeviceRate, samples: int, tensor
         # timed from its operators alone where it has them (the blocks share one tuple)
         key: tuple[object, str] = (id(layer.ops), how) if layer.ops else (layer, how)
         if key not in seen:
-            seen[key] = layer_split(layer, rate, samples, tensor, sequence_parallel, how)
+            seen[key] = layer_split(layer, rate, samples, tensor, sequence_parallel, how,
+                                    expert)
         total = total + seen[key]
     return total
 
 
 def layer_split(layer: Layer, rate: DeviceRate, samples: int, tensor: int = 1,
-                sequence_parallel: bool = False, recompute: str = "none") -> ComputeSplit:
+                sequence_parallel: bool = False, recompute: str = "none",
+                expert: int = 1) -> ComputeSplit:
     """One layer's passes for ``samples`` samples on one of ``tensor`` ranks: its operators
     on the device (no faster than their kernels issue); full recomputation repeats the
     forward, selective only the attention (Korthikanti et al. 2022, arXiv:2205.05198,
     section 5)."""
     if layer.ops:
-        times = pass_times(layer.ops, samples, rate, tensor, sequence_parallel)
+        times = pass_times(layer.ops, samples, rate, tensor, sequence_parallel, expert)
         forward = max(times.forward_s, launch_floor(sum(op.kernels for op in layer.ops), rate))
         backward = max(times.backward_s,
                        launch_floor(sum(op.backward_kernels for op in layer.ops), rate))

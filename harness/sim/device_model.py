@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from harness.core.errors import SpecError
 from harness.sim.preset import Device
-from workloads.operators import ATTENTION, ELEMENTWISE, GATHER, GEMM, Op
+from workloads.operators import ATTENTION, ELEMENTWISE, GATHER, GEMM, Op, expert_sharded
 from workloads.precision import Precision
 from workloads.precision import precision as find_precision
 
@@ -342,12 +342,14 @@ def _attention(op: Op, samples: float, rate: DeviceRate, tensor: int) -> OpTimes
 
 
 def pass_times(ops: tuple[Op, ...], samples: float, rate: DeviceRate, tensor: int = 1,
-               sequence_parallel: bool = False) -> OpTimes:
-    """Forward and backward of ``ops`` for ``samples`` samples (one of ``tensor`` ranks)."""
+               sequence_parallel: bool = False, expert: int = 1) -> OpTimes:
+    """Forward and backward of ``ops`` for ``samples`` samples (one of ``tensor`` ranks, and
+    of ``expert`` ranks sharing the routed experts: ``expert_sharded``)."""
     total = OpTimes()
     for op in ops:
-        total += op_times(op, samples, rate, tensor, split_elementwise=sequence_parallel
-                          or op.kind == GATHER or _inside_tensor_region(op))
+        total += op_times(expert_sharded(op, expert), samples, rate, tensor,
+                          split_elementwise=sequence_parallel or op.kind == GATHER
+                          or _inside_tensor_region(op))
     return total
 
 

@@ -350,8 +350,8 @@ def chunk_compute(model: LayeredModel, layout: Layout, global_batch: int,
     stages = stage_layers(model, layout.stages * layout.virtual, layout.stage_blocks)
     if rate is not None:
         again = recomputed(model, how)
-        splits = [layers_split(layers, rate, micro, T, layout.sequence_parallel, again)
-                  for layers in stages]
+        splits = [layers_split(layers, rate, micro, T, layout.sequence_parallel, again,
+                               layout.expert) for layers in stages]
         source = (f"{rate.device.name} at {rate.gemm_peak(False)[1]:.1%} of its "
                   f"{rate.precision or 'training'} peak ({rate.source})")
     else:
