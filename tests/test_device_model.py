@@ -222,6 +222,21 @@ def test_the_mi300xs_efficiency_is_the_h100s_scaled_by_their_best_gemm_shapes():
     assert mi300x["fp8"] / mi300x["bf16"] == pytest.approx(h100["fp8"] / h100["bf16"], abs=0.01)
 
 
+@settings(max_examples=60, deadline=None)
+@given(seq=st.integers(1, 3000), window=st.integers(0, 4000))
+def test_a_windows_pairs_are_the_causal_count_of_keys_it_spans(seq, window):
+    """The fused kernel's pairs per head: every earlier key within the window, counted as
+    the causal square is (T^2/2, no diagonal): within one pair a query of the exact sum."""
+    from workloads.operators import ATTENTION, Op
+
+    op = Op("attention", ATTENTION, heads=1, seq=seq, head_dim=1, window=window)
+    w = window if 0 < window < seq else seq
+    exact = sum(min(i, w) for i in range(1, seq + 1))
+    assert abs(op.scored_pairs - exact) <= seq
+    assert op.scored_pairs <= Op("a", ATTENTION, heads=1, seq=seq, head_dim=1).scored_pairs
+    assert op.forward_flops == 4 * seq * w
+
+
 def test_every_strategy_computes_alike_on_one_device():
     """Data-parallel, FSDP, parameter-server and model-parallel steps of one model on one
     device: one device model, one compute."""

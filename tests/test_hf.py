@@ -58,7 +58,8 @@ def test_experts_compute_through_top_k_and_hold_every_expert():
     ("hf:{tmp}/deepseek_gqa.json,seq=4096", "field 'num_key_value_heads'"),
     ("hf:{tmp}/bert.json,seq=4096", "model_type 'bert' is not read"),
     ("hf:{tmp}/sparse_step.json,seq=4096", "field 'decoder_sparse_step'"),
-    ("hf:{tmp}/windowed.json,seq=8192", "field 'sliding_window' 4096 is below seq=8192"),
+    ("hf:{tmp}/mixed_window.json,seq=8192", "field 'layer_types' mixes"),
+    ("hf:{tmp}/qwen_window.json,seq=8192", "field 'max_window_layers' 28"),
     ("hf:{dir}/mixtral_8x7b_config.json,seq=4096,imbalance=much", "imbalance='much'"),
     ("hf:{dir}/llama3_8b_config.json,seq=4096,imbalance=1.3", "need experts=E"),
 ])
@@ -71,14 +72,52 @@ def test_a_bad_config_is_one_line_naming_the_field(tmp_path, text, said):
     (tmp_path / "deepseek.json").write_text(json.dumps(v3 | {"moe_layer_freq": 2}))
     (tmp_path / "deepseek_gqa.json").write_text(json.dumps(v3 | {"num_key_value_heads": 8}))
     (tmp_path / "bert.json").write_text(json.dumps(llama | {"model_type": "bert"}))
-    (tmp_path / "windowed.json").write_text(json.dumps(
-        llama | {"model_type": "mistral", "sliding_window": 4096}))
+    (tmp_path / "mixed_window.json").write_text(json.dumps(
+        llama | {"model_type": "mistral", "sliding_window": 4096,
+                 "layer_types": ["sliding_attention", "full_attention"] * 16}))
+    (tmp_path / "qwen_window.json").write_text(json.dumps(
+        llama | {"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": True,
+                 "max_window_layers": 28}))
     (tmp_path / "sparse_step.json").write_text(json.dumps(
         llama | {"model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2,
                  "decoder_sparse_step": 2}))
     with pytest.raises(WorkloadError) as caught:
         parse_dims(text.format(dir=HF, tmp=tmp_path))
     assert said in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_sliding_window_is_read_and_narrows_the_attention(tmp_path):
+    """Mistral 7B v0.1 attends over the last 4,096 tokens: at 16,384 its attention counts
+    a quarter of the full square, and a fused kernel computes T w - w^2/2 pairs per head
+    rather than the causal T^2/2. A window at least the sequence, or one switched
+    off (Qwen2's use_sliding_window false), is no window."""
+    llama = json.loads((HF / "llama3_8b_config.json").read_text())
+    mistral = llama | {"model_type": "mistral", "sliding_window": 4096}
+    (tmp_path / "mistral.json").write_text(json.dumps(mistral))
+    (tmp_path / "qwen.json").write_text(json.dumps(
+        mistral | {"model_type": "qwen2", "use_sliding_window": False}))
+    windowed = parse_dims(f"hf:{tmp_path / 'mistral.json'},seq=16384")
+    full = parse_dims(f"hf:{HF / 'llama3_8b_config.json'},seq=16384")
+    assert windowed.window == 4096 and full.window == 0
+    assert windowed.attention_forward_flops == pytest.approx(full.attention_forward_flops / 4)
+    assert parse_dims(f"hf:{tmp_path / 'mistral.json'},seq=4096").window == 0
+    assert parse_dims(f"hf:{tmp_path / 'qwen.json'},seq=16384").window == 0
+    (attention,) = [op for op in windowed.block_ops() if op.kind == "attention"]
+    assert attention.scored_pairs == 16384 * 4096 - 4096**2 / 2
+
+
+def test_a_windowed_model_refuses_context_parallelism_in_one_line():
+    from harness.core.errors import SpecError
+    from harness.sim.layered import Layout
+    from harness.sim.structure import layered
+    from workloads.precision import PRECISIONS
+
+    text = "transformer:layers=2,hidden=512,heads=8,ffn=1024,vocab=1000,seq=4096,window=1024"
+    model = layered(text, PRECISIONS["bf16"])
+    from harness.sim.layered import check_layout
+
+    with pytest.raises(SpecError, match="sliding window: context parallelism"):
+        check_layout(model, Layout(data=1, context=2), 1)
 
 
 def test_simulate_reads_an_hf_config(tmp_path):

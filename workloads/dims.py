@@ -54,7 +54,7 @@ PREFIX = "transformer:"
 _KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "mlp", "tied",
          "positions", "dropout", "batch", "experts", "top_k", "shared", "expert_ffn",
          "imbalance", "dense_layers", "q_rank", "kv_rank", "rope_dim", "qk_dim", "v_dim",
-         "head_size")
+         "head_size", "window")
 _REQUIRED = ("layers", "hidden", "heads", "vocab", "seq")
 MLPS = ("gelu", "swiglu")
 POSITIONS = ("learned", "rope")
@@ -92,6 +92,7 @@ class TransformerDims:
     qk_dim: int = 0
     v_dim: int = 0
     head_size: int = 0  # each head's width (0: hidden / heads)
+    window: int = 0  # a causal sliding window of keys (Mistral 7B v0.1: 4,096); 0: none
 
     def __post_init__(self) -> None:
         for key in ("layers", "hidden", "heads", "vocab", "seq", "batch"):
@@ -132,6 +133,11 @@ class TransformerDims:
         if self.kv_rank and self.kv_heads not in (0, self.heads):
             raise WorkloadError(f"transformer kv_heads={self.kv_heads}: latent attention "
                                 f"up-projects keys and values for every head")
+        if self.window < 0:
+            raise WorkloadError(f"transformer window={self.window} must be >= 0 (0: none)")
+        if self.window and self.kv_rank:
+            raise WorkloadError("transformer window: a sliding window over latent attention "
+                                "is not modelled")
         if not 1.0 <= self.imbalance <= max(1, self.experts):
             raise WorkloadError(f"transformer imbalance={self.imbalance} must be from 1 (a "
                                 f"balanced router) to experts={self.experts} (all on one)")
@@ -273,8 +279,11 @@ class TransformerDims:
 
     @property
     def attention_forward_flops(self) -> float:
-        """Scores q.k^T and their weighted sum of v: what selective recomputation repeats."""
-        return float(4 * self.seq * self.seq * self.heads * self.head_dim)
+        """Scores q.k^T and their weighted sum of v: what selective recomputation repeats
+        (the full square, as Megatron-LM counts it: each query's row spans the window where
+        there is one)."""
+        keys = min(self.seq, self.window) if self.window else self.seq
+        return float(4 * self.seq * keys * self.heads * self.head_dim)
 
     @property
     def block_activations(self) -> float:
@@ -404,7 +413,7 @@ class TransformerDims:
                                        top_k=self.top_k, shared=self.shared,
                                        expert_ffn=self.expert_width,
                                        imbalance=self.imbalance, attention=attention,
-                                       head_dim=self.head_dim))
+                                       head_dim=self.head_dim, window=self.window))
 
     def post_ops(self) -> tuple[Op, ...]:
         """The final norm, the head and the loss."""
@@ -464,7 +473,8 @@ def parse_dims(text: str) -> TransformerDims:
     ints = {k: _int(k, values[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn",
                                             "vocab", "seq", "batch", "experts", "top_k",
                                             "shared", "expert_ffn", "dense_layers", "q_rank",
-                                            "kv_rank", "rope_dim", "qk_dim", "v_dim", "head_size")
+                                            "kv_rank", "rope_dim", "qk_dim", "v_dim", "head_size",
+                                            "window")
             if k in values}
     llama = "ffn" in values and "mlp" not in values
     mlp = values.get("mlp", "swiglu" if llama else "gelu")

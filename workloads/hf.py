@@ -64,19 +64,39 @@ def parse_hf(text: str) -> TransformerDims:
         raise WorkloadError(f"{where}: model_type {kind!r} is not read (known: "
                             f"{', '.join(known)})")
     seq = _whole(options["seq"], "seq", "hf option")
-    window = config.get("sliding_window") if config.get("use_sliding_window", True) else None
-    if isinstance(window, int) and not isinstance(window, bool) and 0 < window < seq:
-        # Mistral 7B v0.1's 4,096: each token attends to the last window of tokens only
-        raise WorkloadError(f"{where}: field 'sliding_window' {window} is below seq={seq}: "
-                            f"attention over a sliding window is not modelled (train at "
-                            f"seq={window} or less)")
+    window = _window(config, seq, where)
     batch = _whole(options.get("batch", "1"), "batch", "hf option")
     dropout = _number(options.get("dropout", "0"), "dropout")
     imbalance = _number(options.get("imbalance", "1"), "imbalance")
     fields = (_gpt2(config, where) if kind in _GPT2 else _neox(config, where) if kind in _NEOX
               else _deepseek(config, where) if kind in _DEEPSEEK else _llama(config, where))
     return TransformerDims(seq=seq, batch=batch, dropout=dropout, imbalance=imbalance,
-                           name=text.strip(), **fields)
+                           name=text.strip(), window=window, **fields)
+
+
+def _window(config: dict[str, Any], seq: int, where: str) -> int:
+    """The sliding window every layer attends over (Mistral 7B v0.1's 4,096: each token sees
+    the last 4,096), or 0 where attention spans the sequence: no window, one at least as
+    long as ``seq``, or one switched off (Qwen2's ``use_sliding_window`` false). Layers that
+    mix windowed and full attention are refused: the blocks are one shape."""
+    window = config.get("sliding_window") if config.get("use_sliding_window", True) else None
+    if not isinstance(window, int) or isinstance(window, bool) or not 0 < window < seq:
+        return 0
+    layers = config.get("num_hidden_layers")
+    kinds = set(config.get("layer_types") or ())
+    if kinds == {"full_attention"}:
+        return 0
+    if kinds and kinds != {"sliding_attention"}:
+        raise WorkloadError(f"{where}: field 'layer_types' mixes {', '.join(sorted(kinds))}: "
+                            f"layers of windowed and full attention are not modelled")
+    full = config.get("max_window_layers") if config.get("use_sliding_window") else None
+    if isinstance(full, int) and isinstance(layers, int) and full >= layers:
+        return 0  # Qwen2: the first max_window_layers layers attend fully
+    if isinstance(full, int) and full > 0:
+        raise WorkloadError(f"{where}: field 'max_window_layers' {full}: the first {full} "
+                            f"layers attend fully, the rest over a window of {window}: layers "
+                            f"of windowed and full attention are not modelled")
+    return window
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -79,6 +79,9 @@ class Op:
     kv_heads: int = 0
     causal: bool = True
     dropout: float = 0.0
+    # a sliding window: each query attends to the last ``window`` keys only (Mistral 7B
+    # v0.1's 4,096); 0: every key (or every earlier one, causal)
+    window: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -91,8 +94,23 @@ class Op:
         if self.kind == GEMM:
             return 2.0 * self.rows * self.n * self.k * self.repeat
         if self.kind == ATTENTION:  # q.k^T and the weighted sum of v, the full square
-            return 4.0 * self.seq * self.seq * self.heads * self.head_dim
+            return 4.0 * self.seq * self.keys * self.heads * self.head_dim
         return 0.0
+
+    @property
+    def keys(self) -> int:
+        """The keys a query's row of scores spans: the window where one is narrower than
+        the sequence (the full-square count Megatron-LM's FLOPs formula makes, per row)."""
+        return min(self.seq, self.window) if self.window else self.seq
+
+    @property
+    def scored_pairs(self) -> float:
+        """Query-key pairs a fused kernel computes per head: causal attention skips the
+        masked half (T^2 / 2), a causal sliding window every key older than it too
+        (T w - w^2 / 2, the same continuous count: FlashAttention-2's ``window_size``,
+        FlexAttention's block mask and Transformer Engine skip the blocks outside it)."""
+        t, w = self.seq, self.keys
+        return float(t * w - w * w / 2) if self.causal else float(t * w)
 
 
 def expert_sharded(op: Op, expert: int) -> Op:
@@ -229,7 +247,8 @@ def transformer_block(seq: int, hidden: int, heads: int, kv_width: int, ffn: int
                       gated: bool, dropout: float, causal: bool = True,
                       bias: bool = True, experts: int = 0, top_k: int = 0, shared: int = 0,
                       expert_ffn: int = 0, imbalance: float = 1.0,
-                      attention: list[Op] | None = None, head_dim: int = 0) -> list[Op]:
+                      attention: list[Op] | None = None, head_dim: int = 0,
+                      window: int = 0) -> list[Op]:
     """One pre-norm (or post-norm: the same operators) transformer block of ``seq`` tokens:
     norm, fused QKV projection, attention, output projection, residual add, norm, MLP
     (GELU: two matrices; SwiGLU: gate and up fused, then down), residual add; dropout after
@@ -239,19 +258,19 @@ def transformer_block(seq: int, hidden: int, heads: int, kv_width: int, ffn: int
     ``seq * top_k / experts`` rows each (the busiest ``imbalance`` x that, in time), and
     ``shared`` experts as a dense MLP. ``attention``: the projections and the kernel in
     place of the fused QKV ones (``latent_attention``); ``head_dim``: each head's width
-    where it is not ``hidden / heads``."""
+    where it is not ``hidden / heads``; ``window``: a causal sliding window (``Op.window``)."""
     if experts:
         return _moe_block(seq, hidden, heads, kv_width, gated=gated, dropout=dropout,
                           causal=causal, bias=bias, experts=experts, top_k=top_k,
                           shared=shared, expert_ffn=expert_ffn, imbalance=imbalance,
-                          attention=attention, head_dim=head_dim)
+                          attention=attention, head_dim=head_dim, window=window)
     t, d = seq, hidden
     hd = head_dim or d // heads
     q = heads * hd
     ops = [norm("ln1", t * d), *(attention or [
            gemm("qkv", t, q + 2 * kv_width, d, bias=bias),
            Op("attention", ATTENTION, heads=heads, seq=t, head_dim=hd,
-              kv_heads=kv_width // hd, causal=causal, dropout=dropout),
+              kv_heads=kv_width // hd, causal=causal, dropout=dropout, window=window),
            gemm("proj", t, d, q, bias=bias)])]
     if dropout:
         ops.append(elementwise("proj.dropout", 2 * t * d + t * d / 4))
@@ -271,11 +290,12 @@ def transformer_block(seq: int, hidden: int, heads: int, kv_width: int, ffn: int
 def _moe_block(seq: int, hidden: int, heads: int, kv_width: int, *, gated: bool,
                dropout: float, causal: bool, bias: bool, experts: int, top_k: int,
                shared: int, expert_ffn: int, imbalance: float = 1.0,
-               attention: list[Op] | None = None, head_dim: int = 0) -> list[Op]:
+               attention: list[Op] | None = None, head_dim: int = 0,
+               window: int = 0) -> list[Op]:
     t, d = seq, hidden
     dense = transformer_block(t, d, heads, kv_width, max(1, expert_ffn * shared),
                               gated=gated, dropout=dropout, causal=causal, bias=bias,
-                              attention=attention, head_dim=head_dim)
+                              attention=attention, head_dim=head_dim, window=window)
     cut = next(i for i, op in enumerate(dense) if op.name == "ln2") + 1
     shared_mlp = dense[cut:-1] if shared else []
     routed = t * top_k  # token-rows through the experts

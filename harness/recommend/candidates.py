@@ -477,15 +477,15 @@ def _accumulation(facts: WorkloadProfile, times: int, layout: Any = None) -> dic
 
 def model_flops(facts: WorkloadProfile) -> float:
     """Training FLOPs per sample a model needs, MFU's numerator: the catalog's count with a
-    causal attention's masked half taken out (the catalog counts the full square, as
-    Megatron-LM's formula does; FlashAttention skips the masked blocks, so at 131k tokens
-    the full square would put MFU near 100%)."""
+    causal attention's masked half (and a sliding window's older keys) taken out (the
+    catalog counts the full square, as Megatron-LM's formula does; FlashAttention skips the
+    masked blocks, so at 131k tokens the full square would put MFU near 100%)."""
     from workloads.operators import ATTENTION
 
     if not facts.flops_per_sample:
         return 0.0
-    masked = sum(op.forward_flops / 2 for op in facts.ops
-                 if op.kind == ATTENTION and op.causal)
+    masked = sum(op.forward_flops - 4 * op.scored_pairs * op.heads * op.head_dim
+                 for op in facts.ops if op.kind == ATTENTION)
     return float(facts.flops_per_sample) - 3 * masked  # forward and backward (2x forward)
 
 

@@ -318,7 +318,7 @@ def _attention(op: Op, samples: float, rate: DeviceRate, tensor: int) -> OpTimes
     heads = op.heads / tensor
     t, hd = op.seq, op.head_dim
     if rate.fuses_attention:
-        flops = 4.0 * t * t * hd * heads * samples * (0.5 if op.causal else 1.0)
+        flops = 4.0 * op.scored_pairs * hd * heads * samples
         forward = flops / rate.attention_flops
         backward = FUSED_ATTENTION_BACKWARD * forward
         return OpTimes(forward, backward, 2, attention_s=forward + backward)

@@ -159,6 +159,9 @@ def check_layout(model: LayeredModel, layout: Layout, global_batch: int) -> None
         if not model.seq or not any(layer.kv_bytes_per_sample for layer in model.blocks):
             raise SpecError(f"{model.name} has no sequence with attention for context "
                             f"parallelism to split")
+        if any(op.window for layer in model.blocks for op in layer.ops):
+            raise SpecError(f"{model.name} attends over a sliding window: context "
+                            f"parallelism over one is not modelled")
         if model.seq % (2 * layout.context):
             raise SpecError(f"context-parallel degree {layout.context}: the sequence of "
                             f"{model.seq} tokens must split into 2 x {layout.context} chunks "
