@@ -406,14 +406,14 @@ def test_the_h100s_efficiencies_are_the_fit_they_cite():
     gives the system file's number; fp8 is that fit times the best shapes' ratio it cites."""
     h100 = load_preset("dgx_h100_ib").device
     fits = devices.system_file_fits()
-    _, bf16 = fits["dgx_h100_ib/bf16"]
+    bf16 = fits["dgx_h100_ib/bf16"].efficiency
     assert h100.matmul_efficiency["bf16"] == pytest.approx(bf16, abs=0.005)
     assert h100.matmul_efficiency["fp16"] == h100.matmul_efficiency["bf16"]
     best_fp8, best_bf16 = 1402.6 / 1979, 794.5 / 989  # mamf-finder, the note's citation
     assert h100.matmul_efficiency["fp8"] == pytest.approx(
         h100.matmul_efficiency["bf16"] * best_fp8 / best_bf16, abs=0.002)
     corpus_ids = {r.id for r in devices.corpus()[0]}
-    assert not {rid for rid, _ in fits.values()} & corpus_ids
+    assert not {fit.run for fit in fits.values()} & corpus_ids
 
 
 def test_every_fitted_system_file_efficiency_is_the_fit_it_cites():
@@ -422,10 +422,11 @@ def test_every_fitted_system_file_efficiency_is_the_fit_it_cites():
     against the H100's (one recipe on both), applied to the H100 file's own values."""
     fits = devices.system_file_fits()
     assert {"hgx_b200/bf16", "hgx_b200/fp8", "gb200_nvl72/bf16", "gb200_nvl72/fp8"} <= set(fits)
-    for group, (_, fitted) in fits.items():
+    for group, fit in fits.items():
         system, precision = group.split("/")
         assert load_preset(system).device.matmul_efficiency[precision] == pytest.approx(
-            fitted, abs=0.005), group
+            fit.efficiency, abs=0.005), group
+    assert fits["hgx_b200/fp8"].relative_to == "megatron_bridge_nemo2511_llama3_8b_h100_8gpu_fp8cs"
     h100 = load_preset("dgx_h100_ib").device.matmul_efficiency
     b200 = load_preset("hgx_b200").device.matmul_efficiency
     # one ratio for every precision: the runs say how the devices compare, not the recipe

@@ -205,12 +205,23 @@ def _row(entry: dict[str, Any], data: dict[str, Any]) -> Row:
                extra={k: v for k, v in entry.items() if k not in known})
 
 
-def system_file_fits() -> dict[str, tuple[str, float]]:
+@dataclass(frozen=True)
+class SystemFit:
+    """A system file's efficiency for one precision as its published run gives it: the run,
+    the efficiency, and the corpus run of the same recipe on the reference device where the
+    efficiency is the reference file's times the two fits' ratio ("" where fitted directly)."""
+
+    run: str
+    efficiency: float
+    relative_to: str = ""
+
+
+def system_file_fits() -> dict[str, SystemFit]:
     """Each system-file efficiency taken from a published run outside the corpus (the file's
-    ``system_sources``): (the run's id, the efficiency fitted on it with this device model).
-    An entry ``relative_to`` a corpus row ran the same recipe on another device: the ratio of
-    the two fits is the devices' ratio under one stack, applied to the reference device's own
-    file (so devices compare as one stack runs them, not each by its own stack's recipe).
+    ``system_sources``), by device and precision, refitted with this device model. An entry
+    ``relative_to`` a corpus row ran the same recipe on another device: the ratio of the two
+    fits is the devices' ratio under one stack, applied to the reference device's own file
+    (so devices compare as one stack runs them, not each by its own stack's recipe).
     A test holds the system files to these, so a change to the device model that moves a fit
     shows as a stale system file rather than as a quietly better table."""
     _, data = corpus()
@@ -221,12 +232,10 @@ def system_file_fits() -> dict[str, tuple[str, float]]:
         reference = row_by_id(entry["relative_to"]) if "relative_to" in entry else None
         for group in entry["sets"]:
             if reference is None:
-                out[group] = (row.id, fitted)
+                out[group] = SystemFit(row.id, fitted)
                 continue
-            precision = group.split("/")[1]
-            stated = load_preset(reference.system).device.efficiency(precision)
-            out[group] = (f"{row.id} relative to {reference.id}",
-                          stated * fitted / _fit_on(reference))
+            stated = load_preset(reference.system).device.efficiency(group.split("/")[1])
+            out[group] = SystemFit(row.id, stated * fitted / _fit_on(reference), reference.id)
     return out
 
 
@@ -573,16 +582,15 @@ def format_gains(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def format_system_fits(fits: dict[str, tuple[str, float]]) -> str:
+def format_system_fits(fits: dict[str, SystemFit]) -> str:
     lines = ["system files' efficiencies fitted on published runs outside the corpus:"]
-    for group, (rid, efficiency) in fits.items():
+    for group, fit in fits.items():
         system, precision = group.split("/")
         stated = load_preset(system).device.efficiency(precision)
-        run, _, reference = rid.partition(" relative to ")
-        lines.append(f"  {group:<20}{efficiency:>7.1%} on {run} (the system file: "
+        lines.append(f"  {group:<20}{fit.efficiency:>7.1%} on {fit.run} (the system file: "
                      f"{stated:.1%})")
-        if reference:
-            lines.append(f"  {'':<27}relative to {reference}")
+        if fit.relative_to:
+            lines.append(f"  {'':<27}relative to {fit.relative_to}")
     return "\n".join(lines)
 
 
