@@ -995,6 +995,10 @@ def test_expert_parallelism_needs_experts():
     with pytest.raises(SpecError, match="no experts"):
         simulate_layout("preset:dgx_h100_ib,hosts=1", layered("llama3_8b"),
                         Layout(data=8, expert=2), 8, None)
+    # Megatron-Core's rule: an expert lives whole on one rank of its group
+    with pytest.raises(SpecError, match="must divide the 8 experts"):
+        simulate_layout("preset:dgx_h100_ib,hosts=2", layered(MIXTRAL),
+                        Layout(data=16, expert=16), 16, None)
 
 
 def test_blocking_point_to_point_is_named_and_never_faster():

@@ -172,6 +172,9 @@ def check_layout(model: LayeredModel, layout: Layout, global_batch: int) -> None
         if layout.data % layout.expert:
             raise SpecError(f"expert-parallel degree {layout.expert} must divide the "
                             f"data-parallel degree {layout.data} (its ranks are data ranks)")
+        if model.experts and model.experts % layout.expert:
+            raise SpecError(f"expert-parallel degree {layout.expert} must divide the "
+                            f"{model.experts} experts (each rank holds whole experts)")
     if layout.sequence_parallel and layout.tensor == 1:
         raise SpecError("sequence parallelism splits along the tensor-parallel group: give "
                         "a tensor-parallel degree above 1")
