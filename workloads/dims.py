@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 
 from workloads.operators import (
     Op,
+    attended_keys,
     elementwise,
     embedding,
     gemm,
@@ -282,7 +283,7 @@ class TransformerDims:
         """Scores q.k^T and their weighted sum of v: what selective recomputation repeats
         (the full square, as Megatron-LM counts it: each query's row spans the window where
         there is one)."""
-        keys = min(self.seq, self.window) if self.window else self.seq
+        keys = attended_keys(self.seq, self.window)
         return float(4 * self.seq * keys * self.heads * self.head_dim)
 
     @property

@@ -99,9 +99,7 @@ class Op:
 
     @property
     def keys(self) -> int:
-        """The keys a query's row of scores spans: the window where one is narrower than
-        the sequence (the full-square count Megatron-LM's FLOPs formula makes, per row)."""
-        return min(self.seq, self.window) if self.window else self.seq
+        return attended_keys(self.seq, self.window)
 
     @property
     def scored_pairs(self) -> float:
@@ -111,6 +109,12 @@ class Op:
         FlexAttention's block mask and Transformer Engine skip the blocks outside it)."""
         t, w = self.seq, self.keys
         return float(t * w - w * w / 2) if self.causal else float(t * w)
+
+
+def attended_keys(seq: int, window: int) -> int:
+    """The keys a query's row of scores spans: the window where one is narrower than the
+    sequence (the full-square count Megatron-LM's FLOPs formula makes, per row)."""
+    return min(seq, window) if window else seq
 
 
 def expert_sharded(op: Op, expert: int) -> Op:
@@ -158,12 +162,12 @@ def kernels(ops: tuple[Op, ...]) -> int:
 # Builders -------------------------------------------------------------------------------
 
 
-def gemm(name: str, rows: float, n: int, k: int, *, repeat: int = 1, bias: bool = False
-         ) -> Op:
+def gemm(name: str, rows: float, n: int, k: int, *, repeat: int = 1, bias: bool = False,
+         routed: bool = False) -> Op:
     """A GEMM; with ``bias`` the bias add is fused into it forward (cuBLAS epilogue, addmm)
-    and its gradient is one more reduction kernel backward."""
+    and its gradient is one more reduction kernel backward; ``routed``: ``Op.routed``."""
     return Op(name, GEMM, rows=float(rows), n=n, k=k, repeat=repeat, kernels=1,
-              backward_kernels=2 + int(bias))
+              backward_kernels=2 + int(bias), routed=routed)
 
 
 def conv(name: str, pixels: float, c_out: int, k: int, input_values: float, *,
@@ -304,10 +308,8 @@ def _moe_block(seq: int, hidden: int, heads: int, kv_width: int, *, gated: bool,
     act = (elementwise("experts.swiglu", 3 * routed * expert_ffn, 5 * routed * expert_ffn)
            if gated else elementwise("experts.gelu", 2 * routed * expert_ffn))
     busiest = [replace(op, load=imbalance) for op in (
-        replace(gemm("experts.in", rows, width, d, repeat=experts, bias=bias), routed=True),
-        act,
-        replace(gemm("experts.out", rows, d, expert_ffn, repeat=experts, bias=bias),
-                routed=True))]
+        gemm("experts.in", rows, width, d, repeat=experts, bias=bias, routed=True), act,
+        gemm("experts.out", rows, d, expert_ffn, repeat=experts, bias=bias, routed=True))]
     return [*dense[:cut], gemm("router", t, experts, d),
             elementwise("router.softmax", 2 * t * experts), elementwise("permute", 2 * routed * d),
             *busiest, elementwise("unpermute", 3 * routed * d), *shared_mlp, dense[-1]]
