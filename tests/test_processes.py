@@ -9,7 +9,7 @@ import textwrap
 import psutil
 
 from harness.launch.ports import free_ports
-from harness.launch.processes import ProcessSpec, run_group
+from harness.launch.processes import ProcessSpec, blame_order, run_group
 
 WRITE_REPORT = textwrap.dedent("""
     import json, sys, time
@@ -76,6 +76,16 @@ def test_missing_report_is_a_failure(tmp_path):
     silent = ProcessSpec("worker", 0, (sys.executable, "-c", "pass"))
     result = run_group([silent], tmp_path, 30)
     assert result.status == "failed" and "no report from worker0" in result.reason
+
+
+def test_a_case_names_the_death_by_signal_before_its_peers_errors_on_losing_it():
+    """CI saw a killed ps task and the chief's UnavailableError in the same poll; the row
+    must name the kill, whatever the roles, and otherwise a worker before a server."""
+    chief, ps = spec("a", 0), spec("b", 1, must_finish=False)
+    seen = [(chief, 1), (ps, -9)]
+    assert min(seen, key=lambda sr: blame_order(*sr)) == (ps, -9)
+    assert min([(ps, 1), (chief, 1)], key=lambda sr: blame_order(*sr)) == (chief, 1)
+    assert min([(ps, -9), (chief, -11)], key=lambda sr: blame_order(*sr)) == (chief, -11)
 
 
 def test_free_ports_are_distinct_and_bindable():

@@ -101,6 +101,17 @@ def _raised(stem: Path) -> str:
         return ""
 
 
+def blame_order(spec: ProcessSpec, returncode: int | None) -> tuple[bool, bool]:
+    """Which of the processes seen dead in one poll a failed case names (least first).
+
+    A death by signal first, whatever the role: a signal comes from outside the program (an
+    injected fault, the OOM killer, a segfault), and its peers' errors on losing it (gloo's
+    "Connection closed by peer", TF's UnavailableError) follow within the same poll when two
+    busy cores delay the launcher. Then workers before servers: a server's error is most
+    often its reaction to a worker gone."""
+    return (returncode is None or returncode >= 0, not spec.must_finish)
+
+
 def run_group(specs: list[ProcessSpec], workdir: Path, timeout_s: float) -> GroupResult:
     """Run processes together; each writes `<workdir>/<name>.json` as its report."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -121,12 +132,9 @@ def run_group(specs: list[ProcessSpec], workdir: Path, timeout_s: float) -> Grou
             pending = [(s, p) for s, p, _ in procs if s.must_finish and p.poll() is None]
             if not pending and all(p.returncode == 0 for s, p, _ in procs if s.must_finish):
                 break  # servers that stumble after every worker is done do not count
-            # workers' errors first; among those, a death by signal before the errors its
-            # peers raise on losing it (gloo's "Connection closed by peer")
-            crashed = sorted(((s, p) for s, p, _ in procs if p.poll() not in (None, 0)),
-                             key=lambda sp: (not sp[0].must_finish, (sp[1].returncode or 0) > 0))
+            crashed = [(s, p) for s, p, _ in procs if p.poll() not in (None, 0)]
             if crashed:
-                spec, proc = crashed[0]
+                spec, proc = min(crashed, key=lambda sp: blame_order(sp[0], sp[1].returncode))
                 err = next(e for s, _, e in procs if s is spec)
                 status = "failed"
                 reason = (f"{spec.name} exited with code {proc.returncode}: "
