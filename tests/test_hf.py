@@ -22,6 +22,9 @@ HF = Path(__file__).parent / "fixtures" / "hf"
     # DeepSeek-AI: 671B total, "37B activated" (a whole number of billions: 37.55B counted,
     # both embedding tables included)
     ("deepseek_v3_config.json", 671e9, 37e9, 0.02),
+    # Qwen: 14.3B total, "2.7B activated" (two figures: 2.69B counted); a shared expert
+    # of its own width beside the routed ones (Qwen2-MoE's shared_expert_intermediate_size)
+    ("qwen15_moe_a27b_config.json", 14.3e9, 2.7e9, 0.02),
 ])
 def test_published_configs_read_into_their_published_parameter_counts(config, total, active,
                                                                       active_rel):

@@ -9,8 +9,9 @@ Llama, Mistral, Mixtral, Qwen2/Qwen3 and their MoE models (heads wider than the 
 included), GPT-2, GPT-NeoX and DeepSeek-V2/V3 configs are read (DeepSeek's multi-head latent
 attention by its ranks and head widths, its leading dense layers by
 ``first_k_dense_replace``); any other ``model_type`` is refused by name rather
-than guessed, as is attention over a sliding window shorter than the sequence. Every error
-is one line naming the file and the field.
+than guessed. A sliding window shorter than the sequence is read (Mistral 7B v0.1's); layers
+mixing windowed and full attention are refused. Every error is one line naming the file
+and the field.
 """
 
 from __future__ import annotations
@@ -145,9 +146,10 @@ def _llama(config: dict[str, Any], where: str) -> dict[str, Any]:
             moe["expert_ffn"] = _field(config, "moe_intermediate_size", where)
         if config.get("shared_expert_intermediate_size"):
             # Qwen2-MoE: one shared expert of its own width, read as that many expert widths
-            width = moe.get("expert_ffn") or _field(config, "intermediate_size", where)
+            expert_width = (moe.get("expert_ffn")
+                            or _field(config, "intermediate_size", where))
             moe["shared"] = round(_field(config, "shared_expert_intermediate_size", where)
-                                  / width)
+                                  / expert_width)
     return {"layers": _field(config, "num_hidden_layers", where),
             "hidden": hidden, "heads": heads,
             "kv_heads": _field(config, "num_key_value_heads", where, heads),
