@@ -8,6 +8,10 @@
 #   campaign-gpu.sh OUT [STEPS] [WARMUP]          (default 10 steps after 3 warm-up)
 # A case that runs out of memory or crashes writes a failed line and the others go on.
 # Then, where stratbench is installed: stratbench devicecheck --compare OUT/device_steps.jsonl
+# Last, where simpy imports (a lent machine has none: carry its wheel, .library/device's
+# README), the GEMMs the device model times for the H100 corpus rows, each measured (about
+# a minute on an H100): OUT/gemms.jsonl, then, here,
+#   python -m harness.validate.gemm_shapes --compare OUT/gemms.jsonl
 set -uo pipefail
 out=${1:?usage: campaign-gpu.sh OUT [STEPS] [WARMUP]}
 steps=${2:-10}
@@ -29,3 +33,12 @@ for case in resnet50:256 bert_large:64 gpt2_xl:4; do
   done
 done
 cat "$out/device_steps.jsonl"
+if python -c "import simpy" 2> /dev/null; then
+  python -m harness.validate.gemm_shapes --list > "$out/gemm_shapes.jsonl" \
+    2> "$out/gemm_shapes.stderr"
+  timeout 400 python -m harness.measure.gemm_step --shapes "$out/gemm_shapes.jsonl" \
+    > "$out/gemms.jsonl" 2> "$out/gemms.stderr"
+  grep -c '"status": "ok"' "$out/gemms.jsonl"
+else
+  echo "no simpy here: the GEMM sweep is skipped (carry simpy's wheel)" | tee "$out/gemms.skipped"
+fi

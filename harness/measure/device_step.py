@@ -22,6 +22,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -38,6 +39,27 @@ def _optimizer(name: str, params: Any) -> torch.optim.Optimizer:
     if name == "momentum":
         return torch.optim.SGD(params, lr=0.1, momentum=0.875)
     return torch.optim.AdamW(params, lr=1e-4)
+
+
+def synchronised_times(call: Callable[[], object], where: torch.device, steps: int,
+                       warmup: int) -> list[float]:
+    """Seconds of each of ``steps`` calls after ``warmup``, each waited for on the device
+    (a CUDA call returns before its kernels finish)."""
+
+    def synchronise() -> None:
+        if where.type == "cuda":
+            torch.cuda.synchronize(where)
+
+    for _ in range(warmup):
+        call()
+    synchronise()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        call()
+        synchronise()
+        times.append(time.perf_counter() - start)
+    return times
 
 
 def measure(model: str, precision: str, batch: int, *, steps: int = 20, warmup: int = 5,
@@ -75,20 +97,7 @@ def measure(model: str, precision: str, batch: int, *, steps: int = 20, warmup: 
             loss = built.loss(module, inputs)
         loss.backward()
         optimizer.step()
-
-    def synchronise() -> None:
-        if cuda:
-            torch.cuda.synchronize(where)
-
-    for _ in range(warmup):
-        step()
-    synchronise()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        synchronise()
-        times.append(time.perf_counter() - start)
+    times = synchronised_times(step, where, steps, warmup)
     median = statistics.median(times)
     return {"model": model, "precision": precision, "batch": batch, "seq": built.seq,
             "optimizer": built.optimizer, "steps": steps, "warmup": warmup,

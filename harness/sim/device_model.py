@@ -31,7 +31,10 @@ Engine and torchao's float8 do.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from harness.core.errors import SpecError
@@ -232,12 +235,63 @@ def _tile(x: float) -> float:
     return float(max(16, 2 ** math.ceil(math.log2(max(1.0, x)))))
 
 
+@dataclass(frozen=True)
+class GemmCall:
+    """One GEMM the device model timed: its shape, precision and the seconds it gave."""
+
+    m: float
+    n: float
+    k: float
+    repeat: float
+    precision: str  # what it computes in (gemm_precision's answer)
+    conv: bool
+    seconds: float
+    peak: float  # the precision's peak FLOP/s on the device
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.repeat
+
+
+_RECORDING: contextvars.ContextVar[list[GemmCall] | None] = contextvars.ContextVar(
+    "gemm_calls", default=None)
+
+
+@contextlib.contextmanager
+def recorded_gemms() -> Iterator[list[GemmCall]]:
+    """Every GEMM the device model times inside the block, in order: what a measured sweep
+    puts beside the model's times (harness.validate.gemm_shapes), taken from the timing
+    itself so that no second copy of a layout's shapes can drift from it."""
+    calls: list[GemmCall] = []
+    token = _RECORDING.set(calls)
+    try:
+        yield calls
+    finally:
+        _RECORDING.reset(token)
+
+
 def gemm_seconds(m: float, n: float, k: float, repeat: float, rate: DeviceRate,
                  conv: bool = False) -> float:
     """One GEMM of m x k by k x n (``repeat`` of them at once): the longer of its FLOPs at
     the quantized rate and its bytes at memory bandwidth."""
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0
+    seconds = _gemm_seconds(m, n, k, repeat, rate, conv)
+    calls = _RECORDING.get()
+    if calls is not None:
+        calls.append(GemmCall(m, n, k, repeat, _computes_in(rate, conv), conv, seconds,
+                              rate.gemm_peak(conv)[0]))
+    return seconds
+
+
+def _computes_in(rate: DeviceRate, conv: bool) -> str:
+    if rate.precision is None:
+        return "bf16"
+    return gemm_precision(rate.precision, rate.framework, conv, rate.device)
+
+
+def _gemm_seconds(m: float, n: float, k: float, repeat: float, rate: DeviceRate,
+                  conv: bool) -> float:
     peak, eff = rate.gemm_peak(conv)
     tm, tn = _tile(m), _tile(n)
     tiles_m, tiles_n = math.ceil(m / tm), math.ceil(n / tn)
@@ -269,6 +323,20 @@ def fp8_cast_seconds(m: float, n: float, k: float, repeat: float, rate: DeviceRa
     return forward, backward
 
 
+def gemm_calls(op: Op, samples: float, tensor: int = 1
+               ) -> tuple[tuple[float, float, float], ...]:
+    """The (m, n, k) of a GEMM operator's three calls on one of ``tensor`` ranks, each
+    ``op.repeat`` times: forward, the input's gradient and the weight's. Tensor parallelism
+    splits the output features (column-parallel) or the reduction (row-parallel), whichever
+    is wider. The one place both the device model and a measured sweep
+    (harness.validate.gemm_shapes) take a GEMM's shapes from."""
+    m = op.rows * samples * op.load
+    n, k = float(op.n), float(op.k)
+    if tensor > 1:
+        n, k = (n / tensor, k) if n >= k else (n, k / tensor)
+    return (m, n, k), (m, k, n), (k, n, m)
+
+
 def op_times(op: Op, samples: float, rate: DeviceRate, tensor: int = 1,
              split_elementwise: bool = True) -> OpTimes:
     """``op`` for ``samples`` samples on one of ``tensor`` ranks. A GEMM splits its output
@@ -276,13 +344,9 @@ def op_times(op: Op, samples: float, rate: DeviceRate, tensor: int = 1,
     element-wise work splits T ways where ``split_elementwise`` (inside the tensor-parallel
     region, or everywhere under sequence parallelism) and is whole otherwise."""
     if op.kind == GEMM:
-        m = op.rows * samples * op.load
-        n, k = float(op.n), float(op.k)
-        if tensor > 1:
-            n, k = (n / tensor, k) if n >= k else (n, k / tensor)
+        (m, n, k), *gradients = gemm_calls(op, samples, tensor)
         forward = gemm_seconds(m, n, k, op.repeat, rate, op.conv)
-        backward = (gemm_seconds(m, k, n, op.repeat, rate, op.conv)  # input gradient
-                    + gemm_seconds(k, n, m, op.repeat, rate, op.conv))  # weight gradient
+        backward = sum(gemm_seconds(*shape, op.repeat, rate, op.conv) for shape in gradients)
         if rate.precision == "fp8":  # the casts into fp8 around each GEMM
             cast = fp8_cast_seconds(m, n, k, op.repeat, rate)
             forward, backward = forward + cast[0], backward + cast[1]
