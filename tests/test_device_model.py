@@ -212,6 +212,19 @@ def test_an_answer_says_where_the_devices_efficiency_is_assumed():
     assert "assumed" not in h100["compute_source"]
 
 
+def test_an_answer_says_whether_the_devices_efficiency_met_a_published_run():
+    """Where the corpus has runs of the system, their error; where it has none but the file
+    cites an efficiency (a B200's, fitted beside an H100 run), that nothing here checked it;
+    where the efficiency is the placeholder, the compute line has said so already."""
+    from harness.commands.simulate import _published_check
+
+    assert "median |error| on" in _published_check("preset:dgx_h100_ib,hosts=1", "bf16", True)
+    b200 = _published_check("preset:hgx_b200,hosts=2", "bf16", True)
+    assert "against no published hgx_b200 bf16 training run" in b200 and "42.2%" in b200
+    assert _published_check("preset:tpu_v5p", "bf16", True) is None
+    assert _published_check("preset:hgx_b200", "bf16", False) is None  # refitted: not ours
+
+
 def test_the_mi300xs_efficiency_is_the_h100s_scaled_by_their_best_gemm_shapes():
     """No MI300X training run is fitted: its bf16 is the H100's fit times the two devices'
     best-shape ratio (mamf-finder, cited in the file), fp8 bf16's times the H100's fp8/bf16."""
