@@ -79,9 +79,11 @@ def check(row: Row) -> Pick:
 def model_parallel_rows() -> list[Row]:
     """The published runs split beyond data parallelism on more than one host (a run of
     data parallelism alone, Megatron-LM's 1.7B GPT, is the data-parallel candidates' to
-    match, not this search's)."""
+    match, not this search's), whose memory the model counts: a search that keeps every
+    layout within the device cannot be held to a run whose recomputation it cannot count
+    (MaxText's minimal remat, ``Row.memory_unmodelled``)."""
     return [r for r in corpus()[0] if r.model_parallel and r.gpus > 8
-            and r.tensor * r.pipeline * r.context * r.expert > 1]
+            and r.tensor * r.pipeline * r.context * r.expert > 1 and not r.memory_unmodelled]
 
 
 def format_picks(picks: list[Pick]) -> str:

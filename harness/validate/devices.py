@@ -97,6 +97,9 @@ class Row:
     # whether the stack could recompute the attention alone (the layout search's choice;
     # the row's own recomputation is ``recompute``)
     selective_recompute: bool = True
+    # why the memory model does not count what the row's stack kept, where it does not (a
+    # recomputation it has no mode for): memory_reach leaves such a row out
+    memory_unmodelled: str = ""
     # (padded length, share of micro-batches) where the loader bins sequences by length,
     # resolved from the file's ``lengths`` entry the row names (``padded_lengths``)
     padded: tuple[tuple[int, float], ...] = ()
@@ -162,7 +165,7 @@ def published_flops_per_sample(row: Row) -> float:
 #: square it counts (0.5: halved for the causal mask)
 FLOP_FORMULAS = {"nemo_llama_causal": ("nemo", 0.5), "nemo_llama_full_square": ("nemo", 1.0),
                  "megatron_causal": ("megatron", 0.5),
-                 "megatron_full_square": ("megatron", 1.0)}
+                 "megatron_full_square": ("megatron", 1.0), "maxtext_causal": ("maxtext", 0.5)}
 #: the other reading of each, printed beside it
 OTHER_READING = {name: other for name, (family, share) in FLOP_FORMULAS.items()
                  for other, (family2, share2) in FLOP_FORMULAS.items()
@@ -176,12 +179,18 @@ def _authors_flops(row: Row, formula: str) -> float:
     v0.8), 12·s·l·h²·((1 + g/a + s/h) + m·k·f/h + V/(2·l·h)), m 1.5 for a SwiGLU MLP and 1
     for GELU's, k the experts each token is routed to. Both took the whole s² square of
     attention until they halved it for the causal mask (NeMo in commit 6251117f, 2025-08):
-    ``_causal`` reads it halved."""
+    ``_causal`` reads it halved. ``maxtext_causal``: MaxText's calculate_training_tflops
+    (MaxText/train.py at 76bd53b0f, 2023-12), 6·N·s for the weights (N every parameter, the
+    tied embedding once) and 12·a·d·l·s² for attention, halved in its own code "due to
+    causality": one reading only."""
     dims = dims_of(row.model)
     if dims is None or formula not in FLOP_FORMULAS:
         raise SpecError(f"row {row.id}: no FLOP formula {formula!r} for {row.model}")
     family, share = FLOP_FORMULAS[formula]
     s, n, h = dims.seq, dims.layers, dims.hidden
+    if family == "maxtext":
+        head = dims.head_size or h // dims.heads
+        return 6 * dims.params * s + 12 * dims.heads * head * n * s * s * share
     square = s / h * share
     if family == "megatron":
         mlp = (dims.top_k or 1) * (1.5 if dims.gated else 1.0) * dims.width / h
@@ -296,7 +305,8 @@ class MemoryReach:
 
 @functools.cache
 def memory_reach() -> MemoryReach:
-    """The fullest device among the corpus's model-parallel runs, every one of which ran.
+    """The fullest device among the corpus's model-parallel runs, every one of which ran
+(those whose memory the model does not count, ``memory_unmodelled``, left out).
     A layout that needs more of its device than that is beyond what any published run is
     known to fit, and the memory model counts less than a stack holds (on BigScience's
     measured layout sweep, ``harness.validate.layout_sweep.memory_gap_gb``)."""
@@ -304,7 +314,7 @@ def memory_reach() -> MemoryReach:
 
     fullest: MemoryReach | None = None
     for row in corpus()[0]:
-        if not row.model_parallel:
+        if not row.model_parallel or row.memory_unmodelled:
             continue
         precision = find_precision(row.precision)
         layout = row.layout()
@@ -491,7 +501,9 @@ def _other_reading(row: Row, predicted: float) -> dict[str, Any] | None:
     formula = row.published.get("flops")
     if formula is None:
         return None
-    other = OTHER_READING[formula]
+    other = OTHER_READING.get(formula)
+    if other is None:  # the authors' code says which
+        return None
     published = float(row.published["value"]) * 1e12 / _authors_flops(row, other)
     return {"formula": other, "fitted_error": predicted / published - 1}
 

@@ -12,6 +12,7 @@ from harness.core.layout import Layout
 from harness.sim.calibration import Calibration, apply, from_preset, merge
 from harness.sim.layered import LayeredModel
 from harness.sim.model_parallel_step import StepResult, model_parallel_step
+from harness.sim.preset import load_preset
 from harness.sim.spec import parse_topology
 from workloads.precision import Precision
 
@@ -20,7 +21,10 @@ PER_HOST = 8
 
 
 def system_spec(system: str, gpus: int) -> str:
-    """The preset's hosts that hold ``gpus`` devices."""
+    """The preset's hosts that hold ``gpus`` devices; a torus (a TPU slice) as its file
+    describes it, the first ``gpus`` chips taken in its order."""
+    if load_preset(system).spec.startswith("torus:"):
+        return f"preset:{system}"
     return f"preset:{system},hosts={max(1, -(-gpus // PER_HOST))}"
 
 
