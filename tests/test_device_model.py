@@ -203,13 +203,15 @@ def test_a_tiny_model_on_an_h100_is_launch_bound_and_says_so():
 
 
 def test_an_answer_says_where_the_devices_efficiency_is_assumed():
-    """A TPU v4's GEMM efficiency is the file's placeholder, fitted on no run: the compute
-    note says so; an H100's bf16 is fitted (llm-foundry's MPT-7B) and says nothing of the
-    kind."""
-    base = ("--workers", "1", "--workload", "gpt2_xl", "--precision", "bf16")
-    tpu = _simulate("--topology", "preset:tpu_v4_cube", *base)
-    assert "bf16 GEMM efficiency is an assumed 50%" in tpu["compute_source"]
-    h100 = _simulate("--topology", "preset:dgx_h100_ib,hosts=1", *base)
+    """A TPU v5p's fp8 GEMM efficiency is the file's placeholder, fitted on no run (its bf16
+    is MaxText's): the compute note says so; an H100's bf16 is fitted (llm-foundry's MPT-7B)
+    and says nothing of the kind."""
+    base = ("--workers", "1", "--workload", "gpt2_xl")
+    tpu = _simulate("--topology", "preset:tpu_v5p", *base, "--precision", "fp8")
+    assert "fp8 GEMM efficiency is an assumed 50%" in tpu["compute_source"]
+    assert "assumed" not in _simulate("--topology", "preset:tpu_v5p", *base, "--precision",
+                                      "bf16")["compute_source"]
+    h100 = _simulate("--topology", "preset:dgx_h100_ib,hosts=1", *base, "--precision", "bf16")
     assert "assumed" not in h100["compute_source"]
 
 
@@ -222,7 +224,9 @@ def test_an_answer_says_whether_the_devices_efficiency_met_a_published_run():
     assert "median |error| on" in _published_check("preset:dgx_h100_ib,hosts=1", "bf16", True)
     b200 = _published_check("preset:hgx_b200,hosts=2", "bf16", True)
     assert "against no published hgx_b200 bf16 training run" in b200 and "42.2%" in b200
-    assert _published_check("preset:tpu_v4_cube", "bf16", True) is None
+    assert _published_check("preset:tpu_v5p", "fp8", True) is None
+    assert "against no published tpu_v4_cube bf16" in _published_check("preset:tpu_v4_cube",
+                                                                        "bf16", True)
     assert "2 published tpu_v5p bf16 runs" in _published_check("preset:tpu_v5p", "bf16", True)
     assert _published_check("preset:hgx_b200", "bf16", False) is None  # refitted: not ours
 
