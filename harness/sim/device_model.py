@@ -328,8 +328,8 @@ def gemm_calls(op: Op, samples: float, tensor: int = 1
     """The (m, n, k) of a GEMM operator's three calls on one of ``tensor`` ranks, each
     ``op.repeat`` times: forward, the input's gradient and the weight's. Tensor parallelism
     splits the output features (column-parallel) or the reduction (row-parallel), whichever
-    is wider. The one place both the device model and a measured sweep
-    (harness.validate.gemm_shapes) take a GEMM's shapes from."""
+    is wider. The one place a GEMM operator's shapes come from: the device model times
+    these, and a measured sweep records them as timed (``recorded_gemms``)."""
     m = op.rows * samples * op.load
     n, k = float(op.n), float(op.k)
     if tensor > 1:
