@@ -25,6 +25,10 @@ HF = Path(__file__).parent / "fixtures" / "hf"
     # Qwen: 14.3B total, "2.7B activated" (two figures: 2.69B counted); a shared expert
     # of its own width beside the routed ones (Qwen2-MoE's shared_expert_intermediate_size)
     ("qwen15_moe_a27b_config.json", 14.3e9, 2.7e9, 0.02),
+    # Gemma team: 786,825,216 embedding and 7,751,248,896 other parameters (a vocabulary of
+    # 256,128 counted; the file's is 256,000); GeGLU, and the embedding tied by GemmaConfig's
+    # default where the file says nothing
+    ("gemma_7b_config.json", 8.538e9, 8.538e9, 0.005),
 ])
 def test_published_configs_read_into_their_published_parameter_counts(config, total, active,
                                                                       active_rel):
@@ -192,3 +196,18 @@ def test_heads_wider_than_the_model_are_read_not_refused(tmp_path):
     assert dims.params == pytest.approx(32.8e9, rel=0.005)  # Qwen3-32B's published count
     assert dims.attention_forward_flops == 4 * 4096 * 4096 * 64 * 128
     assert total_forward_flops(dims.ops()) == pytest.approx(dims.forward_flops, rel=1e-9)
+
+
+def test_an_activation_a_model_type_does_not_gate_is_refused_by_name(tmp_path):
+    """Gemma's GELU gates its MLP (GeGLU) and is read; a Llama config naming GELU is not a
+    model this reader knows the shape of, and says which field."""
+    config = json.loads((HF / "llama3_8b_config.json").read_text())
+    path = tmp_path / "gelu_llama.json"
+    path.write_text(json.dumps({**config, "hidden_act": "gelu"}))
+    with pytest.raises(WorkloadError, match="field 'hidden_act' 'gelu': only silu, swiglu"):
+        parse_dims(f"hf:{path},seq=4096")
+    gemma = json.loads((HF / "gemma_7b_config.json").read_text())
+    path.write_text(json.dumps({**gemma, "tie_word_embeddings": False}))
+    untied = parse_dims(f"hf:{path},seq=4096")
+    tied = parse_dims(f"hf:{HF / 'gemma_7b_config.json'},seq=4096")
+    assert untied.params - tied.params == 256000 * 3072  # the file's word is kept

@@ -6,7 +6,8 @@ The file gives the architecture (layers, hidden, heads, kv heads, MLP width, voc
 experts); the training sequence length is given (``seq=``), never taken from
 ``max_position_embeddings``, which is the longest the model accepts, not what it trains at.
 Llama, Mistral, Mixtral, Qwen2/Qwen3 and their MoE models (heads wider than the model
-included), GPT-2, GPT-NeoX and DeepSeek-V2/V3 configs are read (DeepSeek's multi-head latent
+included), Gemma (its GeGLU MLP and tied embedding), GPT-2, GPT-NeoX and DeepSeek-V2/V3
+configs are read (DeepSeek's multi-head latent
 attention by its ranks and head widths, its leading dense layers by
 ``first_k_dense_replace``); any other ``model_type`` is refused by name rather
 than guessed. A sliding window shorter than the sequence is read (Mistral 7B v0.1's); layers
@@ -28,7 +29,13 @@ PREFIX = "hf:"
 _OPTIONS = ("seq", "batch", "dropout", "imbalance")  # imbalance: a MoE's busiest expert
 
 # model_type -> the family whose keys and conventions it uses
-_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
+               "gemma")
+#: model_type -> its gated MLP's activations (GeGLU's GELU costs what SwiGLU's SiLU does: the
+#: same three matrices, one element-wise gate) and whether the embedding is tied where the
+#: file does not say (transformers' GemmaConfig ties by default, LlamaConfig does not)
+_GATED_ACTS = {"gemma": ("gelu", "gelu_pytorch_tanh")}
+_TIED_BY_DEFAULT = ("gemma",)
 _GPT2 = ("gpt2",)
 _NEOX = ("gpt_neox",)
 _DEEPSEEK = ("deepseek_v2", "deepseek_v3")
@@ -70,7 +77,8 @@ def parse_hf(text: str) -> TransformerDims:
     dropout = _number(options.get("dropout", "0"), "dropout")
     imbalance = _number(options.get("imbalance", "1"), "imbalance")
     fields = (_gpt2(config, where) if kind in _GPT2 else _neox(config, where) if kind in _NEOX
-              else _deepseek(config, where) if kind in _DEEPSEEK else _llama(config, where))
+              else _deepseek(config, where) if kind in _DEEPSEEK
+              else _llama(config, where, str(kind)))
     return TransformerDims(seq=seq, batch=batch, dropout=dropout, imbalance=imbalance,
                            name=text.strip(), window=window, **fields)
 
@@ -121,12 +129,14 @@ def _field(config: dict[str, Any], key: str, where: str, default: Any = None) ->
     return value
 
 
-def _llama(config: dict[str, Any], where: str) -> dict[str, Any]:
+def _llama(config: dict[str, Any], where: str, kind: str = "llama") -> dict[str, Any]:
     heads = _field(config, "num_attention_heads", where)
-    act = config.get("hidden_act", "silu")
-    if act not in ("silu", "swiglu"):
-        raise WorkloadError(f"{where}: field 'hidden_act' {act!r}: only silu (SwiGLU) is "
-                            f"read for this model_type")
+    key = "hidden_activation" if "hidden_activation" in config else "hidden_act"
+    act = config.get(key, "silu")
+    gated = ("silu", "swiglu", *_GATED_ACTS.get(kind, ()))
+    if act not in gated:
+        raise WorkloadError(f"{where}: field {key!r} {act!r}: only {', '.join(gated)} (a gated "
+                            f"MLP) is read for model_type {kind}")
     hidden = _field(config, "hidden_size", where)
     head_dim = config.get("head_dim")
     # attention wider (or narrower) than the model: Qwen3's 64 heads of 128 on 5,120
@@ -155,8 +165,8 @@ def _llama(config: dict[str, Any], where: str) -> dict[str, Any]:
             "kv_heads": _field(config, "num_key_value_heads", where, heads),
             "ffn": _field(config, "intermediate_size", where),
             "vocab": _field(config, "vocab_size", where), "mlp": "swiglu",
-            "tied": bool(config.get("tie_word_embeddings", False)), "positions": "rope",
-            **width, **moe}
+            "tied": bool(config.get("tie_word_embeddings", kind in _TIED_BY_DEFAULT)),
+            "positions": "rope", **width, **moe}
 
 
 def _deepseek(config: dict[str, Any], where: str) -> dict[str, Any]:
