@@ -306,7 +306,7 @@ class MemoryReach:
 @functools.cache
 def memory_reach() -> MemoryReach:
     """The fullest device among the corpus's model-parallel runs, every one of which ran
-(those whose memory the model does not count, ``memory_unmodelled``, left out).
+    (those whose memory the model does not count, ``memory_unmodelled``, left out).
     A layout that needs more of its device than that is beyond what any published run is
     known to fit, and the memory model counts less than a stack holds (on BigScience's
     measured layout sweep, ``harness.validate.layout_sweep.memory_gap_gb``)."""
