@@ -34,6 +34,7 @@ from workloads.operators import total_forward_flops
 from workloads.precision import PRECISIONS
 
 A100 = load_preset("dgx_a100").device
+H100 = load_preset("dgx_h100_ib").device
 
 
 def stratbench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -78,9 +79,28 @@ def test_wave_quantization_a_tile_past_a_full_wave_costs_a_wave():
     tiles (117) takes two, twice the time for 8% more work."""
     rate = device_rate(A100, "bf16")
     k = 8192  # compute-bound
-    one = gemm_seconds(128 * 12, 128 * 9, k, 1, rate)
-    two = gemm_seconds(128 * 13, 128 * 9, k, 1, rate)
+    fixed = A100.gemm_fixed_s  # every kernel's own time, whatever its waves
+    one = gemm_seconds(128 * 12, 128 * 9, k, 1, rate) - fixed
+    two = gemm_seconds(128 * 13, 128 * 9, k, 1, rate) - fixed
     assert two == pytest.approx(2 * one, rel=0.01)
+
+
+def test_a_short_reduction_pays_its_tiles_prologue_and_epilogue():
+    """The same output tiles, the reduction 16x shorter: each tile's fixed work (k0
+    reduction elements' worth) weighs more against 512 than against 8192 (both
+    compute-bound)."""
+    rate = device_rate(H100, "bf16")
+    k0, fixed = H100.gemm_k_overhead, H100.gemm_fixed_s
+    assert k0 > 0 and fixed > 0
+    short = gemm_seconds(8192, 8192, 512, 1, rate) - fixed
+    long = gemm_seconds(8192, 8192, 8192, 1, rate) - fixed
+    assert short / long == pytest.approx((512 + k0) / (8192 + k0), rel=1e-9)
+
+
+def test_any_gemm_takes_at_least_the_kernels_fixed_time():
+    rate = device_rate(H100, "bf16")
+    assert gemm_seconds(16, 16, 16, 1, rate) >= H100.gemm_fixed_s
+    assert gemm_seconds(16, 16, 16, 1, rate) < 1.01 * H100.gemm_fixed_s
 
 
 def test_fp32_means_what_each_framework_computes_by_default():
@@ -223,7 +243,7 @@ def test_an_answer_says_whether_the_devices_efficiency_met_a_published_run():
 
     assert "median |error| on" in _published_check("preset:dgx_h100_ib,hosts=1", "bf16", True)
     b200 = _published_check("preset:hgx_b200,hosts=2", "bf16", True)
-    assert "against no published hgx_b200 bf16 training run" in b200 and "42.2%" in b200
+    assert "against no published hgx_b200 bf16 training run" in b200 and "42.1%" in b200
     assert _published_check("preset:tpu_v5p", "fp8", True) is None
     assert "against no published tpu_v4_cube bf16" in _published_check("preset:tpu_v4_cube",
                                                                         "bf16", True)

@@ -62,8 +62,10 @@ peak_flops = { fp32 = 19.5e12, tf32 = 156e12, bf16 = 312e12, fp16 = 312e12 }
 memory_bytes = 80e9
 memory_bandwidth = 2.039e12
 assumed_efficiency = 0.45
-matmul_efficiency = { bf16 = 0.695, fp16 = 0.695, tf32 = 0.81, fp32 = 0.695 }
+matmul_efficiency = { bf16 = 0.731, fp16 = 0.731, tf32 = 0.81, fp32 = 0.731 }
 sms = 108
+gemm_fixed = "5.0us"
+gemm_k_overhead = 105
 launch_overhead = "5us"
 step_overhead = "0s"
 reserved_bytes = 0.8e9

@@ -9,8 +9,11 @@ precision it computes in:
   quantization** (a 128 x 128 output tile per streaming multiprocessor: a GEMM whose tiles do
   not fill the last wave of SMs leaves the rest idle; NVIDIA, "Matrix Multiplication
   Background User's Guide", https://docs.nvidia.com/deeplearning/performance/
-  dl-performance-matrix-multiplication/), and its operands' and result's bytes at memory
-  bandwidth (a skinny GEMM is memory-bound: the same guide's arithmetic-intensity rule);
+  dl-performance-matrix-multiplication/) and by each tile's prologue and epilogue (a short
+  reduction reaches less), and its operands' and result's bytes at memory bandwidth (a
+  skinny GEMM is memory-bound: the same guide's arithmetic-intensity rule), plus the device
+  time any GEMM kernel takes; the two kernel constants are the system file's, fitted on
+  OpenXLA's published per-shape GEMM table (``harness.validate.gemm_table``);
 * element-wise work, norms and embedding gathers move their bytes at memory bandwidth
   (``MEMORY_EFFICIENCY`` of the datasheet rate);
 * attention is fused where the framework fuses it (torch's ``scaled_dot_product_attention``,
@@ -293,20 +296,37 @@ def _computes_in(rate: DeviceRate, conv: bool) -> str:
 def _gemm_seconds(m: float, n: float, k: float, repeat: float, rate: DeviceRate,
                   conv: bool) -> float:
     peak, eff = rate.gemm_peak(conv)
+    device = rate.device
+    return gemm_time(m, n, k, repeat, flops_per_s=peak * eff, sms=device.sms,
+                     k_overhead=device.gemm_k_overhead, fixed_s=device.gemm_fixed_s,
+                     operand_bytes=1 if rate.precision == "fp8" else rate.value_bytes,
+                     result_bytes=rate.value_bytes, bytes_per_s=rate.bytes_per_s)
+
+
+def gemm_time(m: float, n: float, k: float, repeat: float, *, flops_per_s: float, sms: int,
+              k_overhead: float, fixed_s: float, operand_bytes: float, result_bytes: float,
+              bytes_per_s: float) -> float:
+    """One GEMM kernel's device seconds: the longer of its FLOPs at ``flops_per_s`` (a large
+    GEMM's rate) discounted by tile and wave quantization and by each tile's prologue and
+    epilogue (``k_overhead`` reduction elements' worth: a short reduction amortises them
+    over fewer steps), and its bytes at ``bytes_per_s``; plus ``fixed_s``, the time any
+    GEMM kernel takes to fill and drain the device. One formula for the device model and
+    for the fit of its constants on a published per-shape table
+    (``harness.validate.gemm_table``)."""
     tm, tn = _tile(m), _tile(n)
     tiles_m, tiles_n = math.ceil(m / tm), math.ceil(n / tn)
     utilisation = (m * n) / (tiles_m * tm * tiles_n * tn)
-    sms = rate.device.sms
+    splits = 1.0
     if sms:
         tiles = tiles_m * tiles_n * repeat
         # too few tiles to fill the SMs: the library splits the reduction (split-K)
         splits = max(1, min(sms // tiles, math.ceil(k / SPLIT_K_MIN))) if tiles < sms else 1
         waves = tiles * splits / sms
         utilisation *= waves / math.ceil(waves)
-    compute = 2.0 * m * n * k * repeat / (peak * eff * utilisation)
-    operand = 1 if rate.precision == "fp8" else rate.value_bytes
-    traffic = (m * k + k * n) * repeat * operand + m * n * repeat * rate.value_bytes
-    return max(compute, traffic / rate.bytes_per_s)
+    tile_overhead = 1.0 + k_overhead * splits / k
+    compute = 2.0 * m * n * k * repeat * tile_overhead / (flops_per_s * utilisation)
+    traffic = (m * k + k * n) * repeat * operand_bytes + m * n * repeat * result_bytes
+    return max(compute, traffic / bytes_per_s) + fixed_s
 
 
 def fp8_cast_seconds(m: float, n: float, k: float, repeat: float, rate: DeviceRate

@@ -11,14 +11,16 @@ A device is a peak FLOP/s per precision (``fp32``, ``tf32``, ``bf16``, ``fp16``,
 memory capacity and bandwidth, and what the device model reads (``harness/sim/
 device_model.py``): ``matmul_efficiency`` per precision (the fraction of the peak a large GEMM
 reaches, the device's one free number, cited in ``matmul_efficiency_note`` or fitted with
-``--fit-step``), ``sms`` (for tile and wave quantization), ``launch_overhead`` (a GPU's
-default: 5 us) and ``step_overhead``, and ``reserved_bytes`` (what the runtime holds before a
-model does). ``assumed_efficiency`` is the whole step's fraction of the peak for a workload
-known only by its FLOPs, and the GEMM efficiency of a precision the file gives none for.
-The network is either a ``spec`` in the topology grammar or, as a
-user describes hardware, ``scale_up`` (NVLink/NVSwitch, xGMI, ...: devices per domain, the
-bandwidth of one device each way) and ``scale_out`` (NICs per host, each NIC's rate), from
-which the spec is built.
+``--fit-step``), ``sms`` (for tile and wave quantization), ``gemm_fixed`` and
+``gemm_k_overhead`` (a GEMM kernel's own device time and its tiles' prologue and epilogue,
+fitted on a published per-shape table: ``python -m harness.validate.gemm_table``),
+``launch_overhead`` (a GPU's default: 5 us) and ``step_overhead``, and ``reserved_bytes``
+(what the runtime holds before a model does). ``assumed_efficiency`` is the whole step's
+fraction of the peak for a workload known only by its FLOPs, and the GEMM efficiency of a
+precision the file gives none for. The network is either a ``spec`` in the topology
+grammar or, as a user describes hardware, ``scale_up`` (NVLink/NVSwitch, xGMI, ...: devices
+per domain, the bandwidth of one device each way) and ``scale_out`` (NICs per host, each
+NIC's rate), from which the spec is built.
 """
 
 from __future__ import annotations
@@ -87,12 +89,17 @@ class Device:
     # number per precision; ``assumed_efficiency`` where a precision has none), the
     # streaming multiprocessors a GEMM's tiles are spread over (0: not modelled), the
     # host's time to issue one kernel and one step's own framework work, and the bytes the
-    # runtime holds before a model does (CUDA context, allocator).
+    # runtime holds before a model does (CUDA context, allocator); and a GEMM kernel's own
+    # costs beyond its FLOPs (0: not modelled): the device time every GEMM kernel takes
+    # (filling and draining the SMs) and each output tile's prologue and epilogue,
+    # counted as reduction elements (so a short reduction reaches less of the peak).
     matmul_efficiency: Mapping[str, float] = field(default_factory=dict)
     sms: int = 0
     launch_overhead_s: float = 0.0
     step_overhead_s: float = 0.0
     reserved_bytes: float = 0.0
+    gemm_fixed_s: float = 0.0
+    gemm_k_overhead: float = 0.0
 
     def peak(self, precision: str | None = None) -> float:
         """Peak FLOP/s at ``precision``; None: the training peak (bf16, else fp16, as the
@@ -203,7 +210,8 @@ _DEVICE = {"name": str, "kind": str, "peak_flops": (dict, float, int), "peak_flo
            "assumed_efficiency": (float, int), "note": str, "matmul_efficiency": dict,
            "matmul_efficiency_note": str, "sms": int, "launch_overhead": str,
            "step_overhead": str, "overhead_note": str, "reserved_bytes": (float, int),
-           "reserved_note": str}
+           "reserved_note": str, "gemm_fixed": str, "gemm_k_overhead": (float, int),
+           "gemm_shape_note": str}
 _SCALE_UP = {"name": str, "devices": int, "bandwidth": str, "latency": str, "note": str}
 _SCALE_OUT = {"name": str, "nics_per_host": int, "nic_bandwidth": str, "latency": str,
               "hosts_per_leaf": int, "oversub": (float, int), "note": str}
@@ -273,7 +281,10 @@ def _device(data: Any, where: str) -> Device:
     if d.get("sms", 0) < 0:
         raise SpecError(f"{where}: device.sms must be >= 0, not {d['sms']}")
     overheads = {}
-    for key in ("launch_overhead", "step_overhead"):
+    if d.get("gemm_k_overhead", 0) < 0:
+        raise SpecError(f"{where}: device.gemm_k_overhead must be >= 0, not "
+                        f"{d['gemm_k_overhead']}")
+    for key in ("launch_overhead", "step_overhead", "gemm_fixed"):
         if key in d:
             try:
                 overheads[key] = parse_duration(d[key])
@@ -289,7 +300,9 @@ def _device(data: Any, where: str) -> Device:
         launch_overhead_s=overheads.get("launch_overhead",
                                         DEFAULT_LAUNCH_OVERHEAD_S.get(kind, 0.0)),
         step_overhead_s=overheads.get("step_overhead", 0.0),
-        reserved_bytes=float(d.get("reserved_bytes", 0.0)))
+        reserved_bytes=float(d.get("reserved_bytes", 0.0)),
+        gemm_fixed_s=overheads.get("gemm_fixed", 0.0),
+        gemm_k_overhead=float(d.get("gemm_k_overhead", 0.0)))
 
 
 def _bandwidth(text: str, where: str) -> float:
