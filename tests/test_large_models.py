@@ -121,6 +121,10 @@ def test_simulate_and_recommend_give_the_same_figures_for_the_file_and_the_prese
     ('{"name": "x", "device": {"name": "g", "peak_flops": 1e12}', "not valid JSON"),
     ('{"name": "x", "device": "dgx_a1000", "spec": "switch:n=2,bw=1Gbit"}',
      "device 'dgx_a1000' names no built-in system"),
+    ('{"name": "x", "device": {"name": "g", "peak_flops": 1e12, "gemm_fixed": "soon"},'
+     ' "spec": "switch:n=2,bw=1Gbit"}', "device.gemm_fixed"),
+    ('{"name": "x", "device": {"name": "g", "peak_flops": 1e12, "gemm_k_overhead": -5},'
+     ' "spec": "switch:n=2,bw=1Gbit"}', "device.gemm_k_overhead must be >= 0"),
 ])
 def test_a_malformed_system_file_is_one_line_and_exit_2(tmp_path, capsys, text, message):
     from harness.cli import main
