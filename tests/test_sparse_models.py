@@ -90,9 +90,11 @@ def test_embedding_sharding_ends_with_one_devices_weights_table_wise_and_row_wis
     rows = execute([*cases, three], ResultsStore(tmp_path), "r1")
     base, *sharded = rows
     assert base.extra["updates"] == "sparse rows"
-    assert set(base.extra["compute_split"]) == {"forward_s", "backward_s", "optimizer_s"}
-    assert (sum(base.extra["dense_compute_split"].values())
-            > sum(base.extra["compute_split"].values()))
+    # both splits recorded (which is faster is a benchmark's question, not a timed test's:
+    # at 16 samples both are a few milliseconds, and CI measured them either way round)
+    for split in (base.extra["compute_split"], base.extra["dense_compute_split"]):
+        assert set(split) == {"forward_s", "backward_s", "optimizer_s"}
+        assert all(math.isfinite(v) and v > 0 for v in split.values())
     assert [r.extra["sharding"] for r in sharded] == ["table-wise", "row-wise"]
     for row in sharded:
         assert row.status == "ok", row.reason
