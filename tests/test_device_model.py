@@ -32,6 +32,7 @@ from workloads.catalog import list_workloads
 from workloads.known import get_known, known_names
 from workloads.operators import total_forward_flops
 from workloads.precision import PRECISIONS
+from workloads.precision import precision as find_precision
 
 A100 = load_preset("dgx_a100").device
 H100 = load_preset("dgx_h100_ib").device
@@ -274,6 +275,25 @@ def test_a_windows_pairs_are_the_causal_count_of_keys_it_spans(seq, window):
     assert abs(op.scored_pairs - exact) <= seq
     assert op.scored_pairs <= Op("a", ATTENTION, heads=1, seq=seq, head_dim=1).scored_pairs
     assert op.forward_flops == 4 * seq * w
+
+
+def test_a_remembered_layer_split_answers_only_for_what_decides_it():
+    """A layout search times one block for every candidate, so ``layer_split`` remembers;
+    another efficiency, device, degree or micro-batch is timed afresh, never answered by
+    the remembered split (and a copy of the device with other numbers is another device)."""
+    from harness.sim.compute import _layer_split, layer_split
+
+    block = layered("llama3_8b", find_precision("bf16")).blocks[0]
+    rate = device_rate(H100, "bf16")
+    first = layer_split(block, rate, 2, 4, True)
+    assert layer_split(block, rate, 2, 4, True) is first
+    for other_rate, samples, tensor in [
+            (device_rate(H100, "bf16", efficiency=0.3), 2, 4),
+            (device_rate(replace(H100, gemm_k_overhead=0.0), "bf16"), 2, 4),
+            (device_rate(A100, "bf16"), 2, 4), (rate, 4, 4), (rate, 2, 8)]:
+        got = layer_split(block, other_rate, samples, tensor, True)
+        assert got == _layer_split(block, other_rate, samples, tensor, True, "none", 1)
+        assert got != first
 
 
 def test_every_strategy_computes_alike_on_one_device():
