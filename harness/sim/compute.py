@@ -67,19 +67,13 @@ def layers_split(layers: Iterable[Layer], rate: DeviceRate, samples: int, tensor
                  sequence_parallel: bool = False,
                  recompute: Callable[[Layer], str] = lambda layer: "none",
                  expert: int = 1) -> ComputeSplit:
-    """``layer_split`` summed over ``layers``, each distinct layer timed once: a model's
-    blocks are one layer repeated (126 of them in Llama 3 405B), and a layout search times
-    them for every split."""
-    seen: dict[tuple[object, str], ComputeSplit] = {}
+    """``layer_split`` summed over ``layers``, each distinct layer timed once (layer_split
+    remembers: a model's blocks are one layer repeated, 126 of them in Llama 3 405B, and
+    they share one tuple of operators)."""
     total = ZERO
     for layer in layers:
-        how = recompute(layer)
-        # timed from its operators alone where it has them (the blocks share one tuple)
-        key: tuple[object, str] = (id(layer.ops), how) if layer.ops else (layer, how)
-        if key not in seen:
-            seen[key] = layer_split(layer, rate, samples, tensor, sequence_parallel, how,
-                                    expert)
-        total = total + seen[key]
+        total = total + layer_split(layer, rate, samples, tensor, sequence_parallel,
+                                    recompute(layer), expert)
     return total
 
 
