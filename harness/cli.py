@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import signal
 import sys
 import warnings
@@ -9,34 +10,37 @@ import warnings
 import click
 
 from harness import __version__
-from harness.commands import (
-    bench,
-    cleanup,
-    comm,
-    devicecheck,
-    env,
-    merge,
-    recommend,
-    report,
-    run,
-    simulate,
-    validate,
-    workloads,
-)
 from harness.core.errors import InputError
 
 USAGE_EXIT = 2
 
+# verb -> its module under harness/commands/, imported only when the verb runs: importing
+# every verb (TensorFlow's and the benchmark's helpers among them) took a second before any
+# command started
+VERBS = ("env", "workloads", "run", "comm", "simulate", "validate", "recommend", "report",
+         "bench", "merge", "cleanup", "devicecheck")
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+
+class _LazyVerbs(click.Group):
+    """click's documented lazy-loading group: a verb's module is imported when it is called
+    or its help is shown (https://click.palletsprojects.com/en/stable/complex/)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(VERBS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in VERBS:
+            return None
+        command = importlib.import_module(f"harness.commands.{cmd_name}").command
+        assert isinstance(command, click.Command) and command.name == cmd_name
+        return command
+
+
+@click.group(cls=_LazyVerbs,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="stratbench")
 def cli() -> None:
     """Measure, simulate and recommend distributed-training strategies."""
-
-
-for module in (env, workloads, run, comm, simulate, validate, recommend, report, bench, merge,
-               cleanup, devicecheck):
-    cli.add_command(module.command)
 
 
 def _one_line(text: str) -> str:

@@ -297,3 +297,16 @@ def test_a_stored_runs_older_column_names_still_read():
         == CoreLayout(tensor=2)
     assert CoreLayout.from_columns({"replicas": 2}) is None
     assert Layout is CoreLayout  # the simulator's Layout is this record
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 8 * 40 - 1), min_size=1, max_size=200))
+def test_a_placement_is_renumbered_by_its_hosts_first_appearance_long_or_short(devices):
+    """Long device lists are renumbered with numpy, short ones in Python: both give each
+    host the number of its first appearance and keep every device's place on its host."""
+    from harness.sim.model_parallel_step import _canonical
+
+    topology = parse_topology("preset:dgx_h100_ib,hosts=40")
+    hosts: dict[int, int] = {}
+    expected = tuple(hosts.setdefault(d // 8, len(hosts)) * 8 + d % 8 for d in devices)
+    assert _canonical(topology, devices) == expected

@@ -216,3 +216,14 @@ def test_the_dedicated_loop_and_the_event_loop_agree_when_no_core_is_shared(case
     for key, (start, end) in dedicated.spans.items():
         assert start == pytest.approx(shared.spans[key][0], abs=1e-9 * scale)
         assert end == pytest.approx(shared.spans[key][1], abs=1e-9 * scale)
+    for s, passes in enumerate(order):  # each device's last pass, as both loops report it
+        last = passes[-1]
+        assert dedicated.last_pass_s[s] == dedicated.spans[(s, last.kind, last.microbatch)]
+        assert shared.last_pass_s[s] == shared.spans[(s, last.kind, last.microbatch)]
+    # without a dict entry per pass (the recommender's way): the same timing, no spans
+    lean = run_pipeline(order, forward, backward, send, back, None, fcomm, bcomm,
+                        keep_spans=False)
+    assert lean.spans == {}
+    assert ((lean.makespan_s, lean.busy_s, lean.ends_s, lean.last_pass_s)
+            == (dedicated.makespan_s, dedicated.busy_s, dedicated.ends_s,
+                dedicated.last_pass_s))

@@ -45,7 +45,7 @@ from harness.sim.layered import (
     recomputed,
     stage_layers,
 )
-from harness.sim.pipeline import BACKWARD, run_pipeline, stage_order
+from harness.sim.pipeline import run_pipeline, schedule_order
 from harness.sim.profile import WorkloadProfile
 from harness.sim.schedule import parallel
 from harness.sim.spec import SpecError
@@ -168,12 +168,19 @@ def _canonical(topology: Topology, devices: Sequence[int]) -> tuple[int, ...]:
             and not topology.leaf_hosts
             and not topology.slow and not topology.servers):
         return tuple(devices)
-    hosts: dict[int, int] = {}
-    out = []
-    for d in devices:
-        host, local = divmod(d, topology.per_host)
-        out.append(hosts.setdefault(host, len(hosts)) * topology.per_host + local)
-    return tuple(out)
+    per_host = topology.per_host
+    if len(devices) < 64:  # short lists: plain Python is quicker than numpy's setup
+        hosts: dict[int, int] = {}
+        out = []
+        for d in devices:
+            host, local = divmod(d, per_host)
+            out.append(hosts.setdefault(host, len(hosts)) * per_host + local)
+        return tuple(out)
+    host_of, local_of = np.divmod(np.asarray(devices, dtype=np.int64), per_host)
+    _, first, inverse = np.unique(host_of, return_index=True, return_inverse=True)
+    renumbered = np.empty_like(first)
+    renumbered[np.argsort(first)] = np.arange(len(first))  # by first appearance
+    return tuple((renumbered[inverse.reshape(-1)] * per_host + local_of).tolist())
 
 
 def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
@@ -273,11 +280,11 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
         there = colls.send(D * T * C, nbytes, src + dst, M)
         back = colls.send(D * T * C, nbytes, dst + src, M)
         sends.append((there, back))
-    order = stage_order(layout.schedule, P, M, V)
-    timing = run_pipeline(order, forward, backward, [t for t, _ in sends],
-                          [b for _, b in sends],
+    timing = run_pipeline(schedule_order(layout.schedule, P, M, V), forward, backward,
+                          [t for t, _ in sends], [b for _, b in sends],
                           cores / (D * T * C) if cores is not None else None,
-                          forward_comm, backward_comm, blocking=layout.p2p == "blocking")
+                          forward_comm, backward_comm, blocking=layout.p2p == "blocking",
+                          keep_spans=False)
     ends, optimizer_each = [], []
     for s in range(P):
         mine = range(s, P * V, P)  # the device's chunks
@@ -285,8 +292,7 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
         experts = (sum(layer.expert_params for q in mine for layer in stages[q])
                    / layout.expert if layout.expert > 1 else 0.0)
         blocks = max(1, sum(len(stages[q]) for q in mine))
-        last = max((timing.spans[(q, BACKWARD, p.microbatch)] for q in mine
-                    for p in order[s][-1:]), key=lambda span: span[1])
+        last = timing.last_pass_s[s]
         end = timing.ends_s[s]
         if D * C > 1:  # gradients reduce over data x context: every rank saw other tokens
             grad_bytes = FP32.value_bytes if copies_fp32 else model.bytes_per_element
@@ -475,6 +481,9 @@ def _context_exchange(layout: Layout, colls: _PlacedCollectives, layers: Sequenc
     fwd = bwd = 0.0
     ranks = [layout.device(d, stage, t, c) for d in range(D) for t in range(T)
              for c in range(C)]
+    # each rank and the next of its ring: one list for every layer (placed once)
+    pairs = ranks + [layout.device(d, stage, t, (c + 1) % C) for d in range(D)
+                     for t in range(T) for c in range(C)]
     for layer in layers:
         if not layer.kv_bytes_per_sample:
             continue
@@ -484,9 +493,7 @@ def _context_exchange(layout: Layout, colls: _PlacedCollectives, layers: Sequenc
             fwd += gather
             bwd += gather * (2 if again(layer) == "full" else 1)
             continue
-        nxt = [layout.device(d, stage, t, (c + 1) % C) for d in range(D) for t in range(T)
-               for c in range(C)]
-        step = colls.send(D * T * C, kv / C, ranks + nxt, 3 * (C - 1) * layout.microbatches)
+        step = colls.send(D * T * C, kv / C, pairs, 3 * (C - 1) * layout.microbatches)
         attention = (layer_split(layer, rate, micro, T, layout.sequence_parallel,
                                  "selective").recompute_s if rate is not None
                      else 0.0) / (C * C)

@@ -51,6 +51,13 @@ def stage_order(schedule: str, stages: int, microbatches: int, virtual: int = 1
     return [list(order) for order in _orders(schedule, stages, microbatches, virtual)]
 
 
+def schedule_order(schedule: str, stages: int, microbatches: int, virtual: int = 1
+                   ) -> tuple[tuple[Pass, ...], ...]:
+    """``stage_order``, immutable and shared between calls: ``run_pipeline`` then prepares
+    it once, not per call."""
+    return _orders(schedule, stages, microbatches, virtual)
+
+
 @functools.lru_cache(maxsize=256)
 def _orders(schedule: str, stages: int, microbatches: int, virtual: int
             ) -> tuple[tuple[Pass, ...], ...]:
@@ -131,14 +138,14 @@ def _interleaved(stages: int, microbatches: int, virtual: int) -> list[list[Pass
             chunk = virtual - 1 - chunk
         return Pass(kind, group * stages + within % stages, chunk)
 
+    forwards = [nth(k, FORWARD) for k in range(total)]
+    backwards = [nth(k, BACKWARD) for k in range(total)]
     orders = []
     for s in range(stages):
         warmup = min(total, (stages - s - 1) * 2 + (virtual - 1) * stages)
-        order = [nth(k, FORWARD) for k in range(warmup)]
-        for i in range(total - warmup):
-            order += [nth(warmup + i, FORWARD), nth(i, BACKWARD)]
-        order += [nth(k, BACKWARD) for k in range(total - warmup, total)]
-        orders.append(order)
+        steady = [p for pair in zip(forwards[warmup:], backwards[:total - warmup], strict=True)
+                  for p in pair]
+        orders.append(forwards[:warmup] + steady + backwards[total - warmup:])
     return orders
 
 
@@ -157,6 +164,7 @@ class PipelineTiming:
     busy_s: tuple[float, ...]  # per stage: time spent computing
     ends_s: tuple[float, ...]  # per stage: when its last pass ends (its gradients are whole)
     spans: dict[tuple[int, str, int], tuple[float, float]]  # (stage, kind, mb) -> (start, end)
+    last_pass_s: tuple[tuple[float, float], ...]  # per device: its last pass's (start, end)
 
     @property
     def bubble(self) -> float:
@@ -172,7 +180,7 @@ def run_pipeline(orders: Sequence[Sequence[Pass]], forward_s: Sequence[float],
                  send_back_s: Sequence[float], cores: float | None = None,
                  forward_comm_s: Sequence[float] | None = None,
                  backward_comm_s: Sequence[float] | None = None,
-                 blocking: bool = False) -> PipelineTiming:
+                 blocking: bool = False, keep_spans: bool = True) -> PipelineTiming:
     """Time the schedule: ``forward_s[q]``/``backward_s[q]`` of compute per micro-batch on
     (virtual) stage q, then ``forward_comm_s[q]``/``backward_comm_s[q]`` of blocking
     collectives (tensor parallelism's all-reduces; none by default); ``send_s[q]`` moves
@@ -187,7 +195,10 @@ def run_pipeline(orders: Sequence[Sequence[Pass]], forward_s: Sequence[float],
     ``blocking``: a stage waits for each of its sends to arrive before its next pass
     (Megatron-LM 2021's point-to-point, synchronised after each exchange); otherwise a send
     leaves in the background (torch's isend, later Megatron). Only where every stage has a
-    core of its own."""
+    core of its own.
+
+    ``keep_spans=False``: ``spans`` stays empty where every stage has its own device (the
+    caller reads ``last_pass_s``), as a dict entry per pass costs more than the pass."""
     devices = len(orders)
     stages = len(forward_s)
     fwd_comm = list(forward_comm_s) if forward_comm_s is not None else [0.0] * stages
@@ -203,31 +214,33 @@ def run_pipeline(orders: Sequence[Sequence[Pass]], forward_s: Sequence[float],
         return _run_shared(orders, (forward_s, backward_s), (fwd_comm, bwd_comm),
                            _Links(send_s, send_back_s, devices), cores)
     return _run_dedicated(orders, forward_s, backward_s, fwd_comm, bwd_comm, send_s,
-                          send_back_s, blocking)
+                          send_back_s, blocking, keep_spans)
 
 
 def _run_dedicated(orders: Sequence[Sequence[Pass]], forward_s: Sequence[float],
                    backward_s: Sequence[float], fwd_comm: Sequence[float],
                    bwd_comm: Sequence[float], send_s: Sequence[float],
-                   send_back_s: Sequence[float], blocking: bool) -> PipelineTiming:
+                   send_back_s: Sequence[float], blocking: bool, keep_spans: bool
+                   ) -> PipelineTiming:
     """List scheduling where every stage has its own device: the rules ``_Links`` and
     ``_input_time`` state, with the passes' inputs in flat per-stage tables instead of dicts
     (a recommender times pipelines of thousands of micro-batches on tens of stages, pass by
-    pass: this loop is its hot path)."""
+    pass: this loop is its hot path, and ``keep_spans=False`` spares it a dict entry per
+    pass where only each device's last pass is read)."""
     devices, stages = len(orders), len(forward_s)
     last = stages - 1
-    micro = 1 + max((p.microbatch for order in orders for p in order), default=0)
-    # per stage and micro-batch: when its forward input / backward input arrives (None: not
-    # yet sent), and when its own forward ended (the last stage's backward starts from it)
-    came_f: list[list[float | None]] = [[None] * micro for _ in range(stages)]
-    came_b: list[list[float | None]] = [[None] * micro for _ in range(stages)]
-    ended_f: list[list[float | None]] = [[None] * micro for _ in range(stages)]
-    for m in range(micro):
-        came_f[0][m] = 0.0
+    plans, micro = _plans(orders)
+    # per (stage, micro-batch), flat: when its forward input / backward input arrives (-1:
+    # not yet sent), and when its own forward ended (the last stage's backward starts from it)
+    came_f = [-1.0] * (stages * micro)
+    came_b = [-1.0] * (stages * micro)
+    ended_f = [-1.0] * (stages * micro)
+    came_f[:micro] = [0.0] * micro
+    took_f = [f + c for f, c in zip(forward_s, fwd_comm, strict=True)]
+    took_b = [b + c for b, c in zip(backward_s, bwd_comm, strict=True)]
     link_free = [[0.0] * devices for _ in range(devices)]  # (from, to) device -> free at
-    plans = [[(p.kind == FORWARD, p.microbatch, p.chunk * devices + s, p.kind)
-              for p in order] for s, order in enumerate(orders)]
     spans: dict[tuple[int, str, int], tuple[float, float]] = {}
+    last_pass = [(0.0, 0.0)] * devices
     free = [0.0] * devices
     busy = [0.0] * devices
     nxt = [0] * devices
@@ -236,49 +249,78 @@ def _run_dedicated(orders: Sequence[Sequence[Pass]], forward_s: Sequence[float],
         progressed = False
         for s in range(devices):
             plan, i, clock = plans[s], nxt[s], free[s]
-            while i < len(plan):
-                forward, m, q, kind = plan[i]
+            n = len(plan)
+            row = link_free[s]
+            start = end = 0.0
+            while i < n:
+                forward, m, q = plan[i]
+                at = q * micro + m
                 if forward:
-                    ready = came_f[q][m]
-                elif ended_f[q][m] is None:
-                    ready = None
+                    ready = came_f[at]
                 else:
-                    ready = ended_f[q][m] if q == last else came_b[q][m]
-                if ready is None:
+                    ready = ended_f[at]
+                    if ready >= 0.0 and q != last:
+                        ready = came_b[at]
+                if ready < 0.0:
                     break
                 start = clock if clock > ready else ready
-                duration = (forward_s[q] + fwd_comm[q] if forward
-                            else backward_s[q] + bwd_comm[q])
-                end = start + duration
-                spans[(q, kind, m)] = (start, end)
-                busy[s] += duration
-                clock = end
                 if forward:
-                    ended_f[q][m] = end
+                    took = took_f[q]
+                    end = start + took
+                    ended_f[at] = end
                     if q < last:  # activations on to stage q + 1
-                        row = link_free[s]
                         to = (q + 1) % devices
                         arrives = (end if end > row[to] else row[to]) + send_s[q]
                         row[to] = arrives
-                        came_f[q + 1][m] = arrives
-                        if blocking and arrives > clock:
-                            clock = arrives
-                elif q > 0:  # gradients back to stage q - 1
-                    row = link_free[s]
-                    to = (q - 1) % devices
-                    arrives = (end if end > row[to] else row[to]) + send_back_s[q - 1]
-                    row[to] = arrives
-                    came_b[q - 1][m] = arrives
-                    if blocking and arrives > clock:
-                        clock = arrives
+                        came_f[at + micro] = arrives
+                        clock = arrives if blocking and arrives > end else end
+                    else:
+                        clock = end
+                else:
+                    took = took_b[q]
+                    end = start + took
+                    if q > 0:  # gradients back to stage q - 1
+                        to = (q - 1) % devices
+                        arrives = (end if end > row[to] else row[to]) + send_back_s[q - 1]
+                        row[to] = arrives
+                        came_b[at - micro] = arrives
+                        clock = arrives if blocking and arrives > end else end
+                    else:
+                        clock = end
+                busy[s] += took
+                if keep_spans:
+                    spans[(q, FORWARD if forward else BACKWARD, m)] = (start, end)
                 i += 1
             if i > nxt[s]:
                 remaining -= i - nxt[s]
                 nxt[s], free[s] = i, clock
+                last_pass[s] = (start, end)
                 progressed = True
         if not progressed:
             raise SpecError(DEADLOCK)
-    return PipelineTiming(max(free), tuple(busy), tuple(free), spans)
+    return PipelineTiming(max(free), tuple(busy), tuple(free), spans, tuple(last_pass))
+
+
+_PLANS: dict[int, tuple[Sequence[Sequence[Pass]], tuple[list[tuple[bool, int, int]], ...],
+                        int]] = {}
+
+
+def _plans(orders: Sequence[Sequence[Pass]]
+           ) -> tuple[tuple[list[tuple[bool, int, int]], ...], int]:
+    """Per device, its passes as (forward, micro-batch, stage), and the micro-batches: once
+    per schedule object (``schedule_order``'s are shared), held so its id stays its own."""
+    known = _PLANS.get(id(orders))
+    if known is not None and known[0] is orders:
+        return known[1], known[2]
+    devices = len(orders)
+    plans = tuple([(p.kind == FORWARD, p.microbatch, p.chunk * devices + s) for p in order]
+                  for s, order in enumerate(orders))
+    micro = 1 + max((m for plan in plans for _, m, _ in plan), default=0)
+    if isinstance(orders, tuple):  # immutable: safe to remember
+        if len(_PLANS) >= 64:
+            _PLANS.clear()
+        _PLANS[id(orders)] = (orders, plans, micro)
+    return plans, micro
 
 
 DEADLOCK = "the pipeline schedule deadlocks: a stage waits for a pass that waits for it"
@@ -376,7 +418,11 @@ def _run_shared(orders: Sequence[Sequence[Pass]],
     for (q, _, _), (start, end) in spans.items():
         busy[q % devices] += end - start
         ends[q % devices] = max(ends[q % devices], end)
-    return PipelineTiming(max(ends), tuple(busy), tuple(ends), spans)
+    last_pass = []
+    for s, order in enumerate(orders):
+        p = order[-1]
+        last_pass.append(spans[(p.chunk * devices + s, p.kind, p.microbatch)])
+    return PipelineTiming(max(ends), tuple(busy), tuple(ends), spans, tuple(last_pass))
 
 
 def _input_time(stage: int, p: Pass, stages: int,
