@@ -223,104 +223,102 @@ def _run_dedicated(orders: Sequence[Sequence[Pass]], forward_s: Sequence[float],
                    send_back_s: Sequence[float], blocking: bool, keep_spans: bool
                    ) -> PipelineTiming:
     """List scheduling where every stage has its own device: the rules ``_Links`` and
-    ``_input_time`` state, with the passes' inputs in flat per-stage tables instead of dicts
-    (a recommender times pipelines of thousands of micro-batches on tens of stages, pass by
-    pass: this loop is its hot path, and ``keep_spans=False`` spares it a dict entry per
-    pass where only each device's last pass is read)."""
+    ``_input_time`` state, in flat tables (a recommender times pipelines of thousands of
+    micro-batches on tens of stages, pass by pass: this loop is its hot path, and
+    ``keep_spans=False`` spares it a dict entry per pass where only each device's last pass
+    is read). Each pass waits on one slot, its input's arrival: a backward's gradient comes
+    after its own forward (which made the activations it came back through), and the last
+    stage's backward waits on its own forward, which fills that slot itself."""
     devices, stages = len(orders), len(forward_s)
-    last = stages - 1
-    plans, micro = _plans(orders)
-    # per (stage, micro-batch), flat: when its forward input / backward input arrives (-1:
-    # not yet sent), and when its own forward ended (the last stage's backward starts from it)
-    came_f = [-1.0] * (stages * micro)
-    came_b = [-1.0] * (stages * micro)
-    ended_f = [-1.0] * (stages * micro)
-    came_f[:micro] = [0.0] * micro
-    took_f = [f + c for f, c in zip(forward_s, fwd_comm, strict=True)]
-    took_b = [b + c for b, c in zip(backward_s, bwd_comm, strict=True)]
+    plan_of, micro = _plans(orders, stages)
+    # per pass kind k = 2 x stage + (0 forward, 1 backward): its time, the time its output
+    # takes to its neighbour, and the device it goes to (-1: the same device, no link)
+    took, send, dest = [], [], []
+    for q in range(stages):
+        took += [forward_s[q] + fwd_comm[q], backward_s[q] + bwd_comm[q]]
+        send += [send_s[q] if q < stages - 1 else 0.0, send_back_s[q - 1] if q else 0.0]
+        dest += [(q + 1) % devices if q < stages - 1 else -1, (q - 1) % devices]
+    arrived = [-1.0] * (2 * stages * micro)  # per input slot; -1: not yet there
+    arrived[:micro] = [0.0] * micro  # the first stage's inputs are there from the start
+    waiting = [-1] * (2 * stages * micro)  # per input slot: the device stopped on it
     link_free = [[0.0] * devices for _ in range(devices)]  # (from, to) device -> free at
     spans: dict[tuple[int, str, int], tuple[float, float]] = {}
     last_pass = [(0.0, 0.0)] * devices
     free = [0.0] * devices
-    busy = [0.0] * devices
     nxt = [0] * devices
-    remaining = sum(len(o) for o in orders)
-    while remaining:
-        progressed = False
-        for s in range(devices):
-            plan, i, clock = plans[s], nxt[s], free[s]
-            n = len(plan)
-            row = link_free[s]
-            start = end = 0.0
-            while i < n:
-                forward, m, q = plan[i]
-                at = q * micro + m
-                if forward:
-                    ready = came_f[at]
-                else:
-                    ready = ended_f[at]
-                    if ready >= 0.0 and q != last:
-                        ready = came_b[at]
-                if ready < 0.0:
-                    break
-                start = clock if clock > ready else ready
-                if forward:
-                    took = took_f[q]
-                    end = start + took
-                    ended_f[at] = end
-                    if q < last:  # activations on to stage q + 1
-                        to = (q + 1) % devices
-                        arrives = (end if end > row[to] else row[to]) + send_s[q]
-                        row[to] = arrives
-                        came_f[at + micro] = arrives
-                        clock = arrives if blocking and arrives > end else end
-                    else:
-                        clock = end
-                else:
-                    took = took_b[q]
-                    end = start + took
-                    if q > 0:  # gradients back to stage q - 1
-                        to = (q - 1) % devices
-                        arrives = (end if end > row[to] else row[to]) + send_back_s[q - 1]
-                        row[to] = arrives
-                        came_b[at - micro] = arrives
-                        clock = arrives if blocking and arrives > end else end
-                    else:
-                        clock = end
-                busy[s] += took
-                if keep_spans:
-                    spans[(q, FORWARD if forward else BACKWARD, m)] = (start, end)
-                i += 1
-            if i > nxt[s]:
-                remaining -= i - nxt[s]
-                nxt[s], free[s] = i, clock
-                last_pass[s] = (start, end)
-                progressed = True
-        if not progressed:
-            raise SpecError(DEADLOCK)
-    return PipelineTiming(max(free), tuple(busy), tuple(free), spans, tuple(last_pass))
+    runnable = list(range(devices - 1, -1, -1))  # devices that may go on, the first on top
+    while runnable:  # a device runs until an input is missing, then waits for that slot
+        s = runnable.pop()
+        plan, i, clock = plan_of[s], nxt[s], free[s]
+        n = len(plan)
+        row = link_free[s]
+        start = end = 0.0
+        while i < n:
+            k, waits_on, fills, m = plan[i]
+            ready = arrived[waits_on]
+            if ready < 0.0:
+                waiting[waits_on] = s
+                break
+            start = clock if clock > ready else ready
+            end = clock = start + took[k]
+            if fills >= 0:
+                to = dest[k]
+                if to < 0:  # the last stage's forward: its own backward may start
+                    arrived[fills] = end
+                else:  # activations on, or gradients back, over the link to ``to``
+                    at = row[to]
+                    arrives = (end if end > at else at) + send[k]
+                    row[to] = arrived[fills] = arrives
+                    if blocking and arrives > end:
+                        clock = arrives
+                woken = waiting[fills]
+                if woken >= 0:
+                    runnable.append(woken)
+            if keep_spans:
+                spans[(k >> 1, BACKWARD if k & 1 else FORWARD, m)] = (start, end)
+            i += 1
+        if i > nxt[s]:
+            nxt[s], free[s] = i, clock
+            last_pass[s] = (start, end)
+    if any(i < len(plan) for i, plan in zip(nxt, plan_of, strict=True)):
+        raise SpecError(DEADLOCK)
+    busy = tuple(sum(micro * (took[2 * q] + took[2 * q + 1]) for q in range(s, stages, devices))
+                 for s in range(devices))
+    return PipelineTiming(max(free), busy, tuple(free), spans, tuple(last_pass))
 
 
-_PLANS: dict[int, tuple[Sequence[Sequence[Pass]], tuple[list[tuple[bool, int, int]], ...],
-                        int]] = {}
+_Plan = tuple[list[tuple[int, int, int, int]], ...]
+_PLANS: dict[int, tuple[Sequence[Sequence[Pass]], int, _Plan, int]] = {}
 
 
-def _plans(orders: Sequence[Sequence[Pass]]
-           ) -> tuple[tuple[list[tuple[bool, int, int]], ...], int]:
-    """Per device, its passes as (forward, micro-batch, stage), and the micro-batches: once
-    per schedule object (``schedule_order``'s are shared), held so its id stays its own."""
+def _plans(orders: Sequence[Sequence[Pass]], stages: int) -> tuple[_Plan, int]:
+    """Per device, its passes as (kind, the input slot it waits on, the slot its output
+    fills or -1, micro-batch), and the micro-batches: once per schedule object
+    (``schedule_order``'s are shared), held so its id stays its own. Slots: stage q's
+    forward input of micro-batch m at q x M + m, its backward input at (S + q) x M + m."""
     known = _PLANS.get(id(orders))
-    if known is not None and known[0] is orders:
-        return known[1], known[2]
+    if known is not None and known[0] is orders and known[1] == stages:
+        return known[2], known[3]
     devices = len(orders)
-    plans = tuple([(p.kind == FORWARD, p.microbatch, p.chunk * devices + s) for p in order]
-                  for s, order in enumerate(orders))
-    micro = 1 + max((m for plan in plans for _, m, _ in plan), default=0)
+    micro = 1 + max((p.microbatch for order in orders for p in order), default=0)
+    back = stages * micro
+    plans = []
+    for s, order in enumerate(orders):
+        plan = []
+        for p in order:
+            q, m = p.chunk * devices + s, p.microbatch
+            if p.kind == FORWARD:
+                fills = (q + 1) * micro + m if q < stages - 1 else back + q * micro + m
+                plan.append((2 * q, q * micro + m, fills, m))
+            else:
+                fills = back + (q - 1) * micro + m if q else -1
+                plan.append((2 * q + 1, back + q * micro + m, fills, m))
+        plans.append(plan)
     if isinstance(orders, tuple):  # immutable: safe to remember
         if len(_PLANS) >= 64:
             _PLANS.clear()
-        _PLANS[id(orders)] = (orders, plans, micro)
-    return plans, micro
+        _PLANS[id(orders)] = (orders, stages, tuple(plans), micro)
+    return tuple(plans), micro
 
 
 DEADLOCK = "the pipeline schedule deadlocks: a stage waits for a pass that waits for it"
