@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -310,3 +311,18 @@ def test_a_placement_is_renumbered_by_its_hosts_first_appearance_long_or_short(d
     hosts: dict[int, int] = {}
     expected = tuple(hosts.setdefault(d // 8, len(hosts)) * 8 + d % 8 for d in devices)
     assert _canonical(topology, devices) == expected
+
+
+@pytest.mark.parametrize("loops", ["dct", "tdc", "dtc", "ctd"])
+def test_a_stages_ranks_are_its_devices_in_the_order_of_the_loops_named(loops):
+    layout = Layout(data=3, stages=2, tensor=2, context=2)
+    sizes = {"d": 3, "c": 2, "t": 2}
+    for nxt in (False, True):
+        expected = []
+        for values in itertools.product(*(range(sizes[a]) for a in loops)):
+            at = dict(zip(loops, values, strict=True))
+            c = (at["c"] + 1) % 2 if nxt else at["c"]
+            expected.append(layout.device(at["d"], 1, at["t"], c))
+        assert layout.ranks(1, loops, next_context=nxt) == tuple(expected)
+    with pytest.raises(ValueError, match="d, c and t once each"):
+        layout.ranks(0, "ddt")

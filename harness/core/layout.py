@@ -12,10 +12,13 @@ model: one record, every reader.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
+
+import numpy as np
 
 #: How the data-parallel axis holds model state: replicated, the optimizer's state sharded
 #: (Megatron-LM's distributed optimizer, ZeRO-1), or everything sharded (FSDP, ZeRO-3).
@@ -140,6 +143,13 @@ class Layout:
         """Megatron-LM's order: tensor ranks adjacent (one host), then context, then data,
         then stages."""
         return tensor + self.tensor * (context + self.context * (data + self.data * stage))
+
+    def ranks(self, stage: int, loops: str, next_context: bool = False) -> tuple[int, ...]:
+        """``device`` of every (data, context, tensor) rank of ``stage``, listed as nested
+        loops over ``loops`` (``d``, ``c``, ``t``, the outermost first); ``next_context``:
+        each rank's next in its context ring. Remembered: a recommender places the same
+        stages of the same layouts over and over."""
+        return _ranks(self, stage, loops, next_context)
 
     def to_columns(self) -> dict[str, Any]:
         """The layout as a result row stores it: ``layout`` (its description) and one
@@ -310,3 +320,16 @@ def mechanisms_in_words(stated: dict[str, Any]) -> str:
             "fp32_copy": "into an fp32 copy after each backward",
             "half": "in the training precision"}[m.grad_accumulation]
         + " (--grad-accumulation)"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _ranks(layout: Layout, stage: int, loops: str, next_context: bool) -> tuple[int, ...]:
+    size = {"d": layout.data, "c": layout.context, "t": layout.tensor}
+    if sorted(loops) != ["c", "d", "t"]:
+        raise ValueError(f"loops {loops!r}: name d, c and t once each")
+    grid = dict(zip(loops, np.meshgrid(*(np.arange(size[a]) for a in loops), indexing="ij"),
+                    strict=True))
+    context = (grid["c"] + 1) % layout.context if next_context else grid["c"]
+    placed = layout.device(cast(int, grid["d"]), stage, cast(int, grid["t"]),
+                           cast(int, context))
+    return tuple(np.asarray(placed).ravel().tolist())

@@ -238,8 +238,7 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
         """The stage's devices, data then context then tensor: a chunk's, whichever chunk
         of that stage (built once: V chunks per stage share them)."""
         if stage not in placed:
-            placed[stage] = [layout.device(d, stage, t, c) for d in range(D)
-                             for c in range(C) for t in range(T)]
+            placed[stage] = list(layout.ranks(stage, "dct"))
         return placed[stage]
 
     forward_comm, backward_comm = [], []
@@ -399,8 +398,7 @@ def _gradient_reduce(colls: _PlacedCollectives, layout: Layout, stage: int,
     groups are adjacent data ranks, ``_expert_exchange``), D / EP of them x context. Summed
     over every data rank, the experts' gradients would add different experts together."""
     D, T, C, EP = layout.data, layout.tensor, layout.context, layout.expert
-    groups = [layout.device(d, stage, t, c) for t in range(T) for d in range(D)
-              for c in range(C)]
+    groups = layout.ranks(stage, "tdc")
     took = colls.allreduce(T, D * C, dense_bytes, groups, times, share)
     if expert_bytes > 0 and D * C // EP > 1:
         peers = [layout.device(d, stage, t, c) for t in range(T) for e in range(EP)
@@ -479,11 +477,9 @@ def _context_exchange(layout: Layout, colls: _PlacedCollectives, layers: Sequenc
     of the whole K/V (a ring moves (C-1)/C of it either way)."""
     D, T, C = layout.data, layout.tensor, layout.context
     fwd = bwd = 0.0
-    ranks = [layout.device(d, stage, t, c) for d in range(D) for t in range(T)
-             for c in range(C)]
+    ranks = layout.ranks(stage, "dtc")
     # each rank and the next of its ring: one list for every layer (placed once)
-    pairs = ranks + [layout.device(d, stage, t, (c + 1) % C) for d in range(D)
-                     for t in range(T) for c in range(C)]
+    pairs = ranks + layout.ranks(stage, "dtc", next_context=True)
     for layer in layers:
         if not layer.kv_bytes_per_sample:
             continue
