@@ -198,9 +198,13 @@ def layouts_at(model: LayeredModel, target: Target, devices: int, batch: int,
     for layout in candidate_layouts(model, devices, max(1, target.per_host), batch,
                                     mechanisms):
         micro = batch // (layout.data * layout.microbatches)
-        needs = [(model_parallel_memory(model, layout, micro, optimizer, how,
-                                        precision or FP32, fused).total, how)
-                 for how in kinds]
+        needs = []
+        for how in kinds:  # less recomputation first: the first roomy one is the answer
+            needs.append((model_parallel_memory(model, layout, micro, optimizer, how,
+                                                precision or FP32, fused).total, how))
+            if (not math.isfinite(device_memory)
+                    or needs[-1][0] <= min(headroom, 1.0) * device_memory):
+                break
         fits = [(need, how) for need, how in needs
                 if not math.isfinite(device_memory) or need <= device_memory]
         roomy = [(need, how) for need, how in fits
