@@ -204,6 +204,24 @@ def test_fsdp_units_cover_the_blocks():
     assert len(torch_models.shard_units(torch_models.build_model(get_spec("cnn", "S")))) == 3
 
 
+@pytest.mark.parametrize("family", ["cnn", "recsys"])
+@pytest.mark.parametrize("size", ["S", "M"])
+def test_a_convnets_or_recommenders_fsdp_units_are_as_many_as_the_runner_wraps(family, size):
+    """A unit's gather and reduce-scatter are paid once per unit: for a built-in convnet or
+    recommender, whose blocks differ in size, the simulator's equal units
+    (``fsdp_unit_params``) number the runner's wrapped blocks (residual blocks, tables) plus
+    the root, which holds the stem or dense layers and the head."""
+    from harness.sim.step_model import buckets
+    from harness.sim.structure import fsdp_unit_params
+
+    spec = get_spec(family, size)
+    model = torch_models.build_model(spec)
+    units = torch_models.shard_units(model)
+    assert sum(p.numel() for unit in units for p in unit.parameters()) < spec.params
+    simulated = buckets(spec.params, fsdp_unit_params(f"{family}:{size}"))
+    assert len(simulated) == len(units) + 1
+
+
 # --- user workloads -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("attr", ["torch_workload", "keras_workload"])

@@ -18,11 +18,13 @@ a test checks it. Built from the architecture configs, never from a framework.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import replace
 
 from harness.sim.layered import Layer, LayeredModel
 from workloads import costs
-from workloads.configs import MLPConfig, TransformerConfig
+from workloads.catalog import parse_workload
+from workloads.configs import CNNConfig, MLPConfig, RecsysConfig, TransformerConfig
 from workloads.dims import TransformerDims, from_config
 from workloads.hf import dims_of
 from workloads.known import DIMS_MODELS, TRANSFORMERS, known_key
@@ -142,10 +144,27 @@ def layered(text: str, precision: Precision = FP32) -> LayeredModel:
 def fsdp_unit_params(text: str) -> int:
     """One FSDP unit's parameters for the workload ``text``: one of its blocks, as the
     runners here wrap them (``workloads.torch_models.shard_units``: each transformer block,
-    each MLP layer) and torchtitan wraps each TransformerBlock; 0 where it has no blocks here
-    (units are then the profile's bucket)."""
+    each MLP layer) and torchtitan wraps each TransformerBlock. A built-in convnet or
+    recommender, whose blocks (residual blocks; embedding tables) differ in size, is as
+    many equal units as the runner wraps, its root (stem or dense layers, and head) one of
+    them, so FSDP pays each unit's gather and reduce-scatter as often as the run does. 0
+    where it has no blocks here (units are then the profile's bucket)."""
     try:
         model = layered(text)
     except WorkloadError:
-        return 0
+        return _wrapped_unit_params(text)
     return int(max((layer.params for layer in model.blocks), default=0))
+
+
+def _wrapped_unit_params(text: str) -> int:
+    try:
+        spec = parse_workload(text)
+    except WorkloadError:
+        return 0
+    if isinstance(spec.config, CNNConfig):
+        units = len(spec.config.block_channels())
+    elif isinstance(spec.config, RecsysConfig):
+        units = len(spec.config.table_rows)
+    else:
+        return 0
+    return math.ceil(spec.params / (units + 1))  # + the root
