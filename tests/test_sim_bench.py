@@ -21,10 +21,13 @@ def test_8192_workers_two_level_100mb_allreduce_within_60_seconds(algorithm):
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_fast_equals_detailed_at_512_workers(algorithm):
-    fast = measure(512, algorithm, 100e6, "fast")
-    detailed = measure(512, algorithm, 100e6, "detailed")
+@pytest.mark.parametrize(("algorithm", "workers"),
+                         [(a, 256 if a == "ring" else 512) for a in ALGORITHMS])
+def test_fast_equals_detailed_at_hundreds_of_workers(algorithm, workers):
+    """The ring at 256 workers (32 hosts): its detailed mode runs 2(n - 1) x n transfers,
+    each re-sharing every link it crosses, which took 200 s of CI's 35 minutes at 512."""
+    fast = measure(workers, algorithm, 100e6, "fast")
+    detailed = measure(workers, algorithm, 100e6, "detailed")
     assert fast["sim_time_s"] == pytest.approx(detailed["sim_time_s"], rel=1e-9)
     assert detailed["events"] > 100 * fast["events"]
 
