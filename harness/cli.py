@@ -11,6 +11,7 @@ import click
 
 from harness import __version__
 from harness.core.errors import InputError
+from workloads.spec import WorkloadError
 
 USAGE_EXIT = 2
 
@@ -84,7 +85,7 @@ def _main(argv: list[str] | None) -> int:
     except click.ClickException as exc:
         print(f"stratbench: error: {_one_line(exc.format_message())}", file=sys.stderr)
         return exc.exit_code
-    except InputError as exc:
+    except (InputError, WorkloadError) as exc:  # both one line by contract
         print(f"stratbench: error: {_one_line(str(exc))}", file=sys.stderr)
         return USAGE_EXIT
     except StoreError as exc:

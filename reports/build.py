@@ -273,7 +273,7 @@ def crossover(measured: pd.DataFrame) -> tuple[list[Markup], list[dict[str, Any]
     for workload in crossover_workloads(measured):
         compute = _compute_s(measured, workload)
         facts = workload_facts(workload)
-        profile = facts.at(step_compute_s=compute)
+        profile = facts.at(step_time_s=compute)
 
         def run(n: int, bits: float, profile: Any = profile, name: str = workload
                 ) -> dict[str, float]:
@@ -297,7 +297,7 @@ def crossover(measured: pd.DataFrame) -> tuple[list[Markup], list[dict[str, Any]
         wins = [n for n, t in by_n.items() if t.get("parameter_server", math.inf)
                 < t.get("allreduce_ring", math.inf)]
         notes.append({"workload": workload, "compute_s": compute,
-                      "sparsity": facts.gradient_sparsity,
+                      "sparsity": facts.sparsity,
                       "ps_wins_at": ", ".join(str(n) for n in wins) or "none"})
     return plots, notes
 

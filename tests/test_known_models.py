@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from harness.commands.workloads import command as workloads_command
 from harness.core.errors import InputError
 from harness.run.plan import resolve_workloads
-from harness.sim import WorkloadProfile
+from harness.sim.profile import for_simulation
 from workloads import (
     KnownModel,
     WorkloadError,
@@ -56,13 +56,14 @@ def test_spec_is_numbers_only(name):
     spec = m.spec()
     assert isinstance(spec, WorkloadSpec)
     assert (spec.family, spec.size, spec.task, spec.frameworks) == ("known", "", "known", ())
-    assert spec.name == spec.label == name and spec.config is None
+    assert spec.name == spec.given_name == name and spec.config is None
     assert spec.params == m.params and spec.flops_per_sample == m.flops_per_sample
     assert spec.activation_bytes_per_sample == m.activation_bytes_per_sample
     assert spec.expected_sparsity() == m.sparsity
     assert spec.summary()["activation_bytes_per_sample"] == m.activation_bytes_per_sample
-    profile = WorkloadProfile(**spec.as_profile())  # the simulator takes it as it is
-    assert profile.name == name and profile.batch_per_replica == m.batch_size
+    profile = for_simulation(spec)  # the simulator reads the same record
+    assert profile.name == name and profile.batch_size == m.batch_size
+    assert profile.ops == m.ops and profile.sparsity == spec.sparsity
 
 
 # --- figures against their sources -------------------------------------------------------

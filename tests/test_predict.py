@@ -38,9 +38,9 @@ def test_the_cpu_meter_counts_this_process_per_step():
 
 def test_a_runtimes_own_time_adds_to_synchronous_steps_and_not_to_asynchronous_ones():
     from harness.sim import simulate
-    from harness.sim.profile import WorkloadProfile
+    from workloads.spec import WorkloadSpec
 
-    profile = WorkloadProfile(params=1_000_000, batch_per_replica=32, step_compute_s=0.01)
+    profile = WorkloadSpec(params=1_000_000, batch_size=32, step_time_s=0.01)
     names = ["parameter_server", "ddp", "parameter_server_async"]
     plain = simulate("switch:n=8,bw=1Gbit", 4, names, profile)
     slow = simulate("switch:n=8,bw=1Gbit", 4, names, profile, runtime_s=0.005)

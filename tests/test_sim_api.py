@@ -15,7 +15,6 @@ from harness.core.errors import SpecError
 from harness.sim import (
     DEFAULT_STRATEGIES,
     REAL_TO_SIM,
-    WorkloadProfile,
     parse_topology,
     resolve_strategy,
     simulate,
@@ -26,14 +25,15 @@ from harness.sim.api import COLLECTIVE_ALGORITHMS
 from harness.sim.async_ps import simulate_async_ps
 from harness.sim.calibration import Calibration, LinkCalibration, apply, from_preset
 from harness.sim.topology import TopologyError, scale_bandwidth
+from workloads.spec import WorkloadSpec
 
 SETTINGS = settings(max_examples=int(os.environ.get("SIM_EXAMPLES", "25")), deadline=None)
 SCHEMA = ("source", "framework", "strategy", "workload", "size", "cluster", "replicas",
           "status", "reason", "step_time_median_s", "step_time_ci95_low_s",
           "step_time_ci95_high_s", "throughput_samples_s", "scaling_efficiency",
           "max_weight_diff", "exposed_comm_s", "bytes_per_step")
-PROFILE = WorkloadProfile(params=25_000_000, batch_per_replica=32, step_compute_s=0.1,
-                          optimizer_s=0.002, name="mlp", size="M")
+PROFILE = WorkloadSpec(params=25_000_000, batch_size=32, step_time_s=0.1,
+                       optimizer_s=0.002, family="mlp", size="M")
 
 
 def test_rows_have_the_results_schema():
@@ -83,7 +83,7 @@ def test_bad_input_raises_spec_error():
     with pytest.raises(SpecError, match="profile"):
         simulate("switch:n=8,bw=1Gbit", 8, "all", None)
     with pytest.raises(SpecError, match="compute time"):
-        simulate("switch:n=8,bw=1Gbit", 8, "all", WorkloadProfile(params=10,
+        simulate("switch:n=8,bw=1Gbit", 8, "all", WorkloadSpec(params=10,
                                                                   flops_per_sample=1e9))
 
 
@@ -96,7 +96,7 @@ def test_what_a_topology_cannot_run_is_an_unavailable_row():
 
 
 def test_presets_bring_device_speed_and_price():
-    profile = WorkloadProfile(params=10_000_000, batch_per_replica=16, flops_per_sample=3e9)
+    profile = WorkloadSpec(params=10_000_000, batch_size=16, flops_per_sample=3e9)
     rows = simulate("preset:dgx_h100_ib", 16, "ddp", profile)
     preset = from_preset("dgx_h100_ib")
     assert preset.device_flops is not None
@@ -120,7 +120,7 @@ def test_a_measured_calibration_overrides_the_spec():
        st.floats(0.001, 0.5), st.floats(1.0, 8.0), st.integers(1, 4))
 def test_step_model_invariants(strategy, workers, grad_bytes, compute, factor, grow):
     topo = parse_topology("two_level:hosts=4,gpus=4,intra=100GB/s,inter=10Gbit")
-    profile = WorkloadProfile(params=int(grad_bytes / 4), step_compute_s=compute,
+    profile = WorkloadSpec(params=int(grad_bytes / 4), step_time_s=compute,
                               bucket_bytes=8 * 2**20)
     if strategy == "allreduce_hierarchical" and workers > 4 and workers % 4:
         with pytest.raises(TopologyError, match="whole hosts"):
@@ -136,15 +136,15 @@ def test_step_model_invariants(strategy, workers, grad_bytes, compute, factor, g
         # bigger gradients in proportionally bigger buckets (same bucket boundaries: with
         # others, a smaller last bucket can legitimately expose less communication)
         bigger = simulate_step(strategy, topo, workers,
-                               WorkloadProfile(params=profile.params * grow,
-                                               step_compute_s=compute,
-                                               bucket_bytes=profile.bucket_bytes * grow))
+                               WorkloadSpec(params=profile.params * grow,
+                                            step_time_s=compute,
+                                            bucket_bytes=profile.bucket_bytes * grow))
         assert bigger.step_time_s >= r.step_time_s * (1 - 1e-9)
 
 
 def test_overlap_hides_communication_behind_backward():
     topo = parse_topology("switch:n=8,bw=100Gbit,lat=5us")
-    profile = WorkloadProfile(params=25_000_000, step_compute_s=0.3)
+    profile = WorkloadSpec(params=25_000_000, step_time_s=0.3)
     r = simulate_step("allreduce_ring", topo, 8, profile)
     assert r.comm_s > 0.01 and r.exposed_comm_s < r.comm_s / 3  # most of it hidden
     ps = simulate_step("parameter_server", topo, 8, profile)
@@ -155,7 +155,7 @@ def test_a_straggler_gates_synchronous_steps():
     topo = parse_topology("switch:n=8,bw=100Gbit")
     base = simulate_step("allreduce_ring", topo, 8, PROFILE)
     slow = simulate_step("allreduce_ring", topo, 8, PROFILE, stragglers=1, straggler_factor=3)
-    assert slow.step_time_s >= 3 * PROFILE.step_compute_s  # type: ignore[operator]
+    assert slow.step_time_s >= 3 * PROFILE.step_time_s  # type: ignore[operator]
     assert slow.step_time_s > 2.5 * base.step_time_s
 
 
@@ -181,8 +181,8 @@ def test_async_ps_mean_field_stands_in_for_many_workers():
 
 def test_sparse_gradients_help_parameter_servers_only():
     topo = parse_topology("switch:n=8,bw=10Gbit")
-    dense = WorkloadProfile(params=50_000_000, step_compute_s=0.05)
-    sparse = WorkloadProfile(params=50_000_000, step_compute_s=0.05, gradient_sparsity=0.01)
+    dense = WorkloadSpec(params=50_000_000, step_time_s=0.05)
+    sparse = WorkloadSpec(params=50_000_000, step_time_s=0.05, sparsity=0.01)
     for strategy, helps in (("parameter_server", True), ("allreduce_ring", False)):
         d = simulate_step(strategy, topo, 8, dense).step_time_s
         s = simulate_step(strategy, topo, 8, sparse).step_time_s

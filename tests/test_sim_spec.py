@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from harness.core.errors import InputError, SpecError
 from harness.core.units import parse_bandwidth, parse_duration, parse_size
 from harness.sim.preset import load_preset, preset_names
-from harness.sim.profile import from_spec
+from harness.sim.profile import for_simulation
 from harness.sim.spec import KINDS, describe_topology, parse_topology
 from harness.sim.topology import Hierarchy, Torus, link_classes, n_devices
 from workloads.profile import KEYS as PROFILE_KEYS
@@ -141,14 +141,14 @@ def test_random_garbage_raises_spec_error_only(text):
                           max_size=20).map("".join)))
 def test_random_profiles_raise_workload_error_only(text):
     with contextlib.suppress(WorkloadError):
-        from_spec(parse_profile(text))
+        for_simulation(parse_profile(text))
 
 
 def test_profile_parses():
-    p = from_spec(parse_profile("params=25M,batch=64,step_compute=120ms,sparsity=0.01,"
+    p = for_simulation(parse_profile("params=25M,batch=64,step_compute=120ms,sparsity=0.01,"
                                 "bucket=50MiB,optimizer=2ms,bytes=2,name=recsys,size=S"))
-    assert p.params == 25_000_000 and p.batch_per_replica == 64
-    assert p.step_compute_s == pytest.approx(0.12) and p.gradient_sparsity == 0.01
+    assert p.params == 25_000_000 and p.batch_size == 64
+    assert p.step_time_s == pytest.approx(0.12) and p.sparsity == 0.01
     assert p.bucket_bytes == 50 * 2**20 and p.gradient_bytes == 5e7
     assert p.touched_bytes == pytest.approx(5e5)
     with pytest.raises(WorkloadError, match="flops_per_sample= or step_compute="):

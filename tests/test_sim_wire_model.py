@@ -8,19 +8,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.core.errors import SpecError
-from harness.sim.profile import WorkloadProfile
 from harness.sim.spec import parse_topology
 from harness.sim.step_model import simulate_step
+from workloads.configs import EmbeddingTables
+from workloads.spec import WorkloadError, WorkloadSpec
 
 TOPO = parse_topology("switch:n=4,bw=1GB/s")
-DENSE = WorkloadProfile(params=1_000_000, step_compute_s=0.01, bucket_bytes=10**9)
+DENSE = WorkloadSpec(params=1_000_000, step_time_s=0.01, bucket_bytes=10**9)
 
 
-def sparse(sparsity: float, dense: float = 0.2, tables: int = 4) -> WorkloadProfile:
-    return WorkloadProfile(params=1_000_000, step_compute_s=0.01, gradient_sparsity=sparsity,
-                           dense_fraction=dense, embedding_row_bytes=64.0,
-                           embedding_tables=tables)
+def sparse(sparsity: float, dense: float = 0.2, tables: int = 4) -> WorkloadSpec:
+    """A profile whose ``1 - dense`` of 1M parameters are ``tables`` embedding tables of
+    64-byte rows, its lookups per sample unknown (hotness 0)."""
+    rows = round(1_000_000 * (1 - dense) / 16 / tables)
+    return WorkloadSpec(params=1_000_000, step_time_s=0.01, sparsity=sparsity,
+                        tables=EmbeddingTables(rows=(rows,) * tables, dim=16, hotness=0))
 
 
 def test_fsdp_on_gloo_moves_a_third_more_than_on_nccl():
@@ -46,7 +48,7 @@ def test_a_worker_pulls_its_own_rows_and_more_as_workers_grow(sparsity, workers)
 
 
 def test_an_unknown_pull_is_refused():
-    with pytest.raises(SpecError, match="parameter-server pull"):
+    with pytest.raises(WorkloadError, match="parameter-server pull"):
         sparse(0.5).ps_bytes(2, "some")
 
 
@@ -82,7 +84,7 @@ def test_accumulated_micro_batches_exchange_the_union_of_their_rows(sparsity, ti
     assert summed.push_bytes <= one.dense_bytes + (one.gradient_bytes - one.dense_bytes) * (
         1 + 8 / 64) + 1e-6
     assert summed.dense_bytes == one.dense_bytes
-    assert (summed.step_compute_s, summed.batch_per_replica) == (0.01, one.batch_per_replica)
+    assert (summed.step_time_s, summed.batch_size) == (0.01, one.batch_size)
     assert summed.embedding_lookups == times * one.embedding_lookups  # TF: every lookup sent
 
 
@@ -96,11 +98,11 @@ def test_a_recommenders_rows_at_any_batch_follow_its_zipf_ids(size):
 
     spec, facts = resolve_workload(f"recsys:{size}"), workload_facts(f"recsys:{size}")
     b = spec.batch_size
-    assert facts.at(batch=b // 4).gradient_sparsity == pytest.approx(
+    assert facts.at(batch=b // 4).sparsity == pytest.approx(
         spec.expected_sparsity(b // 4))
-    assert facts.drawing(16).gradient_sparsity == pytest.approx(spec.expected_sparsity(16 * b))
+    assert facts.drawing(16).sparsity == pytest.approx(spec.expected_sparsity(16 * b))
     independent = facts.dense_fraction + (1 - facts.dense_fraction) * facts._independent_rows(16)
-    assert facts.drawing(16).gradient_sparsity < independent
+    assert facts.drawing(16).sparsity < independent
 
 
 def test_torch_applies_a_gradient_row_per_lookup_and_tf_each_touched_row_once():
@@ -110,10 +112,10 @@ def test_torch_applies_a_gradient_row_per_lookup_and_tf_each_touched_row_once():
     from harness.calibrate.workload import workload_facts
 
     facts = workload_facts("recsys:M")
-    b, dense = facts.batch_per_replica, facts.params * facts.dense_fraction
+    b, dense = facts.batch_size, facts.params * facts.dense_fraction
     row = facts.embedding_row_bytes / 4
     assert facts.updated_values(b) == pytest.approx(dense + b * facts.embedding_lookups * row)
-    assert facts.updated_values(b, "tf") == pytest.approx(facts.params * facts.gradient_sparsity)
+    assert facts.updated_values(b, "tf") == pytest.approx(facts.params * facts.sparsity)
     assert facts.updated_values(b, "tf") < facts.updated_values(b)
     assert DENSE.updated_values(32) == DENSE.params
     # summed over 16 micro-batches, torch's sparse gradient keeps every one's rows

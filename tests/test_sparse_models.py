@@ -184,7 +184,7 @@ def test_a_synchronous_servers_round_applies_every_workers_gradient():
     from harness.sim.step_model import simulate_step
 
     profile = dataclasses.replace(workload_facts("recsys:M").at(batch=128),
-                                  step_compute_s=0.01, optimizer_s=0.004)
+                                  step_time_s=0.01, optimizer_s=0.004)
 
     def optimizer(workers: int, shards: int) -> float:
         return simulate_step("parameter_server", parse_topology("switch:n=8,bw=100Gbit,lat=5us"),
@@ -236,7 +236,7 @@ def test_dlrm_on_described_gpus_is_answered_with_its_tables_sharded():
     from workloads.known import DLRM_DIM, DLRM_TABLE_ROWS
 
     facts = workload_facts("dlrm")
-    assert facts.embedding_row_bytes == 4 * DLRM_DIM and facts.embedding_tables == 26
+    assert facts.embedding_row_bytes == 4 * DLRM_DIM and facts.sparse_tables == 26
     assert facts.embedding_lookups == 26
     assert facts.dense_fraction == pytest.approx(
         1 - sum(DLRM_TABLE_ROWS) * DLRM_DIM / facts.params)

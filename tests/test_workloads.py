@@ -110,12 +110,11 @@ def test_activation_memory_by_hand():
     assert costs.activation_bytes(MLPConfig(4, (3,), 2)) == 4 * (4 + 3 + 2)
 
 
-def test_specs_carry_activation_memory_but_profiles_keep_their_keys():
+def test_specs_carry_activation_memory_and_name_their_rows():
     spec = get_spec("cnn", "S")
     assert spec.summary()["activation_bytes_per_sample"] == spec.activation_bytes_per_sample > 0
-    assert set(spec.as_profile()) == {"params", "batch_per_replica", "bytes_per_element",
-                                      "flops_per_sample", "step_compute_s",
-                                      "gradient_sparsity", "name", "size"}
+    assert (spec.name, spec.row_names()) == ("cnn:S", ("cnn", "S"))
+    assert profile_workload(params=10, step_time_s=1.0, name="x").row_names() == ("x", "")
 
 
 def test_sizes_do_what_they_are_for():
@@ -238,7 +237,7 @@ def test_profile_workload_parses():
         profile_workload(params=1_200_000_000, step_time_s=0.08, batch_size=64, name="big")
     spec = p
     assert (spec.name, spec.grad_bytes, spec.frameworks) == ("profile", 100_000_000, ())
-    assert spec.as_profile()["gradient_sparsity"] == 0.03
+    assert spec.sparsity == 0.03
 
 
 @pytest.mark.parametrize(("text", "message"), [

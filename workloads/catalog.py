@@ -22,6 +22,7 @@ from workloads.spec import (
     CLASSIFICATION,
     CLICK,
     FAMILIES,
+    FRAMEWORKS,
     LANGUAGE_MODEL,
     SIZES,
     WorkloadError,
@@ -71,7 +72,8 @@ def get_spec(family: str, size: str) -> WorkloadSpec:
     config, batch_size = _TABLE[family][size]
     return WorkloadSpec(
         family=family, size=size, task=_TASKS[family], batch_size=batch_size,
-        params=costs.param_count(config), flops_per_sample=float(costs.training_flops(config)),
+        frameworks=FRAMEWORKS, params=costs.param_count(config),
+        flops_per_sample=float(costs.training_flops(config)),
         sparsity=costs.expected_touched_fraction(config, batch_size), config=config,
         activation_bytes_per_sample=float(costs.activation_bytes(config)),
     )

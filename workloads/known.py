@@ -60,7 +60,7 @@ class KnownModel:
         return WorkloadSpec(
             family=KNOWN, size="", task=KNOWN, batch_size=self.batch_size, params=self.params,
             flops_per_sample=self.flops_per_sample, sparsity=self.sparsity, frameworks=(),
-            label=self.name, activation_bytes_per_sample=self.activation_bytes_per_sample,
+            given_name=self.name, activation_bytes_per_sample=self.activation_bytes_per_sample,
             ops=self.ops, tables=self.tables, optimizer=self.optimizer,
         )
 

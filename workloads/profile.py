@@ -55,7 +55,7 @@ def profile_workload(params: int, flops_per_sample: float | None = None,
         raise WorkloadError(f"profile bucket={bucket_bytes} must be >= 1 byte")
     return WorkloadSpec(family=FAMILY, size=size, task=FAMILY, batch_size=batch_size,
                         params=params, flops_per_sample=flops_per_sample, sparsity=sparsity,
-                        frameworks=(), label=name, step_time_s=step_time_s,
+                        frameworks=(), given_name=name, step_time_s=step_time_s,
                         bytes_per_element=bytes_per_element, optimizer_s=optimizer_s,
                         bucket_bytes=bucket_bytes)
 

@@ -184,5 +184,5 @@ def describe_user_workload(workload: UserWorkload, seed: int = 0) -> WorkloadSpe
     return WorkloadSpec(
         family="user", size="", task="user", batch_size=workload.batch_size, params=params,
         flops_per_sample=workload.flops_per_sample, sparsity=workload.sparsity,
-        frameworks=(workload.framework,), label=workload.name,
+        frameworks=(workload.framework,), given_name=workload.name,
     )

@@ -17,21 +17,22 @@ import pandas as pd
 
 from harness.core.errors import InputError
 from harness.sim.compute import ComputeSplit
-from harness.sim.profile import WorkloadProfile, from_spec
+from harness.sim.profile import for_simulation
 from workloads.operators import Op, from_records, total_forward_flops
-from workloads.spec import BYTES_PER_PARAM
+from workloads.spec import BYTES_PER_PARAM, WorkloadSpec
 
 NAN = float("nan")
 
 
 def _facts(name: str, params: float, batch: int, sparsity: float = 1.0,
-           flops_per_sample: float | None = None, **known: Any) -> WorkloadProfile:
+           flops_per_sample: float | None = None, **known: Any) -> WorkloadSpec:
     """The record for ``name`` (``mlp:M``, a known model's or a user's name; its family and
     size are split where rows split them)."""
     family, _, size = name.partition(":")
-    return WorkloadProfile(params=max(1, int(params)), batch_per_replica=batch,
-                           flops_per_sample=flops_per_sample, gradient_sparsity=sparsity,
-                           name=family, size=size, **known)
+    return WorkloadSpec(params=max(1, int(params)), batch_size=batch,
+                        flops_per_sample=flops_per_sample, sparsity=sparsity,
+                        family=family if size else "user", size=size,
+                        given_name="" if size else name, **known)
 
 
 def row_names(frame: pd.DataFrame) -> pd.Series:
@@ -43,7 +44,7 @@ def row_names(frame: pd.DataFrame) -> pd.Series:
     return names.where(sizes == "", names + ":" + sizes)
 
 
-def workload_facts(text: str, measured: pd.DataFrame | None = None) -> WorkloadProfile:
+def workload_facts(text: str, measured: pd.DataFrame | None = None) -> WorkloadSpec:
     """The facts of the workload ``text`` names; InputError (one line) if it names none or
     if a user's model has neither a declared size nor a measured run."""
     from workloads import WorkloadError
@@ -63,7 +64,7 @@ def workload_facts(text: str, measured: pd.DataFrame | None = None) -> WorkloadP
         if not rows.empty and rows["grad_bytes"].notna().any():
             return replace(_from_rows(workload.name, rows, workload.flops_per_sample,
                                       workload.sparsity, batch=workload.batch_size),
-                           framework=workload.framework)
+                           frameworks=(workload.framework,))
         if workload.params is None:
             raise InputError(
                 f"user workload {workload.name!r} has no size yet: run it once "
@@ -73,10 +74,10 @@ def workload_facts(text: str, measured: pd.DataFrame | None = None) -> WorkloadP
         return replace(_facts(workload.name, float(workload.params), workload.batch_size,
                               workload.sparsity, workload.flops_per_sample,
                               sized_by="declared by the workload"),
-                       framework=workload.framework)
+                       frameworks=(workload.framework,))
     from harness.sim.structure import fsdp_unit_params
 
-    return replace(from_spec(workload), unit_params=fsdp_unit_params(text))
+    return replace(for_simulation(workload), unit_params=fsdp_unit_params(text))
 
 
 def _rows_named(measured: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -87,7 +88,7 @@ def _rows_named(measured: pd.DataFrame, name: str) -> pd.DataFrame:
 
 
 def _from_rows(name: str, rows: pd.DataFrame, flops: float | None, sparsity: float,
-               batch: int | None = None) -> WorkloadProfile:
+               batch: int | None = None) -> WorkloadSpec:
     sized = rows.dropna(subset=["grad_bytes"]).sort_values("run_id")
     if sized.empty:
         raise InputError(f"no run of {name!r} recorded its size (grad_bytes): run it again "
@@ -245,7 +246,7 @@ def worker_compute(base: Any, framework: str, strategy: str) -> ComputeSplit:
     return ComputeSplit(forward, backward, optimizer_s=update)
 
 
-def estimated_compute(measured: pd.DataFrame, facts: WorkloadProfile,
+def estimated_compute(measured: pd.DataFrame, facts: WorkloadSpec,
                       framework: str | None = None) -> MeasuredCompute | None:
     """A workload never run here, with known FLOPs: its FLOPs at the rate this machine
     reached on the measured workload of the same family with the most FLOPs per step (else
@@ -266,13 +267,13 @@ def estimated_compute(measured: pd.DataFrame, facts: WorkloadProfile,
             continue
         if spec.flops_per_sample:
             flops = spec.flops_per_sample * int(r["global_batch"])
-            rated.append((spec.family == facts.label.partition(":")[0], flops,
+            rated.append((spec.family == facts.name.partition(":")[0], flops,
                           flops / float(r["step_time_median_s"]), r))
     if not rated:
         return None
     _, _, rate, r = max(rated, key=lambda x: (x[0], x[1]))
-    seconds = facts.flops_per_sample * facts.batch_per_replica / rate
-    return MeasuredCompute(seconds, facts.batch_per_replica, str(r["framework"]), str(r["run_id"]),
+    seconds = facts.flops_per_sample * facts.batch_size / rate
+    return MeasuredCompute(seconds, facts.batch_size, str(r["framework"]), str(r["run_id"]),
                            estimated_from=f"{r['workload']}:{r['size']} at "
                                           f"{rate / 1e9:.3g} GFLOP/s")
 
@@ -292,8 +293,8 @@ def scaled_compute(compute: MeasuredCompute, batch: int) -> float:
     return compute.seconds * batch / compute.batch if compute.batch else math.nan
 
 
-def emulated_compute(measured: pd.DataFrame, facts: WorkloadProfile, framework: str) -> Any:
+def emulated_compute(measured: pd.DataFrame, facts: WorkloadSpec, framework: str) -> Any:
     """The framework's one-replica compute measured here (else estimated from FLOPs); None
     without either."""
-    return (measured_compute(measured, facts.label, framework)
+    return (measured_compute(measured, facts.name, framework)
             or estimated_compute(measured, facts, framework))

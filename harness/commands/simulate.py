@@ -59,12 +59,12 @@ def _profile(workload: str | None, profile: str | None, results: Path, topology:
         pass
     # --framework: that framework's own one-device run (TF's and torch's kernels differ:
     # transformer:M computes in 77 ms under TF here, 129 ms under torch), else any
-    here = ((framework and measured_compute(measured, facts.label, framework))
-            or measured_compute(measured, facts.label))
+    here = ((framework and measured_compute(measured, facts.name, framework))
+            or measured_compute(measured, facts.name))
     if here is None:
-        raise InputError(no_compute_message(facts.label))
+        raise InputError(no_compute_message(facts.name))
     info(f"compute: {here.note}")
-    return facts.at(step_compute_s=scaled_compute(here, facts.batch_per_replica))
+    return facts.at(step_time_s=scaled_compute(here, facts.batch_size))
 
 
 def _measured(results: Path) -> Any:
@@ -172,7 +172,7 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
     for fw, strategy in wanted:
         compute = emulated_compute(measured, facts, fw)
         if compute is None:
-            raise InputError(no_compute_message(facts.label))
+            raise InputError(no_compute_message(facts.name))
         row = predict_emulated(calibration, facts, links, fw, strategy, workers, compute,
                                topology)
         if row is None:
@@ -181,7 +181,7 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
                                    f"run: {', '.join(s.label for s in EMULATED)})",
                          "step_time_median_s": math.nan})
             continue
-        row.update(source="simulated", strategy=f"{fw}:{strategy}", workload=facts.label,
+        row.update(source="simulated", strategy=f"{fw}:{strategy}", workload=facts.name,
                    cluster=topology, replicas=workers,
                    calibration_sources=f"links: {links.source}; {fw}'s share of them: "
                                        f"{row['link_share']:.2f} ({row['link_share_source']}); "
@@ -296,7 +296,7 @@ def _simulate_layout(topology: str, workload: str | None, profile: str | None, r
     if stage_layers:
         layout = replace(layout, stage_blocks=parse_stage_layers(
             stage_layers, len(model.blocks), layout.stages * layout.virtual))
-    compute = _profile(workload, None, results, topology, calib).step_compute_s
+    compute = _profile(workload, None, results, topology, calib).step_time_s
     batch = global_batch or model.batch_size * layout.data
     if microbatches is None:  # one sample per micro-batch: the smallest bubble
         layout = replace(layout, microbatches=max(1, batch // layout.data))
@@ -644,7 +644,7 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
                              f"{workers} workers")
         from dataclasses import replace
 
-        prof = replace(prof, batch_per_replica=per_replica)
+        prof = replace(prof, batch_size=per_replica)
 
     def run(c: Any) -> list[dict[str, Any]]:
         return simulate(topology, workers, names, prof, c, workload=workload,

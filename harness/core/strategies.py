@@ -204,7 +204,7 @@ class CommLibrary:
     # all-gather took 85-95 us per ring step more than on loopback, one RTT; the broadcast
     # tree, whose receivers are posted long before the data comes, 45 us per hop, one way.
     latency_trips: Mapping[str, int] = field(default_factory=dict)
-    # What a parameter-server worker pulls each step (WorkloadProfile.ps_bytes): torch's
+    # What a parameter-server worker pulls each step (WorkloadSpec.ps_bytes): torch's
     # runner pulls the rows that changed, TF's workers read whole variables.
     ps_pull: str = "changed"
     # What `stratbench comm` times for it by default, and what only when named (`--ops`)

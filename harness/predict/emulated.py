@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-from harness.sim.profile import WorkloadProfile
+from workloads.spec import WorkloadSpec
 
 
 class Calibrated(Protocol):
@@ -31,7 +31,7 @@ class Calibration:
     runtimes: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
 
-def emulated_strategies(facts: WorkloadProfile, framework: str | None = None) -> list[Any]:
+def emulated_strategies(facts: WorkloadSpec, framework: str | None = None) -> list[Any]:
     """The strategy records an emulated cluster runs for ``facts``'s workload (of
     ``framework``, if given): every emulated one, embedding sharding only where there are
     embedding tables to shard."""
@@ -41,7 +41,7 @@ def emulated_strategies(facts: WorkloadProfile, framework: str | None = None) ->
             and (s.exchange != "embedding" or facts.embedding_row_bytes > 0)]
 
 
-def predict_emulated(ctx: Calibrated, facts: WorkloadProfile, links: Any, framework: str,
+def predict_emulated(ctx: Calibrated, facts: WorkloadSpec, links: Any, framework: str,
                      strategy: str, hosts: int, compute: Any, cluster: str
                      ) -> dict[str, Any] | None:
     """The simulator's row for ``framework/strategy`` on ``hosts`` emulated hosts of this
@@ -64,7 +64,7 @@ def predict_emulated(ctx: Calibrated, facts: WorkloadProfile, links: Any, framew
     model = simulated_as(framework, strategy) or ""
     ps = (runner_ps_layout(hosts, hosts, PS_SHARDS)
           if model.startswith("parameter_server") else None)
-    key = (framework, strategy, facts.label)
+    key = (framework, strategy, facts.name)
     if key not in ctx.runtimes:
         ctx.runtimes[key] = runtime_overhead(ctx.measured, ctx.fits, framework, strategy,
                                              facts, machine_cores())

@@ -105,7 +105,7 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
                  exchange_share: float | None = None) -> dict[str, Any] | None:
     """The simulator's row for `framework/strategy` with `replicas` workers on `links`
     (one per host), or None where the simulator has no model for it. ``profile``: a
-    harness.sim WorkloadProfile (its compute time is replaced by what a worker computes,
+    harness.sim WorkloadSpec (its compute time is replaced by what a worker computes,
     ``one_replica`` (seconds on one core, or its split: `worker_compute`), slowed by oversold
     cores; a parameter server's ``apply_s`` is its servers' update); ``ps``: the shard
     weights and placement of a parameter server;
@@ -140,7 +140,7 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
         processes += len(ps.shard_bytes) + (record.extra_processes if record else 0)
         if framework == "torch" and model == "parameter_server":
             profile = dataclasses.replace(profile, ps_traffic=torch_ps_traffic(
-                f"{profile.name}:{profile.size}", profile.batch_per_replica, replicas,
+                profile.name, profile.batch_size, replicas,
                 len(ps.shard_bytes)))
     split = (one_replica if isinstance(one_replica, ComputeSplit)
              else ComputeSplit(one_replica, 0.0))
@@ -151,7 +151,7 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
         runtime_s *= oversold
     stated = {"optimizer_s": split.apply_s * oversold} if split.apply_s else {}
     (row,) = simulate(topology, replicas, model, dataclasses.replace(
-        profile, step_compute_s=compute, **stated), None, library="gloo",
+        profile, step_time_s=compute, **stated), None, library="gloo",
         ps_pull=lib.ps_pull, runtime_s=runtime_s,
         exchange_share=exchange_share / link_share if collective and exchange_share else 1.0,
         oneway_share=1.0 / link_share if collective else 1.0,
@@ -278,7 +278,7 @@ def runtime_overhead(measured: pd.DataFrame, fits: pd.DataFrame, framework: str,
     if record is None or not record.waits_every_step:
         return 0.0
     samples = []
-    for r, base in local_runs(measured, facts.label, framework, strategy):
+    for r, base in local_runs(measured, facts.name, framework, strategy):
         workers = int(r["replicas"])
         ps = None
         if strategy == "parameter_server":

@@ -32,7 +32,7 @@ from harness.core.strategies import exchange_kind
 from harness.predict.emulated import emulated_strategies, predict_emulated
 from harness.recommend.targets import Target, device_counts, device_kind
 from harness.sim.api import activations_on_device
-from harness.sim.profile import WorkloadProfile
+from workloads.spec import WorkloadSpec
 
 NAN = float("nan")
 # The price of a device like this machine when the user names none: one replica here is a
@@ -113,9 +113,9 @@ def device_memory(target: Target, ctx: Context, replicas: int) -> float:
     return float(ctx.ram_bytes) / max(1, on_this_machine)
 
 
-def _point(facts: WorkloadProfile, **fields: Any) -> dict[str, Any]:
+def _point(facts: WorkloadSpec, **fields: Any) -> dict[str, Any]:
     base: dict[str, Any] = {"status": "ok", "status_reason": "", "comm_fraction": NAN,
-            "bytes_per_worker": NAN, "params": facts.params, "sparsity": facts.gradient_sparsity,
+            "bytes_per_worker": NAN, "params": facts.params, "sparsity": facts.sparsity,
             "dense_fraction": facts.dense_fraction,
             "table_gradient_bytes": facts.table_gradient_bytes,
             "activation_bytes_per_sample": facts.activation_bytes_per_sample,
@@ -131,12 +131,12 @@ def _latest(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values("run_id").groupby(keys, dropna=False, sort=False).tail(1)
 
 
-def measured_points(ctx: Context, facts: WorkloadProfile, target: Target) -> list[dict[str, Any]]:
-    """The latest measured rows of ``facts.label`` on the target's own cluster."""
+def measured_points(ctx: Context, facts: WorkloadSpec, target: Target) -> list[dict[str, Any]]:
+    """The latest measured rows of ``facts.name`` on the target's own cluster."""
     m = ctx.measured
     if m.empty:
         return []
-    rows = m[(row_names(m) == facts.label) & (m["cluster"] == target.spec)]
+    rows = m[(row_names(m) == facts.name) & (m["cluster"] == target.spec)]
     if rows.empty:
         return []
     rows = _latest(rows)
@@ -148,7 +148,7 @@ def measured_points(ctx: Context, facts: WorkloadProfile, target: Target) -> lis
     for r in rows.to_dict("records"):
         base = rows[(rows["framework"] == r["framework"]) & (rows["replicas"] == 1)
                     & (rows["status"] == "ok")]
-        local = measured_compute(ctx.measured, facts.label, str(r["framework"]))
+        local = measured_compute(ctx.measured, facts.name, str(r["framework"]))
         t1 = (float(base["step_time_median_s"].iloc[0]) if not base.empty
               else local.seconds if local is not None else NAN)
         tn = float(r["step_time_median_s"])
@@ -172,11 +172,11 @@ def measured_points(ctx: Context, facts: WorkloadProfile, target: Target) -> lis
     return out
 
 
-def _local_baseline(ctx: Context, facts: WorkloadProfile, target: Target, framework: str,
+def _local_baseline(ctx: Context, facts: WorkloadSpec, target: Target, framework: str,
                     price: float, basis: str) -> list[dict[str, Any]]:
     """A cluster measured without its one-replica case: one device there is one host like
     this machine, so its baseline is this machine's own one-replica run."""
-    local = measured_compute(ctx.measured, facts.label, framework)
+    local = measured_compute(ctx.measured, facts.name, framework)
     if local is None:
         return []
     from harness.core.strategies import baseline
@@ -211,7 +211,7 @@ def probed_links(ctx: Context, target: Target) -> Any:
     return links_of_cluster(ctx.networks, target.spec)
 
 
-def predicted_points(ctx: Context, facts: WorkloadProfile, target: Target
+def predicted_points(ctx: Context, facts: WorkloadSpec, target: Target
                      ) -> list[dict[str, Any]]:
     """An emulated cluster that was never run: each real strategy at 2, 4, ... hosts,
     predicted from this machine's calibration; the one-device baseline measured here."""
@@ -245,11 +245,11 @@ def predicted_points(ctx: Context, facts: WorkloadProfile, target: Target
                                       basis=basis, source="predicted",
                                       compute_note=compute.note + ", cores shared as run"))
     if not out:
-        raise InputError(no_compute_message(facts.label))
+        raise InputError(no_compute_message(facts.name))
     return out
 
 
-def _sim_point(ctx: Context, facts: WorkloadProfile, target: Target, row: dict[str, Any], *,
+def _sim_point(ctx: Context, facts: WorkloadSpec, target: Target, row: dict[str, Any], *,
                framework: str, strategy: str, model: str, batch: int, single_s: float,
                price: float, basis: str, source: str, compute_note: str) -> dict[str, Any]:
     n = int(row["replicas"])
@@ -289,7 +289,7 @@ def _price(ctx: Context, target: Target, measured_here: bool) -> tuple[float, st
     return NAN, ""
 
 
-def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
+def topology_points(ctx: Context, facts: WorkloadSpec, target: Target
                     ) -> list[dict[str, Any]]:
     """A topology at each device count of the sweep: stored simulations where they match,
     else simulated now; compute from the named device's speed and the workload's FLOPs, else
@@ -325,18 +325,18 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
             checked = published_check(device, ctx.precision)
         # activations as the device keeps them: every candidate's memory reads this
         facts = replace(facts, activation_bytes_per_sample=activations_on_device(
-            facts, calibration, facts.label))
-    elif facts.step_compute_s is not None:
-        compute_s, compute_note = facts.step_compute_s, "compute stated by the profile"
+            facts, calibration, facts.name))
+    elif facts.step_time_s is not None:
+        compute_s, compute_note = facts.step_time_s, "compute stated by the profile"
     else:
-        measured = (measured_compute(ctx.measured, facts.label)
+        measured = (measured_compute(ctx.measured, facts.name)
                     or estimated_compute(ctx.measured, facts))
         if measured is None:
-            raise InputError(no_compute_message(facts.label))
-        compute_s = scaled_compute(measured, facts.batch_per_replica)
+            raise InputError(no_compute_message(facts.name))
+        compute_s = scaled_compute(measured, facts.batch_size)
         compute_note = measured.note
     price, basis = _price(ctx, target, measured_here=device is None)
-    profile = with_device_update(facts.at(step_compute_s=compute_s), calibration)
+    profile = with_device_update(facts.at(step_time_s=compute_s), calibration)
     if ctx.precision is not None:
         from workloads.precision import precision as find_precision
 
@@ -346,7 +346,7 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
     single_facts, single_profile, single_times = one
     single_compute = compute_seconds(single_profile, calibration)[0]
     single_s = single_times * single_compute + profile.optimizer_s
-    batch = ctx.global_batch or facts.batch_per_replica  # the single device's samples a step
+    batch = ctx.global_batch or facts.batch_size  # the single device's samples a step
     out = [_point(facts, framework="sim", strategy="single_device", replicas=1,
                   step_time_s=single_s, batch=batch,
                   throughput_samples_s=batch / single_s, scaling_efficiency=1.0,
@@ -361,14 +361,14 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
         at_n, profile_n, times = share
         fitting, too_big = _fitting_strategies(ctx, at_n, target, n)
         rows = (None if ctx.global_batch else _stored(ctx, facts, target, n)) or (
-            _simulated(target.spec, n, fitting, profile_n, times, calibration, facts.label)
+            _simulated(target.spec, n, fitting, profile_n, times, calibration, facts.name)
             if fitting else [])
         rows += too_big
         wrapped = (_checkpointed_fsdp(ctx, at_n, target, n, profile_n, calibration,
                                       checkpointed)
                    if "fsdp" not in fitting and checkpointed is not None else None)
         for row, extra in [*((r, {}) for r in rows), *([wrapped] if wrapped else [])]:
-            row = _accumulated(row, times, at_n.batch_per_replica * n * times)
+            row = _accumulated(row, times, at_n.batch_size * n * times)
             out.append(_sim_point(ctx, facts, target, row, framework="sim",
                                   strategy=row["strategy"], model=row["strategy"],
                                   batch=batch, single_s=single_s, price=price,
@@ -402,8 +402,8 @@ def topology_points(ctx: Context, facts: WorkloadProfile, target: Target
     return out
 
 
-def _per_replica(facts: WorkloadProfile, profile: WorkloadProfile, global_batch: int | None,
-                 n: int) -> tuple[WorkloadProfile, WorkloadProfile, int] | None:
+def _per_replica(facts: WorkloadSpec, profile: WorkloadSpec, global_batch: int | None,
+                 n: int) -> tuple[WorkloadSpec, WorkloadSpec, int] | None:
     """What one of ``n`` data-parallel replicas runs per step: (the workload and its profile
     at the micro-batch, micro-batches per step). Without a global batch, one micro-batch of
     the workload's batch; with one, its share of the samples in micro-batches of the
@@ -414,21 +414,21 @@ def _per_replica(facts: WorkloadProfile, profile: WorkloadProfile, global_batch:
     if global_batch % n:
         return None
     share = global_batch // n
-    micro = largest_divisor(share, facts.batch_per_replica)
-    if micro == profile.batch_per_replica:
+    micro = largest_divisor(share, facts.batch_size)
+    if micro == profile.batch_size:
         return facts, profile, share // micro
-    measured = profile.step_compute_s
+    measured = profile.step_time_s
     return (facts.at(batch=micro),
-            profile.at(step_compute_s=(measured * micro / profile.batch_per_replica
+            profile.at(step_time_s=(measured * micro / profile.batch_size
                                        if measured is not None else None), batch=micro),
             share // micro)
 
 
-def _simulated(spec: str, n: int, strategies: list[str], profile: WorkloadProfile,
+def _simulated(spec: str, n: int, strategies: list[str], profile: WorkloadSpec,
                times: int, calibration: Any, label: str) -> list[dict[str, Any]]:
     """One micro-batch per replica of each strategy simulated; where replicas accumulate
     ``times`` of them, the strategies that exchange once a step exchange the sum of their
-    gradients (``WorkloadProfile.drawing``: a sparse one touches more rows) and, where the
+    gradients (``WorkloadSpec.drawing``: a sparse one touches more rows) and, where the
     device model times the update, apply it (torch's sum keeps every micro-batch's rows)."""
     from harness.sim import simulate
     from harness.sim.calibration import compute_seconds, device_step
@@ -441,7 +441,7 @@ def _simulated(spec: str, n: int, strategies: list[str], profile: WorkloadProfil
     if timed is not None:
         summed = replace(summed, optimizer_s=timed.optimizer_s)
     # its compute stays one micro-batch's, as the device model times the profile
-    summed = replace(summed, step_compute_s=compute_seconds(profile, calibration)[0])
+    summed = replace(summed, step_time_s=compute_seconds(profile, calibration)[0])
     each = [s for s in strategies if s in EXCHANGES_EVERY_MICROBATCH]
     once = [s for s in strategies if s not in EXCHANGES_EVERY_MICROBATCH]
     rows = {str(row["strategy"]): row for part, at in ((each, profile), (once, summed)) if part
@@ -464,18 +464,18 @@ def _accumulated(row: dict[str, Any], times: int, samples: int) -> dict[str, Any
                   "exposed_comm_s": exchanges * float(row["exposed_comm_s"])}
 
 
-def _accumulation(facts: WorkloadProfile, times: int, layout: Any = None) -> dict[str, Any]:
+def _accumulation(facts: WorkloadSpec, times: int, layout: Any = None) -> dict[str, Any]:
     """A data-parallel point's samples in memory at once (its micro-batch), and its layout
     column where it accumulates several per step."""
-    batch = {"batch": facts.batch_per_replica}
+    batch = {"batch": facts.batch_size}
     if times <= 1:
         return batch
-    said = f"{times} micro-batches of {facts.batch_per_replica} accumulated"
+    said = f"{times} micro-batches of {facts.batch_size} accumulated"
     return batch | {"layout": f"{layout}, {said}" if isinstance(layout, str) and layout
                     else said}
 
 
-def model_flops(facts: WorkloadProfile) -> float:
+def model_flops(facts: WorkloadSpec) -> float:
     """Training FLOPs per sample a model needs, MFU's numerator: the catalog's count with a
     causal attention's masked half (and a sliding window's older keys) taken out (the
     catalog counts the full square, as Megatron-LM's formula does; FlashAttention skips the
@@ -503,7 +503,7 @@ def _recomputed(how: Any) -> str:
             ", selective recomputation"}.get(how, "")
 
 
-def _fitting_strategies(ctx: Context, facts: WorkloadProfile, target: Target, n: int
+def _fitting_strategies(ctx: Context, facts: WorkloadSpec, target: Target, n: int
                         ) -> tuple[list[str], list[dict[str, Any]]]:
     """The simulated data-parallel strategies whose replica fits a device at ``n`` devices,
     and an unavailable row, saying by how much, for each that does not: memory is a
@@ -528,7 +528,7 @@ def _fitting_strategies(ctx: Context, facts: WorkloadProfile, target: Target, n:
     return fitting, too_big
 
 
-def _checkpointed_activations(facts: WorkloadProfile, calibration: Any) -> float | None:
+def _checkpointed_activations(facts: WorkloadSpec, calibration: Any) -> float | None:
     """Bytes one sample keeps under activation checkpointing of every layer: its layers'
     inputs, plus one layer's whole activations during its backward (on a described device,
     as it keeps them: ``activations_on_device``; else in fp32, attention unfused); None for
@@ -537,11 +537,11 @@ def _checkpointed_activations(facts: WorkloadProfile, calibration: Any) -> float
     from workloads.precision import FP32
 
     if calibration is not None and calibration.device is not None:
-        return activations_on_device(facts, calibration, facts.label, checkpointed=True)
-    return kept_activations(facts.label, None, FP32, False, checkpointed=True)
+        return activations_on_device(facts, calibration, facts.name, checkpointed=True)
+    return kept_activations(facts.name, None, FP32, False, checkpointed=True)
 
 
-def _checkpointed_fsdp(ctx: Context, facts: WorkloadProfile, target: Target, n: int,
+def _checkpointed_fsdp(ctx: Context, facts: WorkloadSpec, target: Target, n: int,
                        profile: Any, calibration: Any, per_sample: float
                        ) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """FSDP with every layer checkpointed and wrapped (torchtitan's default for large
@@ -558,14 +558,14 @@ def _checkpointed_fsdp(ctx: Context, facts: WorkloadProfile, target: Target, n: 
     again = replace(profile,
                     flops_per_sample=(profile.flops_per_sample * 4 / 3
                                       if profile.flops_per_sample else None),
-                    step_compute_s=(profile.step_compute_s * 4 / 3
-                                    if profile.step_compute_s is not None else None),
+                    step_time_s=(profile.step_time_s * 4 / 3
+                                    if profile.step_time_s is not None else None),
                     recomputed=True)
-    row = simulate(target.spec, n, ["fsdp"], again, calibration, workload=facts.label)[0]
+    row = simulate(target.spec, n, ["fsdp"], again, calibration, workload=facts.name)[0]
     return row, {"layout": "every layer checkpointed", "memory_per_device_bytes": need}
 
 
-def _model_parallel_rows(ctx: Context, facts: WorkloadProfile, target: Target,
+def _model_parallel_rows(ctx: Context, facts: WorkloadSpec, target: Target,
                          calibration: Any, compute_s: float | None) -> list[dict[str, Any]]:
     """Pipeline / tensor / hybrid layouts, when one replica does not fit a device and the
     workload has layers to cut (harness/recommend/model_parallel.py); [] otherwise."""
@@ -582,7 +582,7 @@ def _model_parallel_rows(ctx: Context, facts: WorkloadProfile, target: Target,
 
     at = find_precision(ctx.precision) if ctx.precision else None
     try:
-        model = layered(facts.label, at) if at else layered(facts.label)
+        model = layered(facts.name, at) if at else layered(facts.name)
     except WorkloadError:
         return []
     optimizer = next((name for name, slots in OPTIMIZER_SLOTS.items()
@@ -590,13 +590,13 @@ def _model_parallel_rows(ctx: Context, facts: WorkloadProfile, target: Target,
     from harness.validate.devices import memory_reach
 
     described = (ctx.device or target.preset_name) is not None
-    return best_layouts(model, target, facts.batch_per_replica, calibration, compute_s, cap,
+    return best_layouts(model, target, facts.batch_size, calibration, compute_s, cap,
                         optimizer, at, global_batch=ctx.global_batch,
                         mechanisms=ctx.mechanisms,
                         headroom=memory_reach().fraction if described else 1.0)
 
 
-def _stored(ctx: Context, facts: WorkloadProfile, target: Target, n: int
+def _stored(ctx: Context, facts: WorkloadSpec, target: Target, n: int
             ) -> list[dict[str, Any]]:
     """Stored `simulate` rows of this exact target, count and workload (the nightly job's),
     so the report and the terminal agree; [] when there are none."""
@@ -604,7 +604,7 @@ def _stored(ctx: Context, facts: WorkloadProfile, target: Target, n: int
     if s is None or s.empty or not {"cluster", "replicas", "workload"} <= set(s):
         return []
     match = s[(s["cluster"] == target.spec) & (s["replicas"] == n)
-              & (s["workload"] == facts.label)]
+              & (s["workload"] == facts.name)]
     if match.empty or ctx.device is not None:
         return []
     if "run_id" in match:

@@ -55,8 +55,8 @@ from harness.recommend.model_parallel import MODEL_PARALLEL
 from harness.recommend.targets import Target, parse_targets
 from harness.sim.memory import GRADIENT_COPIES, data_parallel_memory
 from harness.sim.memory import optimizer_slots as slots_of
-from harness.sim.profile import WorkloadProfile
 from harness.validate.score import latest_validation
+from workloads.spec import WorkloadSpec
 
 NAN = float("nan")
 DEFAULT_SAMPLES = 10_000_000
@@ -238,7 +238,7 @@ def rank(candidates: list[dict[str, Any]], *, samples: float, price: float | Non
     return ordered
 
 
-def _points(ctx: Context, facts: WorkloadProfile, target: Target) -> list[dict[str, Any]]:
+def _points(ctx: Context, facts: WorkloadSpec, target: Target) -> list[dict[str, Any]]:
     if target.kind == "topology":
         return topology_points(ctx, facts, target)
     points = measured_points(ctx, facts, target)
@@ -292,7 +292,7 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
     if not names:
         raise InputError("no workloads to recommend for: give --workload FAMILY:SIZE or a "
                          "results directory with measured runs")
-    facts: dict[str, WorkloadProfile] = {}
+    facts: dict[str, WorkloadSpec] = {}
     missing: list[str] = []
     for name in names:
         try:

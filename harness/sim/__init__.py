@@ -17,7 +17,7 @@ from harness.sim.calibration import Calibration, LinkCalibration, from_preset, f
 from harness.sim.engine import CollectiveResult, run_collective
 from harness.sim.layered import Layer, LayeredModel, Layout
 from harness.sim.preset import load_preset, preset_names
-from harness.sim.profile import WorkloadProfile, from_spec
+from harness.sim.profile import for_simulation
 from harness.sim.schedule import Schedule, Step, Transfer, execute
 from harness.sim.spec import parse_topology
 from harness.sim.step_model import simulate_step
@@ -47,10 +47,9 @@ __all__ = [
     "StepResult",
     "Topology",
     "Transfer",
-    "WorkloadProfile",
     "execute",
+    "for_simulation",
     "from_preset",
-    "from_spec",
     "from_topology",
     "layout_step_bound",
     "load_preset",

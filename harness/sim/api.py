@@ -33,7 +33,6 @@ from harness.sim.memory import (
     replica_memory,
 )
 from harness.sim.model_parallel_step import model_parallel_step, step_lower_bound
-from harness.sim.profile import WorkloadProfile
 from harness.sim.ps import central_storage, ps_sync
 from harness.sim.schedule import Schedule
 from harness.sim.spec import parse_topology
@@ -47,6 +46,7 @@ from harness.sim.strategies import (
 )
 from harness.sim.topology import Hierarchy, Topology, TopologyError, n_devices, with_servers
 from workloads.precision import FP32, Precision
+from workloads.spec import WorkloadSpec
 
 NAN = float("nan")
 
@@ -66,7 +66,7 @@ def _setup(topology_spec: str, workers: int, calibration: cal.Calibration | None
 
 
 def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "all",
-             profile: WorkloadProfile | None = None,
+             profile: WorkloadSpec | None = None,
              calibration: cal.Calibration | None = None, *, workload: str | None = None,
              stragglers: int = 0, straggler_factor: float = 1.0, mode: str = "fast",
              ps_shards: int | None = None, ps_colocated: bool = False,
@@ -102,12 +102,13 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
     profile = cal.with_device_update(profile, calib)
     single = cal.compute_seconds(profile, calib)[0] + profile.optimizer_s
     rows = []
+    stem, size = profile.row_names()
     for requested, sim in pairs:
         base = {
             "source": "simulated", "framework": "sim", "strategy": sim,
-            "requested_strategy": requested, "workload": workload or profile.name,
-            "size": profile.size, "cluster": topology_spec, "replicas": workers,
-            "case_id": f"sim/{sim}/{workload or profile.name}/{topology_spec}/{workers}",
+            "requested_strategy": requested, "workload": workload or stem,
+            "size": size, "cluster": topology_spec, "replicas": workers,
+            "case_id": f"sim/{sim}/{workload or stem}/{topology_spec}/{workers}",
             "price_per_device_hour": (NAN if calib.price_per_device_hour is None
                                       else calib.price_per_device_hour),
             "calibration_sources": ",".join(f"{k}={v}" for k, v in
@@ -125,12 +126,12 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
         except TopologyError as exc:
             rows.append(base | _unavailable(str(exc)))
             continue
-        row = base | _row(result, single, profile.batch_per_replica, calib)
+        row = base | _row(result, single, profile.batch_size, calib)
         rows.append(row | _replica_memory(profile, calib, sim, workers, workload, row))
     return rows
 
 
-def _replica_memory(profile: WorkloadProfile, calib: cal.Calibration, strategy: str,
+def _replica_memory(profile: WorkloadSpec, calib: cal.Calibration, strategy: str,
                     workers: int, workload: str | None, row: dict[str, Any]
                     ) -> dict[str, Any]:
     """A data-parallel strategy's memory on a described device, and ``does not fit`` where
@@ -139,7 +140,7 @@ def _replica_memory(profile: WorkloadProfile, calib: cal.Calibration, strategy: 
     where no device is described."""
     if calib.device is None:
         return {}
-    per_sample = activations_on_device(profile, calib, workload or profile.name,
+    per_sample = activations_on_device(profile, calib, workload or profile.row_names()[0],
                                        checkpointed=profile.recomputed)
     kept = replace(profile, activation_bytes_per_sample=per_sample)
     memory = replica_memory(kept, "sim", strategy, workers, optimizer_slots(profile.optimizer))
@@ -251,7 +252,7 @@ def memory_fit(needed: float, calib: cal.Calibration) -> MemoryFit:
     return MemoryFit(needed, device.reserved_bytes, device.memory_bytes)
 
 
-def activations_on_device(profile: WorkloadProfile, calib: cal.Calibration, workload: str,
+def activations_on_device(profile: WorkloadSpec, calib: cal.Calibration, workload: str,
                           checkpointed: bool = False) -> float | None:
     """Bytes one sample of a whole replica keeps for backward on the calibration's device:
     at the precision it computes in (its training precision where none is given), attention
@@ -284,7 +285,7 @@ def _one_device_s(model: LayeredModel, micro: int, calib: cal.Calibration,
 
         rate = device_rate(calib.device, precision, calib.efficiency)
         return layers_split(model.layers, rate, micro).passes_s
-    return cal.compute_seconds(WorkloadProfile(params=model.params, batch_per_replica=micro,
+    return cal.compute_seconds(WorkloadSpec(params=model.params, batch_size=micro,
                                                flops_per_sample=model.flops_per_sample),
                                calib)[0]
 

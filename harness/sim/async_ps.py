@@ -1,6 +1,6 @@
 """Asynchronous parameter server: workers pull, compute and push on their own clocks.
 
-Each worker loops: pull the K parameter shards (the touched bytes, ``gradient_sparsity``),
+Each worker loops: pull the K parameter shards (the touched bytes, ``sparsity``),
 compute, push its gradient shards; each server applies a push the moment it lands, one at a
 time (``optimizer_s / K`` each). Nobody waits for anybody, so a straggler slows only itself,
 and a push may be *stale*: the staleness of a push is the number of updates its shard took
@@ -25,7 +25,6 @@ import simpy
 from harness.core.errors import SpecError
 from harness.sim.calibration import Calibration, compute_seconds
 from harness.sim.network import CountingEnvironment, FluidNetwork
-from harness.sim.profile import WorkloadProfile
 from harness.sim.ps import server_ranks
 from harness.sim.step_result import StepResult, worker_classes
 from harness.sim.topology import (
@@ -37,11 +36,12 @@ from harness.sim.topology import (
     path,
     with_servers,
 )
+from workloads.spec import WorkloadSpec
 
 Process = Generator[simpy.Event, object, None]
 
 
-def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadProfile,
+def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
                       calibration: Calibration | None = None, *, shards: int | None = None,
                       colocated: bool = False, stragglers: int = 0,
                       straggler_factor: float = 1.0, iterations: int = 16,
@@ -136,7 +136,7 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadProfile
     # throughput after the warm-up round: fast workers lap slow ones, as they would for real
     end = env.now
     rate = (total - w) / (end - window["start"]) if end > window["start"] else w / end
-    throughput = rate * scale * profile.batch_per_replica
+    throughput = rate * scale * profile.batch_size
     median = statistics.median(iteration_s)
     per_step = workers / len(iteration_s)  # from totals over the run to one step of all workers
     carried = [0.0] * len(table.class_names)

@@ -62,11 +62,11 @@ def two_level(workers: int, per_host: int = 8) -> str:
 
 def measure_parameter_server(workers: int) -> dict[str, Any]:
     """One synchronous parameter-server step with the default shards; wall time and memory."""
-    from harness.sim.profile import WorkloadProfile
     from harness.sim.step_model import simulate_step
+    from workloads.spec import WorkloadSpec
 
     topo = parse_topology(two_level(workers))
-    profile = WorkloadProfile(params=25_000_000, step_compute_s=0.1)
+    profile = WorkloadSpec(params=25_000_000, step_time_s=0.1)
     tracemalloc.start()
     started = time.perf_counter()
     r = simulate_step("parameter_server", topo, workers, profile)

@@ -20,10 +20,10 @@ from harness.sim.device_model import (
 from harness.sim.device_model import device_step as _device_step
 from harness.sim.memory import optimizer_slots
 from harness.sim.preset import Device, load_preset
-from harness.sim.profile import WorkloadProfile
 from harness.sim.spec import parse_topology
 from harness.sim.topology import Topology, link_classes, with_classes
 from workloads.precision import precision
+from workloads.spec import WorkloadSpec
 
 SOURCES = ("measured", "preset", "spec", "profile")
 
@@ -125,11 +125,11 @@ def apply(topology: Topology, calibration: Calibration | None) -> Topology:
                                    for k, v in calibration.links.items()})
 
 
-def device_step(profile: WorkloadProfile, calibration: Calibration | None
+def device_step(profile: WorkloadSpec, calibration: Calibration | None
                 ) -> DeviceStep | None:
     """The profile's step on the calibration's device by the device model, where nothing
     measured says otherwise and the workload's operators are known; None else."""
-    if (profile.step_compute_s is not None or calibration is None
+    if (profile.step_time_s is not None or calibration is None
             or calibration.compute_s_per_step is not None or calibration.device is None
             or not profile.ops):
         return None
@@ -137,8 +137,8 @@ def device_step(profile: WorkloadProfile, calibration: Calibration | None
     rate = device_rate(calibration.device, name, calibration.efficiency,
                        efficiency_source(calibration), calibration.framework,
                        calibration.fused_attention, calibration.channels_last)
-    updated = profile.updated_values(profile.batch_per_replica, rate.framework)
-    step = _device_step(profile.ops, profile.batch_per_replica, updated, rate,
+    updated = profile.updated_values(profile.batch_size, rate.framework)
+    step = _device_step(profile.ops, profile.batch_size, updated, rate,
                         precision(name), optimizer_slots(profile.optimizer))
     if calibration.precision is None:
         note = f"{name} (no --precision given: the device's training precision)"
@@ -148,8 +148,8 @@ def device_step(profile: WorkloadProfile, calibration: Calibration | None
     return step
 
 
-def with_device_update(profile: WorkloadProfile, calibration: Calibration | None
-                       ) -> WorkloadProfile:
+def with_device_update(profile: WorkloadSpec, calibration: Calibration | None
+                       ) -> WorkloadSpec:
     """The profile with the optimizer's update timed on the calibration's device, where the
     device model times its step and the profile states no update time: every strategy and
     the one-device baseline then pay the same update."""
@@ -166,7 +166,7 @@ def efficiency_source(calibration: Calibration) -> str:
     return "the system file's"
 
 
-def compute_seconds(profile: WorkloadProfile, calibration: Calibration | None
+def compute_seconds(profile: WorkloadSpec, calibration: Calibration | None
                     ) -> tuple[float, str]:
     """Forward + backward seconds per step per replica, and where the number came from.
 
@@ -175,8 +175,8 @@ def compute_seconds(profile: WorkloadProfile, calibration: Calibration | None
     with the framework's own per-step work); the profile's FLOPs over the calibration's
     device speed.
     """
-    if profile.step_compute_s is not None:
-        return profile.step_compute_s, "profile"
+    if profile.step_time_s is not None:
+        return profile.step_time_s, "profile"
     if calibration is not None and calibration.compute_s_per_step is not None:
         return calibration.compute_s_per_step, calibration.compute_source
     step = device_step(profile, calibration)
@@ -188,7 +188,7 @@ def compute_seconds(profile: WorkloadProfile, calibration: Calibration | None
                 f"{step.precision_note}")
     if (profile.flops_per_sample is not None and calibration is not None
             and calibration.device_flops):
-        return (profile.flops_per_sample * profile.batch_per_replica / calibration.device_flops,
+        return (profile.flops_per_sample * profile.batch_size / calibration.device_flops,
                 calibration.compute_source)
     raise SpecError("cannot tell the compute time: give the profile step_compute=, or "
                     "flops_per_sample= with a calibration that knows the device "

@@ -35,9 +35,9 @@ from harness.sim.layered import (
     stage_layers,
 )
 from harness.sim.pipeline import in_flight_per_chunk
-from harness.sim.profile import WorkloadProfile
 from workloads.optimizers import OPTIMIZER_SLOTS
 from workloads.precision import FP32, Precision
+from workloads.spec import WorkloadSpec
 
 #: Copies of the gradients a framework's strategy keeps: torch DDP also holds them in flat
 #: buckets (``gradient_as_bucket_view=False``, the default). Measured: docs/SIMULATOR.md.
@@ -131,14 +131,14 @@ def data_parallel_memory(params: float, exchange: str, replicas: int, slots: int
     return Memory(w, grads, 0.0 if exchange == "parameter_server" else o, activation_bytes)
 
 
-def replica_memory(profile: WorkloadProfile, framework: str, strategy: str, replicas: int,
+def replica_memory(profile: WorkloadSpec, framework: str, strategy: str, replicas: int,
                    slots: int) -> Memory:
     """One replica of ``framework``'s ``strategy`` (a simulator name under "sim") among
     ``replicas``, holding ``profile``'s batch per replica of its activations per sample:
     what a strategy's exchange leaves on each device (``data_parallel_memory``)."""
     return data_parallel_memory(
         profile.params, exchange_kind(framework, strategy), replicas, slots,
-        (profile.activation_bytes_per_sample or 0.0) * profile.batch_per_replica,
+        (profile.activation_bytes_per_sample or 0.0) * profile.batch_size,
         GRADIENT_COPIES.get((framework, strategy), 1), dense_fraction=profile.dense_fraction,
         table_gradient_bytes=profile.table_gradient_bytes)
 

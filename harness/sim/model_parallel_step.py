@@ -46,12 +46,12 @@ from harness.sim.layered import (
     stage_layers,
 )
 from harness.sim.pipeline import run_pipeline, schedule_order
-from harness.sim.profile import WorkloadProfile
 from harness.sim.schedule import parallel
 from harness.sim.spec import SpecError
 from harness.sim.step_result import StepResult
 from harness.sim.topology import Hierarchy, Topology, n_devices
 from workloads.precision import FP32, Precision
+from workloads.spec import WorkloadSpec
 
 
 @functools.lru_cache(maxsize=8192)
@@ -525,10 +525,10 @@ def _shared_splits(model: LayeredModel, stages: list[tuple[Layer, ...]], micro: 
                    step_compute_s: float | None) -> tuple[list[ComputeSplit], str]:
     """A whole step's compute (measured, or FLOPs over a device speed) shared by FLOPs."""
     scale = micro / model.batch_size
-    profile = WorkloadProfile(params=model.params, batch_per_replica=micro,
-                              flops_per_sample=model.flops_per_sample,
-                              step_compute_s=(step_compute_s * scale
-                                              if step_compute_s is not None else None))
+    profile = WorkloadSpec(params=model.params, batch_size=micro,
+                           flops_per_sample=model.flops_per_sample,
+                           step_time_s=(step_compute_s * scale
+                                        if step_compute_s is not None else None))
     whole, source = compute_seconds(profile, calibration)  # one micro-batch, one device
     of = recomputed(model, how)
     out = []

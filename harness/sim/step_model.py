@@ -18,7 +18,7 @@ A step is forward (1/3 of compute), backward (2/3), the exchange, and the optimi
   and again before its backward (prefetched one unit ahead), its gradient reduce-scattered
   after; the optimizer works on a 1/W shard;
 * synchronous parameter server / central storage: compute, then push and pull the touched
-  bytes (``gradient_sparsity``), the servers' optimizer in between (over every worker's
+  bytes (``sparsity``), the servers' optimizer in between (over every worker's
   gradient of the round, summed: W replicas' rows, split among the shards);
 * embedding sharding (DLRM's hybrid): each replica asks the owners of the distinct rows it
   looks up for them (all-to-all of the counts, the (table, id) pairs, then the rows, each
@@ -52,7 +52,6 @@ from harness.sim.collectives import (
 from harness.sim.engine import CollectiveResult, run_collective
 from harness.sim.fsdp import UnitPass, unit_timeline
 from harness.sim.network import CountingEnvironment
-from harness.sim.profile import WorkloadProfile
 from harness.sim.ps import central_storage, phases, ps_sync
 from harness.sim.schedule import Schedule
 from harness.sim.sparse_traffic import embedding_owner_shares
@@ -66,6 +65,7 @@ from harness.sim.strategies import (
     fsdp_schedules,
 )
 from harness.sim.topology import Hierarchy, Topology, n_devices, scale_bandwidth, with_servers
+from workloads.spec import WorkloadSpec
 
 Process = Generator[simpy.Event, object, None]
 
@@ -106,7 +106,7 @@ class _Collectives:
         return self.cache[key].time_s
 
 
-def simulate_step(strategy: str, topology: Topology, workers: int, profile: WorkloadProfile,
+def simulate_step(strategy: str, topology: Topology, workers: int, profile: WorkloadSpec,
                   calibration: Calibration | None = None, *, stragglers: int = 0,
                   straggler_factor: float = 1.0, mode: str = "fast",
                   ps_shards: int | None = None, ps_colocated: bool = False,
@@ -119,7 +119,7 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
 
     ``library``: whose collectives run them, "nccl" (GPUs) or "gloo" (CPUs, emulated hosts),
     where they differ in bytes (gloo's reduce-scatter is an all-reduce). ``ps_pull``: what
-    a parameter-server worker pulls (WorkloadProfile.ps_bytes).
+    a parameter-server worker pulls (WorkloadSpec.ps_bytes).
 
     ``ps_shard_weights``: the parameter servers' relative shard sizes (one per shard; equal
     shards when None), as a real run's greedy placement of whole tensors left them.
@@ -208,7 +208,7 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
         strategy=strategy, workers=workers, step_time_s=step_time, compute_s=slowest,
         optimizer_s=optimizer, comm_s=sum(r.time_s for r in colls.log),
         exposed_comm_s=max(0.0, step_time - slowest - optimizer), bytes_per_step=sent,
-        throughput_samples_s=workers * profile.batch_per_replica / step_time,
+        throughput_samples_s=workers * profile.batch_size / step_time,
         collectives=len(colls.log), class_bytes=class_bytes,
         utilisation={k: link_bytes[k] / (capacity[k] * step_time) if capacity[k] else 0.0
                      for k in link_bytes},
@@ -266,7 +266,7 @@ def _compute(env: simpy.Environment, seconds: float,
 
 
 def _allreduce_step(env: simpy.Environment, strategy: str, topology: Topology, workers: int,
-                    profile: WorkloadProfile, compute: float, classes: list[tuple[int, float]],
+                    profile: WorkloadSpec, compute: float, classes: list[tuple[int, float]],
                     colls: _Collectives) -> Callable[[], float]:
     """Buckets fill at an even pace through backward; one collective at a time, each as soon
     as every worker has its bucket. No SimPy process per bucket: with one stream the bucket
@@ -287,7 +287,7 @@ def _allreduce_step(env: simpy.Environment, strategy: str, topology: Topology, w
 
 
 def _after_backward_step(env: simpy.Environment, topology: Topology, workers: int,
-                         profile: WorkloadProfile,
+                         profile: WorkloadSpec,
                          compute: float, classes: list[tuple[int, float]], colls: _Collectives
                          ) -> Callable[[], float]:
     state = {"end": 0.0}
@@ -302,7 +302,7 @@ def _after_backward_step(env: simpy.Environment, topology: Topology, workers: in
         if workers > 1 and rows > 0:  # every replica's rows to every replica
             # TF gathers each table's IndexedSlices on its own: their lengths (they differ
             # between replicas), then the values, then the int64 indices
-            tables = max(1, profile.embedding_tables)
+            tables = profile.sparse_tables
             index = rows * 8 / (profile.embedding_row_bytes + 8)
             for _ in range(tables):
                 for size in (8.0, (rows - index) / tables, index / tables):
@@ -337,7 +337,7 @@ def _exchange_time(colls: _Collectives, matrix: np.ndarray, share: float,
     return took
 
 
-def _embedding_step(topology: Topology, workers: int, profile: WorkloadProfile,
+def _embedding_step(topology: Topology, workers: int, profile: WorkloadSpec,
                     compute: float, classes: list[tuple[int, float]], colls: _Collectives,
                     share: float = 1.0, oneway: float = 1.0) -> Callable[[], float]:
     """Each replica's distinct rows (``sparse_rows_bytes``: their values and an int64 id
@@ -354,7 +354,7 @@ def _embedding_step(topology: Topology, workers: int, profile: WorkloadProfile,
             if profile.embedding_row_bytes else 0.0)
     values = rows * profile.embedding_row_bytes
     shares = profile.owner_shares or embedding_owner_shares(
-        f"{profile.name}:{profile.size}", profile.batch_per_replica, workers)
+        profile.name, profile.batch_size, workers)
     if shares is not None and len(shares) != workers:
         raise SpecError(f"{len(shares)} owner shares for {workers} workers")
     # row i: what rank i asks of each owner
@@ -373,7 +373,7 @@ def _embedding_step(topology: Topology, workers: int, profile: WorkloadProfile,
 
 
 def _fsdp_step(env: simpy.Environment, topology: Topology, workers: int,
-               profile: WorkloadProfile, compute: float,
+               profile: WorkloadSpec, compute: float,
                classes: list[tuple[int, float]], colls: _Collectives,
                library: str = "nccl") -> Callable[[], float]:
     """Units of ``fsdp_unit_bytes`` on FSDP's one timeline (``harness/sim/fsdp``), each

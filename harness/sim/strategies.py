@@ -133,7 +133,7 @@ def fsdp_schedules(topology: Topology, workers: int, library: str = "nccl"
             channel_rings(scatter, topology, workers))
 
 
-#: What a parameter-server worker pulls back, per framework (WorkloadProfile.ps_bytes):
+#: What a parameter-server worker pulls back, per framework (WorkloadSpec.ps_bytes):
 #: the torch RPC servers here send the rows any worker changed, TF's ParameterServerStrategy
 #: reads variables whole (both measured on the wire).
 PS_PULL = {framework: lib.ps_pull for framework, lib in LIBRARIES.items()}

@@ -44,13 +44,14 @@ from harness.sim.device_model import (
 )
 from harness.sim.memory import optimizer_slots
 from harness.sim.preset import load_preset
-from harness.sim.profile import WorkloadProfile, from_spec
+from harness.sim.profile import for_simulation
 from harness.sim.structure import layered
 from harness.validate.layout_step import PER_HOST, layout_step
 from workloads.hf import dims_of
 from workloads.known import bert_large_ops, get_known
 from workloads.operators import Op
 from workloads.precision import precision as find_precision
+from workloads.spec import WorkloadSpec
 
 CORPUS = "device_training.json"
 #: optimizer state slots per parameter (LAMB keeps Adam's two moments)
@@ -360,12 +361,12 @@ def padded_lengths(row: dict[str, Any], lengths: dict[str, Any]
 
 
 def updated_params(row: Row) -> float:
-    """Gradient values the optimizer applies each step (``WorkloadProfile.updated_values``):
+    """Gradient values the optimizer applies each step (``WorkloadSpec.updated_values``):
     every parameter's, or for sparse embeddings the dense layers' and one row per lookup."""
     model = get_known(row.model) if row.model != "bert_large" else get_known("bert_large")
     if not row.sparse_embeddings:
         return float(model.params)
-    return from_spec(model.spec()).updated_values(row.batch_per_gpu * row.accumulation)
+    return for_simulation(model.spec()).updated_values(row.batch_per_gpu * row.accumulation)
 
 
 def rate_of(row: Row, efficiency: float | None) -> DeviceRate:
@@ -393,9 +394,9 @@ def predict_step(row: Row, efficiency: float | None = None) -> dict[str, float |
                  launch_floor(optimizer_kernels(params / shard, slots), rate))
     exposed = 0.0
     if row.gpus > 1:
-        profile = WorkloadProfile(params=int(get_known(row.model).params),
-                                  batch_per_replica=row.batch_per_gpu, step_compute_s=micro,
-                                  name=row.id)
+        profile = WorkloadSpec(params=int(get_known(row.model).params),
+                               batch_size=row.batch_per_gpu, step_time_s=micro,
+                               given_name=row.id)
         (result,) = simulate(f"preset:{row.system},hosts=1", row.gpus, "ddp", profile)
         exposed = float(result["exposed_comm_s"])
     step = (row.accumulation * micro + update + exposed + rate.device.step_overhead_s)

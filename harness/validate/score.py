@@ -280,7 +280,7 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
             if ps is None:
                 continue
         cores = run_cores(store, r["run_id"])
-        key = (r["framework"], r["strategy"], facts.label, cores)
+        key = (r["framework"], r["strategy"], facts.name, cores)
         if key not in runtimes:
             runtimes[key] = runtime_overhead(frame, fits, r["framework"], r["strategy"], facts,
                                              cores)
