@@ -84,7 +84,7 @@ def test_bad_input_raises_spec_error():
         simulate("switch:n=8,bw=1Gbit", 8, "all", None)
     with pytest.raises(SpecError, match="compute time"):
         simulate("switch:n=8,bw=1Gbit", 8, "all", WorkloadSpec(params=10,
-                                                                  flops_per_sample=1e9))
+                                                               flops_per_sample=1e9))
 
 
 def test_what_a_topology_cannot_run_is_an_unavailable_row():
@@ -121,7 +121,7 @@ def test_a_measured_calibration_overrides_the_spec():
 def test_step_model_invariants(strategy, workers, grad_bytes, compute, factor, grow):
     topo = parse_topology("two_level:hosts=4,gpus=4,intra=100GB/s,inter=10Gbit")
     profile = WorkloadSpec(params=int(grad_bytes / 4), step_time_s=compute,
-                              bucket_bytes=8 * 2**20)
+                           bucket_bytes=8 * 2**20)
     if strategy == "allreduce_hierarchical" and workers > 4 and workers % 4:
         with pytest.raises(TopologyError, match="whole hosts"):
             simulate_step(strategy, topo, workers, profile)

@@ -420,7 +420,7 @@ def _per_replica(facts: WorkloadSpec, profile: WorkloadSpec, global_batch: int |
     measured = profile.step_time_s
     return (facts.at(batch=micro),
             profile.at(step_time_s=(measured * micro / profile.batch_size
-                                       if measured is not None else None), batch=micro),
+                                    if measured is not None else None), batch=micro),
             share // micro)
 
 
@@ -559,7 +559,7 @@ def _checkpointed_fsdp(ctx: Context, facts: WorkloadSpec, target: Target, n: int
                     flops_per_sample=(profile.flops_per_sample * 4 / 3
                                       if profile.flops_per_sample else None),
                     step_time_s=(profile.step_time_s * 4 / 3
-                                    if profile.step_time_s is not None else None),
+                                 if profile.step_time_s is not None else None),
                     recomputed=True)
     row = simulate(target.spec, n, ["fsdp"], again, calibration, workload=facts.name)[0]
     return row, {"layout": "every layer checkpointed", "memory_per_device_bytes": need}

@@ -286,7 +286,7 @@ def _one_device_s(model: LayeredModel, micro: int, calib: cal.Calibration,
         rate = device_rate(calib.device, precision, calib.efficiency)
         return layers_split(model.layers, rate, micro).passes_s
     return cal.compute_seconds(WorkloadSpec(params=model.params, batch_size=micro,
-                                               flops_per_sample=model.flops_per_sample),
+                                            flops_per_sample=model.flops_per_sample),
                                calib)[0]
 
 
