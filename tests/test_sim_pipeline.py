@@ -18,6 +18,7 @@ from harness.sim.pipeline import (
     in_flight_per_chunk,
     peak_in_flight,
     run_pipeline,
+    schedule_order,
     stage_order,
 )
 
@@ -227,3 +228,19 @@ def test_the_dedicated_loop_and_the_event_loop_agree_when_no_core_is_shared(case
     assert ((lean.makespan_s, lean.busy_s, lean.ends_s, lean.last_pass_s)
             == (dedicated.makespan_s, dedicated.busy_s, dedicated.ends_s,
                 dedicated.last_pass_s))
+
+
+@settings(max_examples=40, deadline=None)
+@given(pipelines(), st.floats(0.5, 2.0))
+def test_a_remembered_timing_is_the_one_its_times_give(case, scale):
+    """The span-free timings of a shared schedule are remembered by the schedule and every
+    time it was given: asked again, the same timing; given other times, their own."""
+    schedule, stages, microbatches, forward, backward, send, back = case
+    shared = schedule_order(schedule, stages, microbatches)
+    for f in (forward, [t * scale for t in forward]):
+        lean = run_pipeline(shared, f, backward, send, back, keep_spans=False)
+        fresh = run_pipeline(stage_order(schedule, stages, microbatches), f, backward, send,
+                             back)
+        assert run_pipeline(shared, list(f), backward, send, back, keep_spans=False) is lean
+        assert ((lean.makespan_s, lean.busy_s, lean.ends_s, lean.last_pass_s)
+                == (fresh.makespan_s, fresh.busy_s, fresh.ends_s, fresh.last_pass_s))

@@ -213,8 +213,34 @@ def run_pipeline(orders: Sequence[Sequence[Pass]], forward_s: Sequence[float],
                             "device, not on shared cores")
         return _run_shared(orders, (forward_s, backward_s), (fwd_comm, bwd_comm),
                            _Links(send_s, send_back_s, devices), cores)
-    return _run_dedicated(orders, forward_s, backward_s, fwd_comm, bwd_comm, send_s,
-                          send_back_s, blocking, keep_spans)
+    if keep_spans or not isinstance(orders, tuple):
+        return _run_dedicated(orders, forward_s, backward_s, fwd_comm, bwd_comm, send_s,
+                              send_back_s, blocking, keep_spans)
+    times = (tuple(forward_s), tuple(backward_s), tuple(fwd_comm), tuple(bwd_comm),
+             tuple(send_s), tuple(send_back_s))
+    return _remembered(orders, times, blocking)
+
+
+_Times = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...],
+               tuple[float, ...], tuple[float, ...]]
+_TIMINGS: dict[tuple[int, _Times, bool], tuple[Sequence[Sequence[Pass]], PipelineTiming]] = {}
+
+
+def _remembered(orders: Sequence[Sequence[Pass]], times: _Times, blocking: bool
+                ) -> PipelineTiming:
+    """A span-free timing, remembered by its schedule object (``schedule_order``'s are
+    shared and immutable) and its times: a layout search meets the same layout with the
+    same stage times again (158 pipelines timed for Llama 3 405B on 1,024 hosts, 67 of
+    them distinct), and the timing is a pure function of them."""
+    key = (id(orders), times, blocking)
+    known = _TIMINGS.get(key)
+    if known is not None and known[0] is orders:
+        return known[1]
+    timing = _run_dedicated(orders, *times, blocking, False)
+    if len(_TIMINGS) >= 512:
+        _TIMINGS.clear()
+    _TIMINGS[key] = (orders, timing)
+    return timing
 
 
 def _run_dedicated(orders: Sequence[Sequence[Pass]], forward_s: Sequence[float],
