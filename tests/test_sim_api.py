@@ -87,6 +87,18 @@ def test_bad_input_raises_spec_error():
                                                                flops_per_sample=1e9))
 
 
+def test_one_worker_runs_every_strategy_with_nothing_to_exchange():
+    """One worker: every strategy is its compute, central storage included (its one
+    device holds the store, so its round moves nothing)."""
+    rows = simulate("switch:n=2,bw=1Gbit", 1, "all", PROFILE)
+    assert {r["strategy"] for r in rows} >= {"central_storage", "parameter_server"}
+    synchronous = [r for r in rows if r["strategy"] != "parameter_server_async"]
+    assert all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]
+    for r in synchronous:
+        assert r["exposed_comm_s"] == pytest.approx(0.0, abs=1e-12), r
+        assert r["step_time_median_s"] == pytest.approx(0.1 + 0.002), r
+
+
 def test_what_a_topology_cannot_run_is_an_unavailable_row():
     rows = simulate("torus:dims=2x2,bw=10GB/s", 4, ["parameter_server", "allreduce_ring"],
                     PROFILE)

@@ -62,12 +62,14 @@ def ps_sync(workers: int, shards: int, colocated: bool = False,
 
 def phases(schedule: Schedule) -> tuple[Schedule, Schedule]:
     """A synchronous round's push and pull as schedules of their own, to be timed with
-    different sizes (a worker pulls every row any worker changed, not only its own)."""
-    if len(schedule.steps) != 2:
+    different sizes (a worker pulls every row any worker changed, not only its own). A
+    round that moves nothing (one worker holding the only server: central storage on one
+    device) is two empty phases."""
+    if len(schedule.steps) not in (0, 2):
         raise ValueError(f"{schedule.name} is not a push and a pull")
     push, pull = (Schedule(f"{schedule.name}_{part}", "allreduce", schedule.world,
-                           schedule.n_chunks, (s,), schedule.contributors)
-                  for part, s in zip(("push", "pull"), schedule.steps, strict=True))
+                           schedule.n_chunks, schedule.steps[i:i + 1], schedule.contributors)
+                  for i, part in enumerate(("push", "pull")))
     return push, pull
 
 
