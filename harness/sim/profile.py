@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from workloads.profile import KEYS as PROFILE_GRAMMAR_KEYS
-from workloads.spec import PS_PULLS, WorkloadSpec
+from workloads.spec import WorkloadSpec
 
-__all__ = ["PROFILE_KEYS", "PS_PULLS", "WorkloadSpec", "for_simulation"]
+__all__ = ["PROFILE_KEYS", "for_simulation"]
 
 # The one grammar of a workload as numbers is workloads.profile's (`--workload profile:` too).
 PROFILE_KEYS = PROFILE_GRAMMAR_KEYS
