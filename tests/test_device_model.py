@@ -429,6 +429,22 @@ def test_every_corpus_row_is_sourced_and_quoted():
     assert set(data["fits"].values()) <= {r.id for r in rows}
 
 
+def test_an_eager_stack_adds_each_micro_batchs_gradients_and_a_fused_one_does_not():
+    """NVIDIA's BERT adds each micro-batch's gradients after its backward (torch's
+    AccumulateGrad: both read, the sum written), fp32 in TF32 and fp16 where it halves the
+    model; Megatron's fused accumulation (the corpus's default) pays nothing more."""
+    for row_id, element in (("bert_large_pt_a100_80g_p2_1gpu_tf32", 4),
+                            ("bert_large_pt_a100_80g_p2_1gpu_fp16", 2)):
+        row = devices.row_by_id(row_id)
+        assert row.grad_accumulation == ("eager" if element == 4 else "eager_half")
+        eager = devices.predict_step(row)
+        fused = devices.predict_step(replace(row, grad_accumulation="fused"))
+        add = 3 * element * get_known("bert_large").params / devices.rate_of(row, None).bytes_per_s
+        assert eager["accumulate_s"] == pytest.approx((row.accumulation - 1) * add)
+        assert fused["accumulate_s"] == 0
+        assert eager["step_s"] - fused["step_s"] == pytest.approx(eager["accumulate_s"])
+
+
 def test_the_corpus_comparison_reproduces_its_table():
     """The table docs/SIMULATOR.md shows: each fit row reproduces its figure, ResNet-50 on one
     A100 is within 25% out of the box, and the rows beyond the issue's bounds are exactly

@@ -600,6 +600,29 @@ def test_accumulating_micro_batches_adds_compute_or_whole_steps_for_fsdp():
     assert accumulated_step("fsdp", 1.0, 0.6, 0.1, 1) == 1.0
     # embedding sharding looks its rows up with every micro-batch
     assert accumulated_step("embedding_sharding", 1.0, 0.6, 0.1, 4) == pytest.approx(3.7)
+    # each micro-batch after the first adds its gradients into the sum (torch's
+    # AccumulateGrad); FSDP adds only its shard, not counted
+    assert accumulated_step("allreduce_ring", 1.0, 0.6, 0.1, 4, add_s=0.05) == pytest.approx(
+        1.0 + 3 * 0.65)
+    assert accumulated_step("fsdp", 1.0, 0.6, 0.1, 4, add_s=0.05) == pytest.approx(3.7)
+
+
+def test_the_gradient_add_is_paid_where_the_device_model_times_the_step_only():
+    """Three fp32 copies of the dense gradients a micro-batch on the device's memory; a
+    stated (or measured) step is one micro-batch's on a machine whose bandwidth is unknown."""
+    from harness.sim.calibration import Calibration, accumulation_add_seconds
+    from harness.sim.device_model import device_rate
+    from harness.sim.preset import load_preset
+    from workloads.known import get_known
+
+    device = load_preset("dgx_a100").device
+    calibration = Calibration(device=device, precision="tf32")
+    spec = get_known("bert_large").spec()
+    add = accumulation_add_seconds(spec, calibration)
+    rate = device_rate(device, "tf32").bytes_per_s
+    assert add == pytest.approx(3 * 4 * spec.params / rate, rel=0.01)
+    assert accumulation_add_seconds(spec.at(step_time_s=0.1), calibration) == 0.0
+    assert accumulation_add_seconds(spec, None) == 0.0
 
 
 def test_a_global_batch_is_every_data_parallel_candidates_step():

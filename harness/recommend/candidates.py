@@ -296,6 +296,7 @@ def topology_points(ctx: Context, facts: WorkloadSpec, target: Target
     measured here (a device like this machine)."""
     from harness.sim.calibration import (
         Calibration,
+        accumulation_add_seconds,
         compute_seconds,
         from_preset,
         with_device_update,
@@ -345,7 +346,9 @@ def topology_points(ctx: Context, facts: WorkloadSpec, target: Target
     assert one is not None  # one device takes every sample of a step
     single_facts, single_profile, single_times = one
     single_compute = compute_seconds(single_profile, calibration)[0]
-    single_s = single_times * single_compute + profile.optimizer_s
+    add_s = accumulation_add_seconds(profile, calibration)
+    single_s = (single_times * single_compute + (single_times - 1) * add_s
+                + profile.optimizer_s)
     batch = ctx.global_batch or facts.batch_size  # the single device's samples a step
     out = [_point(facts, framework="sim", strategy="single_device", replicas=1,
                   step_time_s=single_s, batch=batch,
@@ -368,7 +371,7 @@ def topology_points(ctx: Context, facts: WorkloadSpec, target: Target
                                       checkpointed)
                    if "fsdp" not in fitting and checkpointed is not None else None)
         for row, extra in [*((r, {}) for r in rows), *([wrapped] if wrapped else [])]:
-            row = _accumulated(row, times, at_n.batch_size * n * times)
+            row = _accumulated(row, times, at_n.batch_size * n * times, add_s)
             out.append(_sim_point(ctx, facts, target, row, framework="sim",
                                   strategy=row["strategy"], model=row["strategy"],
                                   batch=batch, single_s=single_s, price=price,
@@ -449,16 +452,19 @@ def _simulated(spec: str, n: int, strategies: list[str], profile: WorkloadSpec,
     return [rows[s] for s in strategies if s in rows]
 
 
-def _accumulated(row: dict[str, Any], times: int, samples: int) -> dict[str, Any]:
+def _accumulated(row: dict[str, Any], times: int, samples: int, add_s: float
+                 ) -> dict[str, Any]:
     """A simulated row of one micro-batch per replica as a step of ``times`` of them
-    (``sim.step_model.accumulated_step``), ``samples`` over all replicas."""
+    (``sim.step_model.accumulated_step``, each micro-batch after the first adding its
+    gradients in ``add_s``), ``samples`` over all replicas."""
     if times <= 1 or row.get("status") != "ok":
         return row
     from harness.sim.step_model import EXCHANGES_EVERY_MICROBATCH, accumulated_step
 
     strategy = str(row["strategy"])
     step = accumulated_step(strategy, float(row["step_time_median_s"]),
-                            float(row["compute_s"]), float(row["optimizer_s"]), times)
+                            float(row["compute_s"]), float(row["optimizer_s"]), times,
+                            add_s)
     exchanges = times if strategy in EXCHANGES_EVERY_MICROBATCH else 1
     return row | {"step_time_median_s": step, "throughput_samples_s": samples / step,
                   "exposed_comm_s": exchanges * float(row["exposed_comm_s"])}

@@ -12,7 +12,10 @@ from dataclasses import dataclass, field, replace
 
 from harness.core.errors import SpecError
 from harness.sim.device_model import (
+    FP32_BYTES,
+    DeviceRate,
     DeviceStep,
+    accumulation_seconds,
     assumed_efficiency_note,
     device_rate,
     training_precision,
@@ -134,9 +137,7 @@ def device_step(profile: WorkloadSpec, calibration: Calibration | None
             or not profile.ops):
         return None
     name = calibration.precision or training_precision(calibration.device)
-    rate = device_rate(calibration.device, name, calibration.efficiency,
-                       efficiency_source(calibration), calibration.framework,
-                       calibration.fused_attention, calibration.channels_last)
+    rate = _rate(calibration, name)
     updated = profile.updated_values(profile.batch_size, rate.framework)
     step = _device_step(profile.ops, profile.batch_size, updated, rate,
                         precision(name), optimizer_slots(profile.optimizer))
@@ -146,6 +147,27 @@ def device_step(profile: WorkloadSpec, calibration: Calibration | None
             note = f"{note}; {assumed}"
         step = replace(step, precision_note=note)
     return step
+
+
+def _rate(calibration: Calibration, name: str) -> DeviceRate:
+    assert calibration.device is not None
+    return device_rate(calibration.device, name, calibration.efficiency,
+                       efficiency_source(calibration), calibration.framework,
+                       calibration.fused_attention, calibration.channels_last)
+
+
+def accumulation_add_seconds(profile: WorkloadSpec, calibration: Calibration | None
+                             ) -> float:
+    """One more micro-batch's dense gradients added into the accumulated ones on the
+    calibration's device, where the device model times the step: torch keeps fp32 gradients
+    (fp32 weights, autocast over them) and adds them after each backward
+    (``device_model.accumulation_seconds``). 0 where the compute is measured or stated: a
+    measured step is one micro-batch's, on a machine whose bandwidth is not known."""
+    if device_step(profile, calibration) is None:
+        return 0.0
+    assert calibration is not None and calibration.device is not None
+    rate = _rate(calibration, calibration.precision or training_precision(calibration.device))
+    return accumulation_seconds(profile.params * profile.dense_fraction, FP32_BYTES, rate)
 
 
 def with_device_update(profile: WorkloadSpec, calibration: Calibration | None

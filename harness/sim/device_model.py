@@ -502,6 +502,16 @@ def gradient_copy_seconds(params: float, precision: Precision, rate: DeviceRate)
     return params * (precision.value_bytes + 4 * FP32_BYTES) / rate.bytes_per_s
 
 
+def accumulation_seconds(values: float, grad_bytes: int, rate: DeviceRate) -> float:
+    """One more micro-batch's weight gradients added into those accumulated before it, as an
+    eager framework adds them: torch's AccumulateGrad runs ``grad += new`` in place once a
+    gradient exists (torch/csrc/autograd/functions/accumulate_grad.h), so both are read and
+    the sum written, three times the gradient's bytes per value. Megatron-LM's
+    gradient-accumulation fusion (the weight-gradient GEMM adds into its fp32 buffer) pays
+    nothing here; DeepSpeed's fp32 copy pays ``gradient_copy_seconds`` instead."""
+    return 3 * values * grad_bytes / rate.bytes_per_s
+
+
 #: Kernels of one optimizer update with torch's multi-tensor ("foreach") implementation,
 #: per launch group: SGD 1, momentum 2, Adam about 6 (the moment updates, the bias
 #: corrections, the step). A launch group covers up to ``FOREACH_ELEMENTS`` values.

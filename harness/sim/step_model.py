@@ -229,15 +229,17 @@ EXCHANGES_EVERY_MICROBATCH = frozenset({"fsdp", EMBEDDING_SHARDING})
 
 
 def accumulated_step(strategy: str, step_s: float, compute_s: float, optimizer_s: float,
-                     times: int) -> float:
+                     times: int, add_s: float = 0.0) -> float:
     """A simulated step of one micro-batch per replica, as a step of ``times`` micro-batches
-    (gradient accumulation): the ones before the simulated one add their compute, or, where
-    the exchange runs with each micro-batch, the whole step but the optimizer's update."""
+    (gradient accumulation): the ones before the simulated one add their compute, and each
+    after the first its gradients into the accumulated ones (``add_s``); or, where the
+    exchange runs with each micro-batch, the whole step but the optimizer's update (FSDP adds
+    only its shard, 1/replicas of the values: not counted)."""
     if times <= 1:
         return step_s
     if strategy in EXCHANGES_EVERY_MICROBATCH:
         return times * (step_s - optimizer_s) + optimizer_s
-    return step_s + (times - 1) * compute_s
+    return step_s + (times - 1) * (compute_s + add_s)
 
 
 def _shards(shards: int | None, workers: int, colocated: bool) -> int:

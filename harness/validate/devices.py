@@ -13,7 +13,8 @@ Two comparisons, both printed:
     python -m harness.validate.devices
 
 A row's step is ``accumulation`` micro-batches of forward and backward (no faster than their
-kernels issue), the optimizer's update once (over 1/gpus of the parameters where the
+kernels issue), each after the first adding its gradients into the accumulated ones (torch's
+AccumulateGrad), the optimizer's update once (over 1/gpus of the parameters where the
 optimizer is sharded), the framework's step overhead, and on several GPUs the gradient
 exchange the simulator leaves exposed after the last backward.
 """
@@ -34,7 +35,9 @@ from harness.core.layout import Layout, mechanisms_of
 from harness.sim.api import simulate
 from harness.sim.compute import fit_efficiency
 from harness.sim.device_model import (
+    FP32_BYTES,
     DeviceRate,
+    accumulation_seconds,
     device_rate,
     launch_floor,
     optimizer_kernels,
@@ -369,6 +372,33 @@ def updated_params(row: Row) -> float:
     return for_simulation(model.spec()).updated_values(row.batch_per_gpu * row.accumulation)
 
 
+def dense_params(row: Row) -> float:
+    """The values a micro-batch's backward adds into dense gradients: every parameter, or
+    the dense layers' where the embeddings' gradients are sparse (torch appends a sparse
+    gradient's rows rather than adding them)."""
+    spec = for_simulation(get_known(row.model).spec())
+    return float(spec.params) * (spec.dense_fraction if row.sparse_embeddings else 1.0)
+
+
+#: how a data-parallel row's stack accumulates micro-batches' gradients (the row's
+#: ``grad_accumulation``): fused into the weight-gradient GEMM's buffer (Megatron's, the
+#: default: nothing more to pay), or added by torch after each backward (AccumulateGrad) into
+#: fp32 gradients (fp32 weights, or autocast over them: ``eager``) or into the half-precision
+#: gradients of a halved model (``eager_half``: NVIDIA's BERT calls ``model.half()``)
+EAGER_GRADIENT = {"eager": lambda precision: FP32_BYTES,
+                  "eager_half": lambda precision: find_precision(precision).value_bytes}
+
+
+def accumulate_seconds(row: Row, rate: DeviceRate) -> float:
+    """The adds of a data-parallel row's micro-batches after the first, where its stack adds
+    them after each backward."""
+    element = EAGER_GRADIENT.get(row.grad_accumulation)
+    if element is None or row.accumulation <= 1:
+        return 0.0
+    return (row.accumulation - 1) * accumulation_seconds(dense_params(row),
+                                                         element(row.precision), rate)
+
+
 def rate_of(row: Row, efficiency: float | None) -> DeviceRate:
     device = load_preset(row.system).device
     return device_rate(device, row.precision, efficiency,
@@ -388,6 +418,7 @@ def predict_step(row: Row, efficiency: float | None = None) -> dict[str, float |
         micro += share * max(passes.device_s, floor)
         launch_bound = launch_bound and floor >= passes.device_s
     params = updated_params(row)
+    accumulate = accumulate_seconds(row, rate)
     slots = optimizer_slots(row.optimizer)
     shard = row.gpus if row.sharded_optimizer else 1
     update = max(optimizer_seconds(params / shard, find_precision(row.precision), slots, rate),
@@ -399,8 +430,10 @@ def predict_step(row: Row, efficiency: float | None = None) -> dict[str, float |
                                given_name=row.id)
         (result,) = simulate(f"preset:{row.system},hosts=1", row.gpus, "ddp", profile)
         exposed = float(result["exposed_comm_s"])
-    step = (row.accumulation * micro + update + exposed + rate.device.step_overhead_s)
+    step = (row.accumulation * micro + accumulate + update + exposed
+            + rate.device.step_overhead_s)
     return {"step_s": step, "micro_s": micro, "optimizer_s": update, "exposed_comm_s": exposed,
+            "accumulate_s": accumulate,
             "samples_per_gpu": row.batch_per_gpu * row.accumulation / step,
             "bound": "launch" if launch_bound else "device"}
 
