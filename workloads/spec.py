@@ -184,13 +184,9 @@ class WorkloadSpec:
 
     @property
     def grad_bytes(self) -> int:
-        """Bytes of one dense fp32 gradient (what an all-reduce moves per step)."""
+        """Bytes of one dense fp32 gradient, as a run records it (its ``grad_bytes`` column);
+        what the simulator exchanges is ``gradient_bytes``, at ``bytes_per_element``."""
         return self.params * BYTES_PER_PARAM
-
-    @property
-    def touched_grad_bytes(self) -> float:
-        """Bytes a sparse-aware exchange (parameter server) moves per step at `batch_size`."""
-        return self.grad_bytes * self.sparsity
 
     def flops_per_step(self, batch_size: int | None = None) -> float | None:
         """Training FLOPs of one step of one replica."""
