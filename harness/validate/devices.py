@@ -48,6 +48,7 @@ from harness.sim.device_model import (
 from harness.sim.memory import optimizer_slots
 from harness.sim.preset import load_preset
 from harness.sim.profile import for_simulation
+from harness.sim.step_model import accumulated_step
 from harness.sim.structure import layered
 from harness.validate.layout_step import PER_HOST, layout_step
 from workloads.hf import dims_of
@@ -389,14 +390,13 @@ EAGER_GRADIENT = {"eager": lambda precision: FP32_BYTES,
                   "eager_half": lambda precision: find_precision(precision).value_bytes}
 
 
-def accumulate_seconds(row: Row, rate: DeviceRate) -> float:
-    """The adds of a data-parallel row's micro-batches after the first, where its stack adds
-    them after each backward."""
+def add_seconds(row: Row, rate: DeviceRate) -> float:
+    """One micro-batch's gradients added into the sum, where the row's stack adds them after
+    each backward; 0 where it fuses the add into the weight-gradient GEMM."""
     element = EAGER_GRADIENT.get(row.grad_accumulation)
-    if element is None or row.accumulation <= 1:
+    if element is None:
         return 0.0
-    return (row.accumulation - 1) * accumulation_seconds(dense_params(row),
-                                                         element(row.precision), rate)
+    return accumulation_seconds(dense_params(row), element(row.precision), rate)
 
 
 def rate_of(row: Row, efficiency: float | None) -> DeviceRate:
@@ -407,7 +407,8 @@ def rate_of(row: Row, efficiency: float | None) -> DeviceRate:
 
 
 def predict_step(row: Row, efficiency: float | None = None) -> dict[str, float | str]:
-    """The row's optimizer step on one of its GPUs, in parts."""
+    """The row's optimizer step on one of its GPUs, in parts: its micro-batches composed as
+    the recommender composes a data-parallel step (``step_model.accumulated_step``)."""
     if row.model_parallel:
         return _model_parallel_step(row, efficiency)
     rate = rate_of(row, efficiency)
@@ -418,7 +419,7 @@ def predict_step(row: Row, efficiency: float | None = None) -> dict[str, float |
         micro += share * max(passes.device_s, floor)
         launch_bound = launch_bound and floor >= passes.device_s
     params = updated_params(row)
-    accumulate = accumulate_seconds(row, rate)
+    add = add_seconds(row, rate)
     slots = optimizer_slots(row.optimizer)
     shard = row.gpus if row.sharded_optimizer else 1
     update = max(optimizer_seconds(params / shard, find_precision(row.precision), slots, rate),
@@ -430,10 +431,10 @@ def predict_step(row: Row, efficiency: float | None = None) -> dict[str, float |
                                given_name=row.id)
         (result,) = simulate(f"preset:{row.system},hosts=1", row.gpus, "ddp", profile)
         exposed = float(result["exposed_comm_s"])
-    step = (row.accumulation * micro + accumulate + update + exposed
-            + rate.device.step_overhead_s)
+    one = micro + update + exposed + rate.device.step_overhead_s  # a step of one micro-batch
+    step = accumulated_step("ddp", one, micro, update, row.accumulation, add)
     return {"step_s": step, "micro_s": micro, "optimizer_s": update, "exposed_comm_s": exposed,
-            "accumulate_s": accumulate,
+            "accumulate_s": (row.accumulation - 1) * add,
             "samples_per_gpu": row.batch_per_gpu * row.accumulation / step,
             "bound": "launch" if launch_bound else "device"}
 
