@@ -84,6 +84,23 @@ def _step(*args: str) -> float:
     return float(row["step_time_median_s"])
 
 
+def test_a_precision_halves_what_fsdp_gathers_not_what_ddp_reduces():
+    """Under autocast the replicas' weights, and so DDP's gradients, stay fp32 (torch's
+    bf16_compress_hook is what halves them: --bytes-per-element 2); FSDP gathers and reduces in
+    the compute precision (MixedPrecisionPolicy's param_dtype)."""
+    def sent(precision: str) -> dict[str, float]:
+        proc = stratbench("simulate", "--topology", "preset:dgx_h100_ib,hosts=2", "--workers",
+                          "16", "--workload", "resnet50", "--framework", "torch",
+                          "--strategy", "ddp", "--strategy", "fsdp", "--precision", precision,
+                          "--json")
+        assert proc.returncode == 0, proc.stderr
+        return {r["strategy"]: float(r["bytes_per_step"]) for r in json.loads(proc.stdout)}
+
+    fp32, bf16 = sent("fp32"), sent("bf16")
+    assert bf16["allreduce_ring"] == fp32["allreduce_ring"]
+    assert bf16["fsdp"] == pytest.approx(fp32["fsdp"] / 2)
+
+
 def test_a_deployment_as_described_framework_shards_placement_bucket_precision():
     """TF's mirrored (all-reduce after backward) and torch's DDP (buckets during backward)
     are different simulations; the PS's shards and placement, DDP's bucket and fp16

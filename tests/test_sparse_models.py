@@ -227,8 +227,10 @@ def test_dlrm_on_described_gpus_is_answered_with_its_tables_sharded():
     """DLRM's 26 tables (24.0e9 of its 24.04e9 parameters) are the model's sparse tables, as
     a built-in recommender's are: on two DGX A100s the answer shards them over the devices
     (NVIDIA's and MLPerf's hybrid parallelism: tables model-parallel, MLPs data-parallel),
-    every device keeping the dense layers and 1/16 of the tables, where all-reduce cannot
-    hold the model and FSDP gathers every table each micro-batch."""
+    every device keeping the dense layers and its share of the tables, where all-reduce
+    cannot hold the model and FSDP gathers every table each micro-batch. One host's 8 devices
+    and both hosts' 16 are within 1% of each other (the MLPs' fp32 all-reduce and the
+    lookups cross the hosts' links on 16)."""
     import pandas as pd
 
     from harness.calibrate.workload import workload_facts
@@ -244,10 +246,12 @@ def test_dlrm_on_described_gpus_is_answered_with_its_tables_sharded():
                       precision="fp16", global_batch=65536)
     (verdict,) = frame.attrs["verdicts"]
     pick = verdict["pick"]
-    assert (pick["strategy"], pick["replicas"]) == ("embedding_sharding", 16)
+    assert pick["strategy"] == "embedding_sharding" and pick["replicas"] in (8, 16)
     points = pd.DataFrame(frame.attrs["sweep"]).set_index(["strategy", "replicas"])
-    sharded = points.loc[("embedding_sharding", 16)]
+    sharded = points.loc[("embedding_sharding", pick["replicas"])]
     assert sharded["status"] == "ok"
+    assert points.loc[("embedding_sharding", 16), "step_time_s"] == pytest.approx(
+        points.loc[("embedding_sharding", 8), "step_time_s"], rel=0.05)
     assert sharded["step_time_s"] * 100 < points.loc[("fsdp", 8), "step_time_s"]
 
 

@@ -209,8 +209,11 @@ def _strategy_names(strategies: tuple[str, ...], framework: str | None) -> list[
 
 def _deployed(profile: Any, names: list[str] | str, ps_shards: int | None,
               ps_placement: str | None, bucket: str | None,
-              bytes_per_element: int | None) -> Any:
-    """The profile as the deployment runs it; an option no chosen strategy uses is refused."""
+              bytes_per_element: int | None, precision: str | None = None) -> Any:
+    """The profile as the deployment runs it; an option no chosen strategy uses is refused.
+    A precision is what FSDP gathers and reduces in; the replicated strategies' weights and
+    gradients stay fp32 under autocast (or Keras's mixed policy) unless ``bytes_per_element``
+    says otherwise (DDP's bf16_compress_hook: 2)."""
     from dataclasses import replace
 
     from harness.core.units import parse_size
@@ -231,6 +234,11 @@ def _deployed(profile: Any, names: list[str] | str, ps_shards: int | None,
                           unit_params=0)  # FSDP's units the size stated, not a block
     if bytes_per_element is not None:
         profile = replace(profile, bytes_per_element=bytes_per_element)
+    if precision is not None:
+        from workloads.precision import precision as find_precision
+
+        profile = replace(profile,
+                          sharded_bytes_per_element=find_precision(precision).value_bytes)
     return profile
 
 
@@ -493,7 +501,9 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 @click.option("--bucket", default=None, metavar="SIZE",
               help="Gradient bucket (DDP bucket_cap_mb) or FSDP unit size, e.g. 25MiB.")
 @click.option("--bytes-per-element", type=click.IntRange(min=1, max=16), default=None,
-              help="Bytes per gradient element (4 fp32, 2 fp16/bf16).")
+              help="Bytes per exchanged gradient element of DDP, all-reduce and parameter "
+                   "servers (default 4: fp32 weights under autocast; 2 with DDP's "
+                   "bf16_compress_hook); FSDP's follow --precision.")
 @click.option("--stages", type=click.IntRange(min=1), default=None,
               help="Pipeline stages (model parallelism; equal runs of the workload's blocks, "
                    "else --stage-layers).")
@@ -624,10 +634,6 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
             info(checked)
         click.echo(format_layout_row(row))
         return
-    if precision is not None and bytes_per_element is None:
-        from workloads.precision import precision as find_precision
-
-        bytes_per_element = find_precision(precision).value_bytes
     if precision is not None or framework is not None or channels_last is not None:
         from harness.sim.calibration import Calibration, merge
 
@@ -636,7 +642,7 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
                                                           channels_last=channels_last))
     prof = _deployed(_profile(workload, profile, results_dir(results), topology, calib,
                               framework),
-                     names, ps_shards, ps_placement, bucket, bytes_per_element)
+                     names, ps_shards, ps_placement, bucket, bytes_per_element, precision)
     if global_batch is not None:
         per_replica, rest = divmod(global_batch, workers)
         if rest or not per_replica:

@@ -381,7 +381,7 @@ def _fsdp_step(env: simpy.Environment, topology: Topology, workers: int,
     """Units of ``fsdp_unit_bytes`` on FSDP's one timeline (``harness/sim/fsdp``), each
     unit's compute its share of the slowest worker's, its collectives as ``library`` runs
     them (``fsdp_schedules``)."""
-    total = profile.gradient_bytes
+    total = profile.sharded_bytes
     factor = max(f for _, f in classes)
     gather, scatter = fsdp_schedules(topology, workers, library)
 
