@@ -53,8 +53,9 @@ from workloads.precision import PRECISIONS as PRECISION_NAMES
 @click.option("--precision", type=click.Choice(list(PRECISION_NAMES)),
               default=None,
               help="What a described device computes in (as `simulate --precision`): the "
-                   "compute, the bytes exchanged and the memory. Default: the device's "
-                   "training precision for compute, fp32 bytes for the exchange.")
+                   "compute, FSDP's bytes exchanged (replicas' gradients stay fp32, as "
+                   "autocast keeps them) and the memory. Default: the device's training "
+                   "precision for compute, fp32 bytes for the exchange.")
 @click.option("--global-batch", type=click.IntRange(min=1), default=None, metavar="N",
               help="Samples per optimizer step over all devices (a described cluster's): "
                    "every candidate trains at it, data-parallel replicas accumulating "

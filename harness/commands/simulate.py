@@ -538,9 +538,11 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
                    "convolutions and all of TF's GEMMs in TF32 where the device has it), "
                    "tf32, bf16/fp16 mixed precision (fp32 master weights and optimizer "
                    "state), or fp8 (GEMMs at the fp8 peak, the rest bf16; where the system "
-                   "states an fp8 peak): bytes of activations, messages, gradients and "
-                   "memory, and the device's peak. Default: the device's training precision "
-                   "(bf16) for compute, fp32 bytes for the exchange.")
+                   "states an fp8 peak): bytes of activations, messages, FSDP's gathers "
+                   "and reductions and memory, and the device's peak (DDP, all-reduce and "
+                   "parameter servers exchange fp32 gradients, autocast's). Default: the "
+                   "device's training precision (bf16) for compute, fp32 bytes for the "
+                   "exchange.")
 @click.option("--channels-last/--channels-first", "channels_last", default=None,
               help="Images in NHWC (channels-last) or NCHW memory: tensor-core convolutions "
                    "on NCHW pay a transpose in and out. Default: the framework's (torch NCHW, "
