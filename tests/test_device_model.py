@@ -443,6 +443,9 @@ def test_an_eager_stack_adds_each_micro_batchs_gradients_and_a_fused_one_does_no
         assert eager["accumulate_s"] == pytest.approx((row.accumulation - 1) * add)
         assert fused["accumulate_s"] == 0
         assert eager["step_s"] - fused["step_s"] == pytest.approx(eager["accumulate_s"])
+    split = devices.row_by_id("megatron2024_gpt_7_1b_h100_96gpu_bf16")
+    with pytest.raises(SpecError, match="data-parallel stack's"):
+        replace(split, grad_accumulation="eager")
 
 
 def test_the_corpus_comparison_reproduces_its_table():

@@ -110,6 +110,12 @@ class Row:
     padded: tuple[tuple[int, float], ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if self.model_parallel and self.grad_accumulation in EAGER_GRADIENT:
+            raise SpecError(f"row {self.id}: grad_accumulation {self.grad_accumulation!r} is a "
+                            f"data-parallel stack's; a model-parallel row accumulates as its "
+                            f"layout does (fused, fp32_copy or half)")
+
     @property
     def model_parallel(self) -> bool:
         """Timed by the layout's step: split models, and any run beyond one host."""
