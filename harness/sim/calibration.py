@@ -132,10 +132,9 @@ def device_step(profile: WorkloadSpec, calibration: Calibration | None
                 ) -> DeviceStep | None:
     """The profile's step on the calibration's device by the device model, where nothing
     measured says otherwise and the workload's operators are known; None else."""
-    if (profile.step_time_s is not None or calibration is None
-            or calibration.compute_s_per_step is not None or calibration.device is None
-            or not profile.ops):
+    if not _device_times(profile, calibration):
         return None
+    assert calibration is not None and calibration.device is not None
     name = calibration.precision or training_precision(calibration.device)
     rate = _rate(calibration, name)
     updated = profile.updated_values(profile.batch_size, rate.framework)
@@ -147,6 +146,14 @@ def device_step(profile: WorkloadSpec, calibration: Calibration | None
             note = f"{note}; {assumed}"
         step = replace(step, precision_note=note)
     return step
+
+
+def _device_times(profile: WorkloadSpec, calibration: Calibration | None) -> bool:
+    """Whether the device model times the profile's step: nothing stated or measured, a
+    device, and the workload's operators."""
+    return (profile.step_time_s is None and calibration is not None
+            and calibration.compute_s_per_step is None and calibration.device is not None
+            and bool(profile.ops))
 
 
 def _rate(calibration: Calibration, name: str) -> DeviceRate:
@@ -163,7 +170,7 @@ def accumulation_add_seconds(profile: WorkloadSpec, calibration: Calibration | N
     (fp32 weights, autocast over them) and adds them after each backward
     (``device_model.accumulation_seconds``). 0 where the compute is measured or stated: a
     measured step is one micro-batch's, on a machine whose bandwidth is not known."""
-    if device_step(profile, calibration) is None:
+    if not _device_times(profile, calibration):
         return 0.0
     assert calibration is not None and calibration.device is not None
     rate = _rate(calibration, calibration.precision or training_precision(calibration.device))
