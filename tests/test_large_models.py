@@ -386,7 +386,7 @@ def test_a_racked_sweep_places_as_a_scheduler_and_equals_simulate_of_that_placem
 
     checked_in = REPO / "docs" / "validation" / "2026-11-24-recommend"
     links = MeasuredLinks(hosts=6, bandwidth_bytes_s=125e6, rtt_s=1e-4, burst_bytes=0,
-                          racks=3, uplink_bytes_s=150e6 / 8, rack_rtt_s=2e-4)
+                          uplink_bytes_s=150e6 / 8, rack_rtt_s=2e-4, built=(2, 2, 2))
     assert emulated_topology(placed(links, 2)).startswith("switch:n=2")
     assert "leaves=2+2" in emulated_topology(placed(links, 4))
     target = "netns:hosts=6,rate=1gbit,racks=3,uplink=150mbit"

@@ -522,7 +522,7 @@ def test_a_racked_cluster_is_predicted_on_the_topology_it_was_built_as(tmp_path)
     assert "uplink=190000000bit" in topology and "spine_lat=30.0us" in topology
     parse_topology(topology)  # a topology the simulator takes
     assert bottleneck_bits(links) == 190e6
-    flat = dataclasses.replace(links, racks=1)
+    flat = dataclasses.replace(links, built=())
     assert emulated_topology(dataclasses.replace(flat, hosts=3)).startswith("switch:n=3")
 
 
@@ -537,8 +537,8 @@ def test_racks_the_emulator_split_unevenly_are_leaves_of_those_hosts():
 
     assert rack_sizes(5, 2) == (3, 2) and rack_sizes(7, 3) == (3, 2, 2)
     assert [rack_of(h, 5, 2) for h in range(5)] == [0, 0, 0, 1, 1]
-    links = MeasuredLinks(5, 150e6 / 8, 1e-4, 0.0, racks=2, uplink_bytes_s=96e6 / 8,
-                          rack_rtt_s=2e-4)
+    links = MeasuredLinks(5, 150e6 / 8, 1e-4, 0.0, uplink_bytes_s=96e6 / 8,
+                          rack_rtt_s=2e-4, built=rack_sizes(5, 2))
     topology = parse_topology(emulated_topology(links))
     assert leaf_of_host(topology).tolist() == [0, 0, 0, 1, 1]
     assert topology.spine is not None and topology.spine.bandwidth * 8 == pytest.approx(96e6)

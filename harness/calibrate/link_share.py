@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
-from harness.calibrate.links import MeasuredLinks, emulated_topology
+from harness.calibrate.links import MeasuredLinks, as_swept, emulated_topology
 from harness.calibrate.sweep_selection import (
     at_nearest_world,
     latest_sweeps,
@@ -117,7 +117,8 @@ def link_share(points: pd.DataFrame, fits: pd.DataFrame, framework: str,
     serial_beta = beta if lib.serial_software else 0.0
     algorithm = "allreduce_ring" if op == "all_reduce" else op
     trips = lib.trips(algorithm)
-    at_rate = replace(links, hosts=ranks)
+    swept_on = str(swept["cluster"].iloc[-1])
+    at_rate = as_swept(links, swept_on, ranks)
     modelled = simulate_collective(emulated_topology(at_rate, (alpha, serial_beta), trips),
                                    ranks, algorithm, nbytes)["time_s"]
     wire = simulate_collective(emulated_topology(at_rate, trips=0), ranks, algorithm,
@@ -125,7 +126,7 @@ def link_share(points: pd.DataFrame, fits: pd.DataFrame, framework: str,
     rest = modelled - wire  # what the model adds to the bytes' time
     if not (math.isfinite(measured) and measured > rest and wire > 0):
         return None
-    return LinkShare(wire / (measured - rest), str(swept["cluster"].iloc[-1]), ranks, nbytes,
+    return LinkShare(wire / (measured - rest), swept_on, ranks, nbytes,
                      int(swept["run_id"].nunique()), op)
 
 

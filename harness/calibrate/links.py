@@ -9,7 +9,12 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
-from harness.core.clusters import UNSHAPED_RATE_BITS, parse_cluster, rack_sizes
+from harness.core.clusters import (
+    UNSHAPED_RATE_BITS,
+    parse_cluster,
+    rack_sizes,
+    scheduled_racks,
+)
 from harness.core.errors import InputError
 from results.store import ResultsStore
 
@@ -17,25 +22,41 @@ from results.store import ResultsStore
 @dataclass(frozen=True)
 class MeasuredLinks:
     """Emulated hosts' links: as the link probe measured them before a run (medians over
-    links), or, for a cluster never run, as its spec states them (`source` says which)."""
+    links), or, for a cluster never run, as its spec states them (`source` says which), for a
+    job on ``hosts`` of the cluster's hosts.
 
-    hosts: int
+    The racks a job spans are computed from the cluster as built (``built``), never stored:
+    a record cannot describe other hosts than it holds, and placing it again on another
+    host count starts from the cluster, not from an earlier placement."""
+
+    hosts: int  # the hosts the job spans, one replica each
     bandwidth_bytes_s: float  # a host's link (within its rack, where there are racks)
     rtt_s: float
     burst_bytes: float  # the links' tc tbf bucket; 0 where the run did not record it
     source: str = "probe"
     # racks=K,uplink=RATE clusters: hosts in K racks whose switches meet at a core through
     # shaped uplinks; one flow across racks as probed, and its round trip
-    racks: int = 1
     uplink_bytes_s: float = 0.0
     rack_rtt_s: float = 0.0
-    # hosts per rack in rack order where a scheduler's placement left them so; else as the
-    # emulator fills racks (core.clusters.rack_sizes)
-    rack_hosts: tuple[int, ...] = ()
+    # hosts per rack of the whole cluster in rack order, as the emulator built it
+    # (core.clusters.rack_sizes); () where the hosts share one switch
+    built: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.hosts < 1 or any(n < 1 for n in self.built) or (
+                self.built and self.hosts > sum(self.built)):
+            raise ValueError(f"links for {self.hosts} hosts of a cluster built as racks of "
+                             f"{'+'.join(map(str, self.built)) or 'one switch'}")
 
     @property
     def hosts_per_rack(self) -> tuple[int, ...]:
-        return self.rack_hosts or rack_sizes(self.hosts, self.racks)
+        """The racks the job's hosts fill, in rack order, as a scheduler places them."""
+        return scheduled_racks(self.built, self.hosts) if self.built else (self.hosts,)
+
+    @property
+    def racks(self) -> int:
+        """How many racks the job spans."""
+        return len(self.hosts_per_rack)
 
     @property
     def bucket_s(self) -> float:
@@ -44,19 +65,25 @@ class MeasuredLinks:
 
 
 
+def built_racks(cluster: str) -> tuple[int, ...]:
+    """Hosts per rack of an emulated cluster as its spec builds it; () for one switch."""
+    spec = parse_cluster(cluster)
+    return rack_sizes(spec.hosts, spec.racks) if spec.racks > 1 else ()
+
+
 def placed(links: MeasuredLinks, hosts: int) -> MeasuredLinks:
-    """The links of ``hosts`` of these hosts as a scheduler would give them: a rack filled
-    before the next is opened, so a job that fits in one rack never crosses an uplink, and a
-    larger one spans as few racks as it can, each keeping its uplink."""
-    if links.racks <= 1 or hosts >= links.hosts:
-        return dataclasses.replace(links, hosts=hosts)
-    filled: list[int] = []
-    for size in links.hosts_per_rack:
-        if sum(filled) >= hosts:
-            break
-        filled.append(min(size, hosts - sum(filled)))
-    return dataclasses.replace(links, hosts=hosts, racks=len(filled),
-                               rack_hosts=tuple(filled) if len(filled) > 1 else ())
+    """The links of ``hosts`` of the cluster's hosts as a scheduler would give them: a rack
+    filled before the next is opened, so a job that fits in one rack never crosses an
+    uplink, and a larger one spans as few racks as it can, each keeping its uplink."""
+    return dataclasses.replace(links, hosts=hosts)
+
+
+def as_swept(links: MeasuredLinks, cluster: str, ranks: int) -> MeasuredLinks:
+    """These links' rates on the cluster a collective was swept on (``cluster``, one rank a
+    host), at its ``ranks``: what the sweep crossed, whichever job ``links`` were placed
+    for. A racked record takes the swept cluster's racks; a flat one stays flat."""
+    return dataclasses.replace(links, hosts=ranks,
+                               built=built_racks(cluster) if links.built else ())
 
 
 def emulated_topology(links: MeasuredLinks, software: tuple[float, float] = (0.0, 0.0),
@@ -110,7 +137,7 @@ def links_from_probes(cluster: str, links: list[dict[str, Any]], burst: float,
         hosts=spec.hosts,
         bandwidth_bytes_s=median(link["throughput_bits_s"] for link in within) / 8,
         rtt_s=median(link["rtt_median_s"] for link in within), burst_bytes=burst,
-        source=source, racks=spec.racks if racked else 1,
+        source=source, built=built_racks(cluster) if racked else (),
         uplink_bytes_s=median(link["throughput_bits_s"] for link in across) / 8
         if racked else 0.0,
         rack_rtt_s=median(link["rtt_median_s"] for link in across) if racked else 0.0)
@@ -173,5 +200,6 @@ def links_of_cluster(networks: list[dict[str, Any]], cluster: str) -> MeasuredLi
                   else "spec rate")
     uplink = (spec.uplink_bits or 0.0) * reach / 8 if spec.racks > 1 else 0.0
     return MeasuredLinks(spec.hosts, bandwidth, rtt, burst, source=source,
-                         racks=spec.racks if uplink else 1, uplink_bytes_s=uplink,
+                         built=built_racks(cluster) if uplink else (),
+                         uplink_bytes_s=uplink,
                          rack_rtt_s=rtt)

@@ -40,6 +40,20 @@ def rack_sizes(hosts: int, racks: int) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+def scheduled_racks(built: tuple[int, ...], hosts: int) -> tuple[int, ...]:
+    """Hosts per rack of a job on ``hosts`` of a cluster whose racks hold ``built`` hosts:
+    as a scheduler (and the emulator's host order) fills them, a rack before the next, so
+    the job spans as few racks as it can; ValueError if the racks hold fewer hosts."""
+    if hosts > sum(built):
+        raise ValueError(f"{hosts} hosts do not fit racks of {'+'.join(map(str, built))}")
+    filled: list[int] = []
+    for size in built:
+        if sum(filled) >= hosts:
+            break
+        filled.append(min(size, hosts - sum(filled)))
+    return tuple(filled)
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """Where cases run: this machine's processes, emulated hosts, or a Slurm allocation."""
