@@ -56,11 +56,20 @@ def test_parameter_server_bench_reports_time_and_memory_per_worker_count(capsys)
 
     assert main(["--parameter-server", "--workers", "64", "512", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [(r["workers"], r["shards"]) for r in rows] == [(64, 8), (512, 64)]
-    # every worker pushes and pulls its whole gradient (100 MB) once
-    assert [r["bytes_per_step"] for r in rows] == pytest.approx([2 * 64 * 100e6,
-                                                                  2 * 512 * 100e6])
+    assert [(r["strategy"], r["workers"], r["shards"]) for r in rows] == [
+        ("parameter_server", 64, 8), ("parameter_server", 512, 64),
+        ("parameter_server_async", 64, 8), ("parameter_server_async", 512, 64)]
+    # every worker pushes and pulls its whole gradient (100 MB) once (the asynchronous
+    # server's count includes the messages in flight when its last iteration ends)
+    assert [r["bytes_per_step"] for r in rows[:2]] == pytest.approx([2 * 64 * 100e6,
+                                                                      2 * 512 * 100e6])
+    assert [r["bytes_per_step"] for r in rows[2:]] == pytest.approx(
+        [2 * 64 * 100e6, 2 * 512 * 100e6], rel=0.05)
     assert all(r["step_s"] > 0.1 and r["peak_alloc_bytes"] > 0 for r in rows)
+    # the asynchronous server's 512 are its 64 reduced again: 8x the throughput
+    asynchronous = [r for r in rows if r["strategy"] == "parameter_server_async"]
+    assert asynchronous[1]["throughput_samples_s"] == pytest.approx(
+        8 * asynchronous[0]["throughput_samples_s"], rel=0.02)
 
 
 def test_a_fanned_parameter_server_round_times_like_every_transfer_written_out():

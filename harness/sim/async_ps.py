@@ -8,17 +8,25 @@ between the worker's pull and this push's update. Reported: throughput, median i
 mean and max staleness.
 
 Flows share links max-min fairly on a SimPy :class:`FluidNetwork`, so servers' ports queue
-the pushes of many workers. Symmetry keeps big clusters cheap: beyond
-``max_explicit_workers`` workers, W' = max_explicit_workers representatives run against
-servers whose links and update rate are W/W' times slower (each representative stands for
-W/W' workers: the mean-field reduction); throughput and staleness are scaled back by W/W'.
+the pushes of many workers. Symmetry keeps big clusters cheap (the mean-field reduction):
+beyond ``max_explicit_workers`` workers, W' representatives spread evenly over the workers'
+devices each stand for W/W' workers, and the shards of each weight are reduced by the same
+factor, each representative server carrying its shards' bytes on links rescaled so that
+they carry what one real server's do (a colocated server's worker reaches the shards it
+stands for but does not hold through its NIC and back). Throughput is scaled back by W/W'
+and staleness, counted in the other workers' updates, by (W - 1)/(W' - 1). Where classes
+divide evenly on one switch the reduction is exact up to the fluid model's symmetry and a
+test holds it within 2% of the explicit simulation; elsewhere it runs explicitly while that
+is affordable, and past that says in the row's notes that it is not exact.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
 from collections.abc import Generator, Sequence
+from dataclasses import dataclass
 
 import simpy
 
@@ -30,15 +38,116 @@ from harness.sim.step_result import StepResult, worker_classes
 from harness.sim.topology import (
     Hierarchy,
     Topology,
-    degrade,
+    Torus,
     link_table,
+    loop_path,
     n_devices,
     path,
+    rescale_device,
+    scale_bandwidth,
     with_servers,
 )
 from workloads.spec import WorkloadSpec
 
 Process = Generator[simpy.Event, object, None]
+
+#: What a reduced simulation says of itself: the bound tests/test_async_ps_reduction.py holds
+#: it to against the explicit simulation, where one is affordable.
+MEAN_FIELD_NOTE = ("mean-field reduction (symmetric workers and shards): within 2% of the "
+                   "explicit simulation's throughput and mean staleness where checked (up to "
+                   "64 workers, 16 shards, servers' updates negligible; a server's serial "
+                   "update is queued in a representative's batches, within 5% at 5% of a "
+                   "step)")
+
+
+INEXACT_NOTE = ("mean-field reduction, not exact here (leaves under a spine, a NIC or a host "
+                "shared by a server and its workers, or classes of workers or shards that "
+                "do not divide evenly): unbounded by the explicit simulation, which these "
+                "workers are too many for")
+
+
+def representatives(workers: int, most: int, counts: Sequence[int], per_host: int = 1
+                    ) -> tuple[int, bool]:
+    """How many representative workers to simulate, at most ``most``, and whether the
+    reduction is exact: the largest count that divides the workers and reduces every class
+    (``counts``: workers of each speed, colocated shards of each weight) by the same whole
+    factor, spread evenly over hosts of ``per_host`` devices (as many on each host used);
+    where no count from ``most`` / 2 up does, ``most`` itself, classes rounded."""
+    top = min(workers, most)
+    for w in range(top, max(1, top // 2) - 1, -1):
+        spacing = workers // w
+        if workers % w == 0 and (spacing % per_host == 0 or per_host % spacing == 0) \
+                and all(c * w % workers == 0 for c in counts):
+            return w, True
+    return top, False
+
+
+def representative_devices(topology: Topology, workers: int, w: int) -> list[int]:
+    """Where ``w`` representatives of devices 0..workers-1 sit: spread evenly, so as many
+    of a representative's peers share its host, leaf or NIC as of a real worker's; where
+    hosts' devices share one NIC, in whole hosts spread evenly (the NIC is loaded as a real
+    host's); on a torus, the first ``w`` (neighbours stay neighbours)."""
+    if w == workers or isinstance(topology, Torus):
+        return list(range(w))
+    per_host = topology.per_host
+    if per_host > 1 and topology.nic != "per_device" and w % per_host == 0 \
+            and workers % per_host == 0:
+        hosts, chosen = workers // per_host, w // per_host
+        return [h * hosts // chosen * per_host + g for h in range(chosen)
+                for g in range(per_host)]
+    return [i * workers // w for i in range(w)]
+
+
+def reduction(topology: Topology, workers: int, most: int, weights: Sequence[float],
+              classes: Sequence[int], colocated: bool
+              ) -> tuple[int, list[ShardGroup], bool]:
+    """Representative workers and shards for a cluster, and whether the reduction is exact
+    (the mean-field bound holds): every class reduced by one whole factor, on one switch
+    whose devices have NICs of their own, colocated servers only on single-device hosts
+    (a host's peers reach its server without the NIC: a share the representatives, spread
+    over more hosts, do not keep), spaced evenly, one kind of shard, each standing for as
+    many shards as its worker stands for workers. A reduction that cannot be exact is not
+    used up to 4 x ``most`` workers, where the explicit simulation is affordable."""
+    counts = list(classes) + (list(Counter(weights).values()) if colocated else [])
+    per_host = getattr(topology, "per_host", 1)
+    w, exact = representatives(workers, most, counts, per_host)
+    groups = representative_shards(weights, workers / w)
+    if colocated and len(groups) > w:  # a server needs a worker to sit beside
+        w, exact = min(workers, len(groups)), False
+        groups = representative_shards(weights, workers / w)
+    if w < workers:
+        exact = exact and isinstance(topology, Hierarchy) and topology.spine is None \
+            and (per_host == 1 or topology.nic == "per_device")
+        if colocated:
+            exact = exact and per_host == 1 and workers % len(weights) == 0 \
+                and len(set(weights)) == 1 \
+                and all(g.stands_for == workers / w for g in groups)
+    if not exact and workers <= 4 * most:
+        return workers, representative_shards(weights, 1.0), True
+    return w, groups, exact
+
+
+@dataclass(frozen=True)
+class ShardGroup:
+    """A representative shard: ``stands_for`` real shards of equal weight, whose bytes it
+    carries (``weight``: their weights together)."""
+
+    weight: float
+    stands_for: float
+
+
+def representative_shards(weights: Sequence[float], scale: float) -> list[ShardGroup]:
+    """The shards reduced as the workers are (``scale`` real workers per representative):
+    each group of equal weight keeps one representative per ``scale`` shards (at least one),
+    so a representative server stands for as many shards as a representative worker stands
+    for workers and its links carry what one real server's do. Uneven weights keep one
+    group per distinct weight, in the order they first appear."""
+    counts = Counter(weights)
+    out: list[ShardGroup] = []
+    for weight, count in counts.items():
+        reps = max(1, min(count, round(count / scale))) if scale > 1 else count
+        out += [ShardGroup(weight * count / reps, count / reps)] * reps
+    return out
 
 
 def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
@@ -58,53 +167,75 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
     if k < 1 or (colocated and k > workers):
         raise SpecError(f"ps shards={k} must be from 1 to "
                         f"{workers if colocated else 'any number'}")
+    weights = [1.0] * k if shard_weights is None else [float(x) for x in shard_weights]
+    if min(weights) <= 0:
+        raise SpecError(f"shard weights {weights} must be positive")
     compute, source = compute_seconds(profile, calibration)
-    w = min(workers, max(max_explicit_workers, k if colocated else 1))
-    scale = workers / w
     classes = worker_classes(workers, stragglers, straggler_factor)
+    w, groups, exact = reduction(topology, workers, max_explicit_workers, weights,
+                                 [c for c, _ in classes], colocated)
+    scale = workers / w
     slow = 0 if len(classes) == 1 else max(1, round(stragglers / scale))
     factors = [1.0] * (w - slow) + [float(straggler_factor)] * slow
 
+    # each representative server carries its real shards' bytes; its own links carry them at
+    # the rate of the servers it stands for, loaded by the workers each representative
+    # worker stands for: ``scale`` / shards-it-stands-for times slower
+    rep_k = len(groups)
     topo = topology
-    servers = server_ranks(w, k, colocated)
+    devices = representative_devices(topology, workers, w)
     if colocated:
-        server_devices = [int(s) for s in servers]
-    else:
+        server_devices = [devices[int(s)] for s in server_ranks(w, rep_k, True)]
+    else:  # every real server host is there; the representatives spread over them evenly
         topo = with_servers(topology, k)
         assert isinstance(topology, Hierarchy)
         first = topology.devices + topology.servers
-        server_devices = [first + j for j in range(k)]
-    if scale > 1:
-        for d in server_devices:
-            topo = degrade(topo, d, scale)
+        server_devices = [first + j * k // rep_k for j in range(rep_k)]
+    for d, group in zip(server_devices, groups, strict=True):
+        if scale != group.stands_for:
+            topo = rescale_device(topo, d, scale / group.stands_for)
+    if scale > 1 and isinstance(topo, Hierarchy) and topo.spine is not None:
+        # a leaf's uplink carries the traffic of every worker and server in it, of which the
+        # representatives there (spread evenly) carry 1 / scale
+        topo = scale_bandwidth(topo, 1 / scale, only=topo.spine.name)
 
     env = CountingEnvironment()
     table = link_table(topo)
     net = FluidNetwork(env, table.capacity.tolist())
     crossed = [0.0] * len(table.class_names)  # bytes of messages that crossed each class
     moved = [0.0]  # bytes of messages that left their device (a colocated shard's do not)
-    weights = [1.0] * k if shard_weights is None else [float(x) for x in shard_weights]
-    if min(weights) <= 0:
-        raise SpecError(f"shard weights {weights} must be positive")
     pushed, pulled = profile.ps_bytes(workers, pull)
-    shard_bytes = [pushed * x / sum(weights) for x in weights]
-    pull_bytes = [pulled * x / sum(weights) for x in weights]
+    total_weight = sum(weights)
+    shard_bytes = [pushed * g.weight / total_weight for g in groups]
+    pull_bytes = [pulled * g.weight / total_weight for g in groups]
+    # a representative server applies its shards' updates in parallel, as their servers do,
+    # each server ``scale`` times as many as a representative worker pushes
     update_s = profile.optimizer_s / k * scale
-    version = [0] * k
-    locks = [simpy.Resource(env, capacity=1) for _ in range(k)]
+    # a real worker beside a server holds one of the shards its representative server stands
+    # for: the rest of that server's bytes cross the NIC, to and from the others like it
+    loops = [1.0 - 1.0 / g.stands_for for g in groups]
+    version = [0] * rep_k
+    locks = [simpy.Resource(env, capacity=1) for _ in range(rep_k)]
     staleness: list[int] = []
     iteration_s: list[float] = []
 
-    def move(a: int, b: int, nbytes: float) -> Process:
-        if a != b:
-            moved[0] += nbytes
+    def move(a: int, b: int, nbytes: float, loop: float = 0.0) -> Process:
+        """``nbytes`` from a to b; where they are one device, the ``loop`` share of them goes
+        out through its NIC and back (to and from the other real workers and servers a
+        representative stands for)."""
+        if a == b:
+            links, latency = loop_path(topo, a)
+            nbytes *= loop if links else 0.0
+        else:
             links, latency = path(topo, a, b)
+        if nbytes > 0:
+            moved[0] += nbytes
             for c in {int(table.klass[link]) for link in links}:
                 crossed[c] += nbytes
             yield from net.deliver(links, nbytes, latency)
 
     def push(worker: int, shard: int, read: int) -> Process:
-        yield from move(worker, server_devices[shard], shard_bytes[shard])
+        yield from move(worker, server_devices[shard], shard_bytes[shard], loops[shard])
         with locks[shard].request() as turn:
             yield turn
             yield env.timeout(update_s)
@@ -118,11 +249,12 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
     def worker(i: int, factor: float) -> Process:
         while not finished.triggered:
             begin = env.now
-            yield env.all_of([env.process(move(server_devices[j], i, pull_bytes[j]))
-                              for j in range(k)])
+            yield env.all_of([env.process(move(server_devices[j], devices[i],
+                                                   pull_bytes[j], loops[j]))
+                              for j in range(rep_k)])
             read = list(version)
             yield env.timeout(compute * factor)
-            yield env.all_of([env.process(push(i, j, read[j])) for j in range(k)])
+            yield env.all_of([env.process(push(devices[i], j, read[j])) for j in range(rep_k)])
             iteration_s.append(env.now - begin)
             if len(iteration_s) == w:
                 window["start"] = env.now
@@ -138,6 +270,8 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
     rate = (total - w) / (end - window["start"]) if end > window["start"] else w / end
     throughput = rate * scale * profile.batch_size
     median = statistics.median(iteration_s)
+    # a push is stale by the other workers' updates: W - 1 of them, which w - 1 stand for
+    others = (workers - 1) / (w - 1) if w > 1 else 0.0
     per_step = workers / len(iteration_s)  # from totals over the run to one step of all workers
     carried = [0.0] * len(table.class_names)
     for link, nbytes in enumerate(net.link_bytes):
@@ -155,7 +289,9 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
         utilisation={n: carried[i] / (capacity[n] * end) if capacity[n] and end else 0.0
                      for i, n in enumerate(names)},
         wall_s=time.perf_counter() - started, compute_source=source,
-        staleness_mean=statistics.fmean(staleness) * scale if staleness else 0.0,
-        staleness_max=max(staleness) * scale if staleness else 0.0,
+        staleness_mean=statistics.fmean(staleness) * others if staleness else 0.0,
+        staleness_max=max(staleness) * others if staleness else 0.0,
         notes=((f"{w} explicit workers stand for {workers}",) if scale > 1 else ())
+        + ((f"{rep_k} representative shards stand for {k}",) if rep_k < k else ())
+        + ((MEAN_FIELD_NOTE if exact else INEXACT_NOTE,) if scale > 1 or rep_k < k else ())
         + ((f"slowest worker computes {slowest:.4g} s",) if slow else ()))

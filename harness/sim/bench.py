@@ -15,10 +15,11 @@ in <= 5 s and 8192 in <= 60 s of wall time.
 parameter GPT-3 on 1024 H100s (128 DGX hosts) in several data x pipeline x tensor layouts
 with Megatron-LM's global batch of 1536 (target: <= 2 s each).
 
-``--parameter-server`` times a whole synchronous parameter-server step (default shards: one
-per 8 workers, dedicated servers) of a 100 MB model on the same two-level topology, with the
-peak memory the simulation allocated (tracemalloc, numpy included) and the process's peak RSS
-(target: 8192 workers in <= 1 s and < 1 GB).
+``--parameter-server`` times a whole synchronous parameter-server step, then the asynchronous
+server's steady state (default shards: one per 8 workers, dedicated servers), of a 100 MB
+model on the same two-level topology, with the peak memory the simulation allocated
+(tracemalloc, numpy included) and the process's peak RSS (targets: 8192 workers in <= 1 s
+and < 1 GB, synchronous; 2048 and 8192 workers in < 1 s each, asynchronous).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from harness.sim.spec import parse_topology
 from harness.sim.strategies import allreduce_schedule
 
 ALGORITHMS = ("ring", "hierarchical", "halving_doubling", "tree")
+PS_STRATEGIES = ("parameter_server", "parameter_server_async")
 DEFAULT_WORKERS = (64, 256, 1024, 2048, 4096, 8192)
 
 
@@ -60,21 +62,26 @@ def two_level(workers: int, per_host: int = 8) -> str:
             f"inter=400Gbit,nic=per_device")
 
 
-def measure_parameter_server(workers: int) -> dict[str, Any]:
-    """One synchronous parameter-server step with the default shards; wall time and memory."""
+def measure_parameter_server(workers: int, strategy: str = "parameter_server"
+                             ) -> dict[str, Any]:
+    """One parameter-server step (synchronous, or ``parameter_server_async``'s steady state)
+    with the default shards and dedicated servers; wall time and memory."""
     from harness.sim.step_model import simulate_step
     from workloads.spec import WorkloadSpec
 
     topo = parse_topology(two_level(workers))
     profile = WorkloadSpec(params=25_000_000, step_time_s=0.1)
-    tracemalloc.start()
     started = time.perf_counter()
-    r = simulate_step("parameter_server", topo, workers, profile)
+    r = simulate_step(strategy, topo, workers, profile)
     wall = time.perf_counter() - started
+    tracemalloc.start()  # a second run for the memory: tracing slows pure Python severalfold
+    simulate_step(strategy, topo, workers, profile)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    return {"workers": workers, "shards": -(-workers // 8), "wall_s": wall,
-            "step_s": r.step_time_s, "bytes_per_step": r.bytes_per_step,
+    return {"strategy": strategy, "workers": workers, "shards": -(-workers // 8),
+            "wall_s": wall, "step_s": r.step_time_s, "bytes_per_step": r.bytes_per_step,
+            "throughput_samples_s": r.throughput_samples_s,
+            "staleness_mean": r.staleness_mean, "notes": list(r.notes),
             "peak_alloc_bytes": peak,
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
@@ -113,14 +120,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-parallel", action="store_true",
                         help="time 3D-parallel steps of GPT-3 175B on 1024 devices instead")
     parser.add_argument("--parameter-server", action="store_true",
-                        help="time synchronous parameter-server steps (default shards) instead")
+                        help="time synchronous and asynchronous parameter-server steps "
+                             "(default shards) instead")
     args = parser.parse_args(argv)
     if args.parameter_server:
-        return _table([measure_parameter_server(w) for w in args.workers], args.json,
-                      f"{'workers':>7}{'shards':>7}{'wall_s':>8}{'step_ms':>9}{'alloc_MB':>10}"
-                      f"{'rss_MB':>8}",
-                      lambda r: f"{r['workers']:>7}{r['shards']:>7}{r['wall_s']:>8.3f}"
-                                f"{r['step_s'] * 1e3:>9.2f}{r['peak_alloc_bytes'] / 1e6:>10.1f}"
+        return _table([measure_parameter_server(w, strategy) for strategy in PS_STRATEGIES
+                       for w in args.workers], args.json,
+                      f"{'strategy':<24}{'workers':>7}{'shards':>7}{'wall_s':>8}{'step_ms':>9}"
+                      f"{'alloc_MB':>10}{'rss_MB':>8}",
+                      lambda r: f"{r['strategy']:<24}{r['workers']:>7}{r['shards']:>7}"
+                                f"{r['wall_s']:>8.3f}{r['step_s'] * 1e3:>9.2f}"
+                                f"{r['peak_alloc_bytes'] / 1e6:>10.1f}"
                                 f"{r['peak_rss_bytes'] / 1e6:>8.0f}")
     if args.model_parallel:
         return _table([measure_layout(*layout) for layout in MODEL_PARALLEL_LAYOUTS], args.json,

@@ -369,6 +369,17 @@ def path(topo: Topology, a: int, b: int) -> tuple[tuple[int, ...], float]:
     return tuple(links), latency
 
 
+def loop_path(topo: Topology, d: int) -> tuple[tuple[int, ...], float]:
+    """A message from a device out through its NIC to its switch and back: how a
+    representative reaches the others it stands for (a mean-field reduction); no links on a
+    torus, which has no switch to turn at."""
+    if isinstance(topo, Torus):
+        return (), 0.0
+    off_nic, nics, _, _ = _offsets(topo)
+    nic = _nic_scalar(topo, d)
+    return (off_nic + nic, off_nic + nics + nic), topo.inter.latency
+
+
 def _nic_scalar(t: Hierarchy, d: int) -> int:
     if d >= t.devices:
         return _worker_nics(t) + d - t.devices
@@ -426,10 +437,19 @@ def with_classes(topo: Topology, overrides: dict[str, tuple[float, float]]) -> T
 
 def degrade(topo: Topology, device: int, factor: float) -> Topology:
     """The same topology with one device's own links ``factor`` times slower (a straggler)."""
-    if not 0 <= device < n_devices(topo):
-        raise TopologyError(f"device {device} not in 0..{n_devices(topo) - 1}")
     if not factor >= 1:
         raise TopologyError(f"slow-down factor {factor} must be >= 1")
+    return rescale_device(topo, device, factor)
+
+
+def rescale_device(topo: Topology, device: int, factor: float) -> Topology:
+    """One device's own links ``factor`` times slower, or faster where ``factor`` < 1: a
+    representative that stands for a share of several devices' traffic (a mean-field
+    reduction) carries it at their links' combined rate over the devices it stands for."""
+    if not 0 <= device < n_devices(topo):
+        raise TopologyError(f"device {device} not in 0..{n_devices(topo) - 1}")
+    if not (math.isfinite(factor) and factor > 0):
+        raise TopologyError(f"link scale factor {factor} must be a positive number")
     return replace(topo, slow=(*topo.slow, (device, float(factor))))
 
 
