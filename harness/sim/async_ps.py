@@ -16,8 +16,8 @@ they carry what one real server's do (a colocated server's worker reaches the sh
 stands for but does not hold through its NIC and back). Throughput is scaled back by W/W'
 and staleness, counted in the other workers' updates, by (W - 1)/(W' - 1). Where classes
 divide evenly on one switch the reduction is exact up to the fluid model's symmetry and a
-test holds it within 2% of the explicit simulation; elsewhere it runs explicitly while that
-is affordable, and past that says in the row's notes that it is not exact.
+test holds it within 2% of the explicit simulation; elsewhere the row's notes say that it
+is not exact.
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ MEAN_FIELD_NOTE = ("mean-field reduction (symmetric workers and shards): within 
 
 INEXACT_NOTE = ("mean-field reduction, not exact here (leaves under a spine, a NIC or a host "
                 "shared by a server and its workers, or classes of workers or shards that "
-                "do not divide evenly): unbounded by the explicit simulation, which these "
-                "workers are too many for")
+                "do not divide evenly): its error against the explicit simulation is not "
+                "bounded")
 
 
 def representatives(workers: int, most: int, counts: Sequence[int], per_host: int = 1
@@ -106,8 +106,7 @@ def reduction(topology: Topology, workers: int, most: int, weights: Sequence[flo
     whose devices have NICs of their own, colocated servers only on single-device hosts
     (a host's peers reach its server without the NIC: a share the representatives, spread
     over more hosts, do not keep), spaced evenly, one kind of shard, each standing for as
-    many shards as its worker stands for workers. A reduction that cannot be exact is not
-    used up to 4 x ``most`` workers, where the explicit simulation is affordable."""
+    many shards as its worker stands for workers."""
     counts = list(classes) + (list(Counter(weights).values()) if colocated else [])
     per_host = getattr(topology, "per_host", 1)
     w, exact = representatives(workers, most, counts, per_host)
@@ -122,8 +121,6 @@ def reduction(topology: Topology, workers: int, most: int, weights: Sequence[flo
             exact = exact and per_host == 1 and workers % len(weights) == 0 \
                 and len(set(weights)) == 1 \
                 and all(g.stands_for == workers / w for g in groups)
-    if not exact and workers <= 4 * most:
-        return workers, representative_shards(weights, 1.0), True
     return w, groups, exact
 
 
