@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from harness.sim import parse_topology
 from harness.sim.async_ps import (
+    EXPLICIT_WORKERS,
     INEXACT_NOTE,
     MEAN_FIELD_NOTE,
     representative_shards,
@@ -20,6 +21,8 @@ from harness.sim.async_ps import (
 from workloads.spec import WorkloadSpec
 
 PROFILE = WorkloadSpec(params=25_000_000, step_time_s=0.1)
+# the servers apply each push in turn, 2% of a step: the queue the reduction times on average
+UPDATING = WorkloadSpec(params=25_000_000, step_time_s=0.1, optimizer_s=0.002)
 # one switch with a NIC per device, leaves under an oversubscribed spine, single-device hosts
 TOPOLOGIES = (
     "two_level:hosts=8,gpus=8,intra=450GB/s,inter=400Gbit,nic=per_device",
@@ -39,16 +42,17 @@ def shard_setups() -> st.SearchStrategy[dict]:
 @settings(max_examples=14, deadline=None)
 @given(topology=st.sampled_from(TOPOLOGIES), workers=st.integers(17, 64),
        shards=shard_setups(), colocated=st.booleans(), stragglers=st.integers(0, 4),
-       factor=st.sampled_from([2.0, 3.0]))
+       factor=st.sampled_from([2.0, 3.0]), profile=st.sampled_from([PROFILE, UPDATING]))
 def test_the_reduced_simulation_agrees_with_the_explicit_one(topology, workers, shards,
-                                                            colocated, stragglers, factor):
+                                                            colocated, stragglers, factor,
+                                                            profile):
     topo = parse_topology(topology)
     k = len(shards.get("shard_weights", ())) or shards["shards"]
     if colocated and k > workers:
         return
     run = dict(shards, colocated=colocated, stragglers=stragglers, straggler_factor=factor)
-    reduced = simulate_async_ps(topo, workers, PROFILE, **run)
-    explicit = simulate_async_ps(topo, workers, PROFILE, max_explicit_workers=workers, **run)
+    reduced = simulate_async_ps(topo, workers, profile, **run)
+    explicit = simulate_async_ps(topo, workers, profile, max_explicit_workers=workers, **run)
     assert not explicit.notes or "stand for" not in explicit.notes[0]
     if MEAN_FIELD_NOTE in reduced.notes:
         assert reduced.throughput_samples_s == pytest.approx(explicit.throughput_samples_s,
@@ -58,10 +62,7 @@ def test_the_reduced_simulation_agrees_with_the_explicit_one(topology, workers, 
         assert INEXACT_NOTE in reduced.notes or reduced.notes == explicit.notes
 
 
-ONE_SWITCH = (TOPOLOGIES[0], TOPOLOGIES[2])
-
-
-@pytest.mark.parametrize("topology, run", [
+CORNERS = [
     (TOPOLOGIES[0], {"shards": 16}),
     (TOPOLOGIES[0], {"shard_weights": [1.0] * 8 + [3.0] * 4 + [0.5] * 4}),
     (TOPOLOGIES[0], {"shards": 16, "stragglers": 4, "straggler_factor": 2.0}),
@@ -71,14 +72,28 @@ ONE_SWITCH = (TOPOLOGIES[0], TOPOLOGIES[2])
                      "straggler_factor": 3.0}),
     (TOPOLOGIES[2], {"shard_weights": [1.0] * 8 + [3.0] * 4 + [0.5] * 4,
                      "stragglers": 4, "straggler_factor": 2.0}),
-])
-def test_each_kind_of_cluster_is_reduced_within_the_bound_at_64_workers(topology, run):
-    """The acceptance's corners, each reduced (32 representatives for 64 workers) and each
-    within 2%: dedicated and colocated servers, even and uneven shards, stragglers."""
+]
+
+
+def timed_as_average(run: dict) -> bool:
+    """Whether servers that take time to update are reduced exactly here: a push's turn is
+    timed as its workers' average, which holds where alike workers' pushes land together."""
+    return not (run.get("colocated") or run.get("stragglers") or "shard_weights" in run)
+
+
+@pytest.mark.parametrize("topology, run, profile", [
+    (topology, run, profile) for topology, run in CORNERS for profile in (PROFILE, UPDATING)
+    if profile is PROFILE or timed_as_average(run)])
+def test_each_kind_of_cluster_is_reduced_within_the_bound_at_64_workers(topology, run,
+                                                                        profile):
+    """The acceptance's corners, each reduced (16 representatives for 64 workers, 32 where
+    servers are colocated) and each within 2%: dedicated and colocated servers, even and
+    uneven shards, stragglers, servers that update at once or in turn."""
     topo = parse_topology(topology)
-    reduced = simulate_async_ps(topo, 64, PROFILE, **run)
-    explicit = simulate_async_ps(topo, 64, PROFILE, max_explicit_workers=64, **run)
-    assert "32 explicit workers stand for 64" in reduced.notes, reduced.notes
+    reduced = simulate_async_ps(topo, 64, profile, **run)
+    explicit = simulate_async_ps(topo, 64, profile, max_explicit_workers=64, **run)
+    w = EXPLICIT_WORKERS["colocated" if run.get("colocated") else "dedicated"]
+    assert f"{w} explicit workers stand for 64" in reduced.notes, reduced.notes
     assert MEAN_FIELD_NOTE in reduced.notes, reduced.notes
     assert reduced.throughput_samples_s == pytest.approx(explicit.throughput_samples_s,
                                                          rel=BOUND)
@@ -96,7 +111,7 @@ def test_where_the_reduction_cannot_be_exact_the_row_says_so():
 
 
 def test_representatives_reduce_every_class_by_one_whole_factor():
-    assert representatives(2048, 32, [2048]) == (32, True)
+    assert representatives(2048, 16, [2048]) == (16, True)
     assert representatives(48, 16, [44, 4]) == (12, True)  # 11 + 1 stand for 44 + 4
     assert representatives(61, 16, [58, 3]) == (16, False)  # a prime: rounded, and says so
     assert representatives(64, 16, [64], per_host=8) == (16, True)  # 2 on each host
@@ -112,21 +127,40 @@ def test_two_thousand_workers_in_under_a_second_of_simulation():
                           "nic=per_device")
     small = simulate_async_ps(topo, 64, PROFILE)
     big = simulate_async_ps(topo, 8192, PROFILE)
-    assert big.notes[:2] == ("32 explicit workers stand for 8192",
-                             "4 representative shards stand for 1024")
+    assert big.notes[:2] == ("16 explicit workers stand for 8192",
+                             "2 representative shards stand for 1024")
     assert big.events <= 1.5 * small.events
     assert big.throughput_samples_s == pytest.approx(128 * small.throughput_samples_s,
                                                      rel=BOUND)
 
 
-def test_servers_that_update_in_turn_are_where_the_reduction_is_rounded():
-    """A server applies pushes one at a time; a representative's push is its workers'
-    pushes in one turn (``scale`` x as long), so the queue is timed coarser than the real
-    one: with updates 5% of a step, farther than the 2% bound (this test holds 5%)."""
-    topo = parse_topology(TOPOLOGIES[0])
-    slow_updates = WorkloadSpec(params=25_000_000, step_time_s=0.1, optimizer_s=0.005)
-    reduced = simulate_async_ps(topo, 64, slow_updates, shards=8)
-    explicit = simulate_async_ps(topo, 64, slow_updates, shards=8, max_explicit_workers=64)
+def test_servers_updating_in_turn_for_unalike_workers_are_said_to_be_inexact():
+    for topology, run in CORNERS:
+        if not timed_as_average(run):
+            row = simulate_async_ps(parse_topology(topology), 64, UPDATING, **run)
+            assert INEXACT_NOTE in row.notes, (topology, run)
+
+
+def test_colocated_servers_keep_twice_the_representatives():
+    """EXPLICIT_WORKERS' reason: a server's own worker pushes to it first, 1 push in W' of
+    its queue; with 16 representatives that is timed far off, with 32 within the bound."""
+    topo = parse_topology(TOPOLOGIES[2])
+    run = {"shards": 8, "colocated": True}
+    explicit = simulate_async_ps(topo, 64, UPDATING, max_explicit_workers=64, **run)
+
+    def off(representatives: int) -> float:
+        r = simulate_async_ps(topo, 64, UPDATING, max_explicit_workers=representatives, **run)
+        return abs(r.throughput_samples_s / explicit.throughput_samples_s - 1)
+
+    assert off(16) > 0.05 and off(EXPLICIT_WORKERS["colocated"]) < 0.005
+    sixteen = {"shards": 16, "colocated": True}  # still a few % off: the row says so
+    reduced = simulate_async_ps(topo, 64, UPDATING, **sixteen)
+    assert INEXACT_NOTE in reduced.notes
+    explicit = simulate_async_ps(topo, 64, UPDATING, max_explicit_workers=64, **sixteen)
     assert reduced.throughput_samples_s == pytest.approx(explicit.throughput_samples_s,
                                                          rel=0.05)
-    assert reduced.staleness_mean == pytest.approx(explicit.staleness_mean, rel=0.05)
+    dedicated = {"shards": 8}
+    explicit = simulate_async_ps(topo, 64, UPDATING, max_explicit_workers=64, **dedicated)
+    reduced = simulate_async_ps(topo, 64, UPDATING, **dedicated)
+    assert reduced.throughput_samples_s == pytest.approx(explicit.throughput_samples_s,
+                                                         rel=0.005)

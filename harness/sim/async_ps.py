@@ -51,19 +51,24 @@ from workloads.spec import WorkloadSpec
 
 Process = Generator[simpy.Event, object, None]
 
+#: Representative workers by default. Colocated servers that take time to apply a push keep
+#: twice as many: a server's own worker pushes to it without crossing the network, 1 push
+#: in W' of its queue, which the reduction times as an average one, the coarser the fewer
+#: representatives there are (tests/test_async_ps_reduction.py holds how far at 16 and 32).
+EXPLICIT_WORKERS = {"dedicated": 16, "colocated": 32}
+
 #: What a reduced simulation says of itself: the bound tests/test_async_ps_reduction.py holds
 #: it to against the explicit simulation, where one is affordable.
 MEAN_FIELD_NOTE = ("mean-field reduction (symmetric workers and shards): within 2% of the "
                    "explicit simulation's throughput and mean staleness where checked (up to "
-                   "64 workers, 16 shards, servers' updates negligible; a server's serial "
-                   "update is queued in a representative's batches, within 5% at 5% of a "
-                   "step)")
+                   "64 workers, 16 shards, servers' updates up to 2% of a step)")
 
 
 INEXACT_NOTE = ("mean-field reduction, not exact here (leaves under a spine, a NIC or a host "
-                "shared by a server and its workers, or classes of workers or shards that "
-                "do not divide evenly): its error against the explicit simulation is not "
-                "bounded")
+                "shared by a server and its workers, servers that take time to apply a push "
+                "beside their workers or from stragglers or uneven shards, or classes of "
+                "workers or shards that do not divide evenly): "
+                "its error against the explicit simulation is not bounded")
 
 
 def representatives(workers: int, most: int, counts: Sequence[int], per_host: int = 1
@@ -99,14 +104,17 @@ def representative_devices(topology: Topology, workers: int, w: int) -> list[int
 
 
 def reduction(topology: Topology, workers: int, most: int, weights: Sequence[float],
-              classes: Sequence[int], colocated: bool
+              classes: Sequence[int], colocated: bool, updates: bool = False
               ) -> tuple[int, list[ShardGroup], bool]:
     """Representative workers and shards for a cluster, and whether the reduction is exact
     (the mean-field bound holds): every class reduced by one whole factor, on one switch
     whose devices have NICs of their own, colocated servers only on single-device hosts
     (a host's peers reach its server without the NIC: a share the representatives, spread
     over more hosts, do not keep), spaced evenly, one kind of shard, each standing for as
-    many shards as its worker stands for workers."""
+    many shards as its worker stands for workers, and applying pushes at once (``updates``:
+    they take time, and a server's own worker's push, first in its queue, is timed as an
+    average one); servers that take time to update are exact only for alike workers and
+    shards."""
     counts = list(classes) + (list(Counter(weights).values()) if colocated else [])
     per_host = getattr(topology, "per_host", 1)
     w, exact = representatives(workers, most, counts, per_host)
@@ -117,8 +125,12 @@ def reduction(topology: Topology, workers: int, most: int, weights: Sequence[flo
     if w < workers:
         exact = exact and isinstance(topology, Hierarchy) and topology.spine is None \
             and (per_host == 1 or topology.nic == "per_device")
+        # a push's turn in a queue is timed as its workers' average turn, which is theirs
+        # where their pushes land together: alike workers, alike shards
+        exact = exact and not (updates and (len(classes) > 1 or len(set(weights)) > 1))
         if colocated:
-            exact = exact and per_host == 1 and workers % len(weights) == 0 \
+            exact = exact and per_host == 1 and not updates \
+                and workers % len(weights) == 0 \
                 and len(set(weights)) == 1 \
                 and all(g.stands_for == workers / w for g in groups)
     return w, groups, exact
@@ -151,7 +163,7 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
                       calibration: Calibration | None = None, *, shards: int | None = None,
                       colocated: bool = False, stragglers: int = 0,
                       straggler_factor: float = 1.0, iterations: int = 16,
-                      max_explicit_workers: int = 32,
+                      max_explicit_workers: int | None = None,
                       shard_weights: Sequence[float] | None = None,
                       pull: str = "changed") -> StepResult:
     """Simulate ``iterations`` asynchronous steps per worker; see the module docstring."""
@@ -169,8 +181,11 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
         raise SpecError(f"shard weights {weights} must be positive")
     compute, source = compute_seconds(profile, calibration)
     classes = worker_classes(workers, stragglers, straggler_factor)
+    if max_explicit_workers is None:
+        max_explicit_workers = EXPLICIT_WORKERS["colocated" if colocated else "dedicated"]
     w, groups, exact = reduction(topology, workers, max_explicit_workers, weights,
-                                 [c for c, _ in classes], colocated)
+                                 [c for c, _ in classes], colocated,
+                                 profile.optimizer_s > 0)
     scale = workers / w
     slow = 0 if len(classes) == 1 else max(1, round(stragglers / scale))
     factors = [1.0] * (w - slow) + [float(straggler_factor)] * slow
@@ -208,6 +223,11 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
     # a representative server applies its shards' updates in parallel, as their servers do,
     # each server ``scale`` times as many as a representative worker pushes
     update_s = profile.optimizer_s / k * scale
+    # a representative's push is its workers' pushes, applied one after another in its turn:
+    # on average a real push of the turn is applied (scale + 1) / 2 updates in, when the
+    # worker goes on, the server busy with the rest (so a queue of pushes that land together
+    # is timed as the real one on average, not in batches of ``scale``)
+    applied_s = update_s * (scale + 1) / (2 * scale)
     # a real worker beside a server holds one of the shards its representative server stands
     # for: the rest of that server's bytes cross the NIC, to and from the others like it
     loops = [1.0 - 1.0 / g.stands_for for g in groups]
@@ -233,11 +253,16 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
 
     def push(worker: int, shard: int, read: int) -> Process:
         yield from move(worker, server_devices[shard], shard_bytes[shard], loops[shard])
-        with locks[shard].request() as turn:
-            yield turn
-            yield env.timeout(update_s)
-            staleness.append(version[shard] - read)
-            version[shard] += 1
+        turn = locks[shard].request()
+        yield turn
+        yield env.timeout(applied_s)
+        staleness.append(version[shard] - read)
+        version[shard] += 1
+        env.process(release(shard, turn))
+
+    def release(shard: int, turn: simpy.Event) -> Process:
+        yield env.timeout(update_s - applied_s)  # the rest of its workers' updates
+        locks[shard].release(turn)
 
     total = iterations * w  # iterations to simulate, all workers together
     window = {"start": 0.0}  # when the first w iterations (one round, the warm-up) are done

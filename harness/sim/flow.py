@@ -57,31 +57,40 @@ def maxmin_rates(links: np.ndarray, capacity: np.ndarray,
 
 def maxmin_rates_plain(paths: Sequence[Sequence[int]], capacity: Sequence[float]
                        ) -> list[float]:
-    """The same allocation in plain Python, one flow at a time (the detailed engine's)."""
+    """The same allocation in plain Python (the detailed engine's): each link's count of
+    unfrozen flows is kept as flows freeze, not counted again every round."""
     rate = [0.0] * len(paths)
-    active = set(range(len(paths)))
     left: dict[int, float] = {}
-    for p in paths:
+    users: dict[int, list[int]] = {}
+    for f, p in enumerate(paths):
+        if not p:
+            rate[f] = float("inf")
         for link in p:
-            left[link] = float(capacity[link])
-    while active:
-        count: dict[int, int] = {}
-        for f in active:
-            for link in paths[f]:
-                count[link] = count.get(link, 0) + 1
-        if not count:
-            for f in active:
-                rate[f] = float("inf")
-            break
+            if link not in users:
+                left[link] = float(capacity[link])
+                users[link] = []
+            users[link].append(f)
+    count = {link: len(flows) for link, flows in users.items()}
+    frozen = [not p for p in paths]
+    level = 0.0
+    while count:
         delta = min(left[link] / n for link, n in count.items())
-        for f in active:
-            rate[f] += delta
-        full = set()
+        level += delta
+        full = []
         for link, n in count.items():
             left[link] -= delta * n
             if left[link] <= SATURATED * capacity[link]:
-                full.add(link)
-        active = {f for f in active if not full.intersection(paths[f])}
+                full.append(link)
+        for link in full:
+            for f in users[link]:
+                if frozen[f]:
+                    continue
+                frozen[f] = True
+                rate[f] = level
+                for crossed in paths[f]:
+                    count[crossed] -= 1
+                    if not count[crossed]:
+                        del count[crossed]
     return rate
 
 
