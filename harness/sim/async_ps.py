@@ -71,6 +71,29 @@ INEXACT_NOTE = ("mean-field reduction, not exact here (leaves under a spine, a N
                 "its error against the explicit simulation is not bounded")
 
 
+@dataclass(frozen=True)
+class ShardGroup:
+    """A representative shard: ``stands_for`` real shards of equal weight, whose bytes it
+    carries (``weight``: their weights together)."""
+
+    weight: float
+    stands_for: float
+
+
+def representative_shards(weights: Sequence[float], scale: float) -> list[ShardGroup]:
+    """The shards reduced as the workers are (``scale`` real workers per representative):
+    each group of equal weight keeps one representative per ``scale`` shards (at least one),
+    so a representative server stands for as many shards as a representative worker stands
+    for workers and its links carry what one real server's do. Uneven weights keep one
+    group per distinct weight, in the order they first appear."""
+    counts = Counter(weights)
+    out: list[ShardGroup] = []
+    for weight, count in counts.items():
+        reps = max(1, min(count, round(count / scale))) if scale > 1 else count
+        out += [ShardGroup(weight * count / reps, count / reps)] * reps
+    return out
+
+
 def representatives(workers: int, most: int, counts: Sequence[int], per_host: int = 1
                     ) -> tuple[int, bool]:
     """How many representative workers to simulate, at most ``most``, and whether the
@@ -134,29 +157,6 @@ def reduction(topology: Topology, workers: int, most: int, weights: Sequence[flo
                 and len(set(weights)) == 1 \
                 and all(g.stands_for == workers / w for g in groups)
     return w, groups, exact
-
-
-@dataclass(frozen=True)
-class ShardGroup:
-    """A representative shard: ``stands_for`` real shards of equal weight, whose bytes it
-    carries (``weight``: their weights together)."""
-
-    weight: float
-    stands_for: float
-
-
-def representative_shards(weights: Sequence[float], scale: float) -> list[ShardGroup]:
-    """The shards reduced as the workers are (``scale`` real workers per representative):
-    each group of equal weight keeps one representative per ``scale`` shards (at least one),
-    so a representative server stands for as many shards as a representative worker stands
-    for workers and its links carry what one real server's do. Uneven weights keep one
-    group per distinct weight, in the order they first appear."""
-    counts = Counter(weights)
-    out: list[ShardGroup] = []
-    for weight, count in counts.items():
-        reps = max(1, min(count, round(count / scale))) if scale > 1 else count
-        out += [ShardGroup(weight * count / reps, count / reps)] * reps
-    return out
 
 
 def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
