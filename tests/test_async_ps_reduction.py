@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.sim import parse_topology
-from harness.sim.async_ps import (
+from harness.sim.step.async_ps import (
     EXPLICIT_WORKERS,
     INEXACT_NOTE,
     MEAN_FIELD_NOTE,

@@ -33,7 +33,7 @@ from harness.core.strategies import library
 from harness.launch import netns
 from harness.recommend.targets import device_counts, parse_targets
 from harness.sim import parse_topology, simulate_collective
-from harness.sim.topology import leaf_of_host
+from harness.sim.network.topology import leaf_of_host
 
 RATE, UPLINK = "200mbit", "120mbit"
 

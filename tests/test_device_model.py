@@ -17,16 +17,16 @@ from hypothesis import strategies as st
 from harness.calibrate.workload import workload_facts
 from harness.core.errors import SpecError
 from harness.sim import simulate, simulate_layout
-from harness.sim.calibration import Calibration
-from harness.sim.device_model import device_rate, gemm_precision, gemm_seconds
-from harness.sim.layered import Layout
-from harness.sim.memory import (
+from harness.sim.model.layered import Layout
+from harness.sim.model.memory import (
     kept_activations,
     model_parallel_memory,
     replica_activation_bytes,
 )
-from harness.sim.preset import load_preset
-from harness.sim.structure import layered
+from harness.sim.model.structure import layered
+from harness.sim.systems.calibration import Calibration
+from harness.sim.systems.device_model import device_rate, gemm_precision, gemm_seconds
+from harness.sim.systems.preset import load_preset
 from harness.validate import devices
 from workloads.catalog import list_workloads
 from workloads.known import get_known, known_names
@@ -116,7 +116,7 @@ def test_the_loss_computes_in_fp32_whatever_the_training_precision():
     """Autocast runs log_softmax and nll_loss in fp32 and Megatron-LM casts the logits up:
     in half precision the loss moves 4-byte values plus the casts, in fp32 the same values
     and no cast."""
-    from harness.sim.device_model import op_times
+    from harness.sim.systems.device_model import op_times
     from workloads.operators import cross_entropy
 
     loss = cross_entropy("loss", 4096, 131072)
@@ -134,7 +134,7 @@ def test_a_language_models_loss_makes_megatrons_passes_over_its_logits():
     forward reads and writes 8 fp32 values per logit (max; shift; exp; sum; divide), backward
     2 (the softmax scaled in place), so in fp32 a 1.7B GPT's loss over 4,096 tokens and a
     131,072-word vocabulary takes 10 passes of 4 bytes where the generic one takes 5."""
-    from harness.sim.device_model import op_times
+    from harness.sim.systems.device_model import op_times
     from workloads.dims import parse_dims
 
     dims = parse_dims("transformer:layers=24,hidden=2048,heads=16,vocab=131072,seq=4096")
@@ -153,7 +153,7 @@ def test_an_fp32_table_gathers_fp32_rows_into_half_precision_outputs():
     """DLRM's tables stay fp32 under AMP: forward its rows are read at 4 bytes and written
     at 2, backward the output's gradient is read at 2 and a 4-byte gradient row written
     with an int64 id per lookup; in fp32 that is the plain gather's bytes plus the ids."""
-    from harness.sim.device_model import op_times
+    from harness.sim.systems.device_model import op_times
     from workloads.operators import embedding
 
     lookups, dim = 26, 128
@@ -172,7 +172,7 @@ def test_an_fp32_table_gathers_fp32_rows_into_half_precision_outputs():
 def test_fp16_unscales_its_gradients_each_step_and_bf16_does_not():
     """fp16 trains under a loss scale: its optimizer first reads and writes every fp32
     gradient once more (GradScaler.unscale_, Megatron-LM's fp16 optimizer); bf16 does not."""
-    from harness.sim.device_model import optimizer_seconds
+    from harness.sim.systems.device_model import optimizer_seconds
     from workloads.precision import precision
 
     rate, params = device_rate(A100, "bf16"), 1e9
@@ -281,7 +281,7 @@ def test_a_remembered_layer_split_answers_only_for_what_decides_it():
     """A layout search times one block for every candidate, so ``layer_split`` remembers;
     another efficiency, device, degree or micro-batch is timed afresh, never answered by
     the remembered split (and a copy of the device with other numbers is another device)."""
-    from harness.sim.compute import _layer_split, layer_split
+    from harness.sim.systems.compute import _layer_split, layer_split
 
     block = layered("llama3_8b", find_precision("bf16")).blocks[0]
     rate = device_rate(H100, "bf16")

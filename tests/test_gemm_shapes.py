@@ -11,8 +11,8 @@ import torch
 
 from harness.measure.gemm_step import main as gemm_step_main
 from harness.measure.gemm_step import measure_gemm, read_shapes
-from harness.sim.device_model import device_rate, pass_times, recorded_gemms
-from harness.sim.preset import load_preset
+from harness.sim.systems.device_model import device_rate, pass_times, recorded_gemms
+from harness.sim.systems.preset import load_preset
 from harness.validate import gemm_shapes
 from harness.validate.gemm_shapes import compare, corpus_shapes, read_measured, shape_lines
 from workloads import get_known

@@ -5,7 +5,7 @@ from importlib import resources
 
 import pytest
 
-from harness.sim.preset import load_preset
+from harness.sim.systems.preset import load_preset
 from harness.validate import gemm_table
 
 

@@ -115,13 +115,13 @@ def test_a_sliding_window_is_read_and_narrows_the_attention(tmp_path):
 
 def test_a_windowed_model_refuses_context_parallelism_in_one_line():
     from harness.core.errors import SpecError
-    from harness.sim.layered import Layout
-    from harness.sim.structure import layered
+    from harness.sim.model.layered import Layout
+    from harness.sim.model.structure import layered
     from workloads.precision import PRECISIONS
 
     text = "transformer:layers=2,hidden=512,heads=8,ffn=1024,vocab=1000,seq=4096,window=1024"
     model = layered(text, PRECISIONS["bf16"])
-    from harness.sim.layered import check_layout
+    from harness.sim.model.layered import check_layout
 
     with pytest.raises(SpecError, match="sliding window: context parallelism"):
         check_layout(model, Layout(data=1, context=2), 1)

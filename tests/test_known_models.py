@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from harness.commands.workloads import command as workloads_command
 from harness.core.errors import InputError
 from harness.run.plan import resolve_workloads
-from harness.sim.profile import for_simulation
+from harness.sim.model.profile import for_simulation
 from workloads import (
     KnownModel,
     WorkloadError,

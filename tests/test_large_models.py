@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 
 from harness.core.errors import SpecError
 from harness.sim import simulate_layout
-from harness.sim.layered import Layout
-from harness.sim.memory import model_parallel_memory
-from harness.sim.pipeline import run_pipeline, stage_order
-from harness.sim.preset import load_preset
-from harness.sim.spec import describe_topology
-from harness.sim.structure import layered
+from harness.sim.model.layered import Layout
+from harness.sim.model.memory import model_parallel_memory
+from harness.sim.model.structure import layered
+from harness.sim.schedules.pipeline import run_pipeline, stage_order
+from harness.sim.systems.preset import load_preset
+from harness.sim.systems.spec import describe_topology
 from workloads.dims import parse_dims
 from workloads.hf import dims_of
 from workloads.known import get_known
@@ -30,7 +30,7 @@ from workloads.precision import PRECISIONS
 from workloads.spec import WorkloadError
 
 REPO = Path(__file__).resolve().parents[1]
-A100 = str(REPO / "harness/sim/presets/dgx_a100.json")
+A100 = str(REPO / "harness/sim/systems/presets/dgx_a100.json")
 MEGATRON_13B = "transformer:layers=40,hidden=5120,heads=40,seq=2048,vocab=51200"
 
 
@@ -473,7 +473,7 @@ def test_llama3_405b_on_16_uneven_stages_as_meta_trained_it():
     section 3.3.2); simulate answers with its memory per device and whether it fits, and
     a count that does not divide says what to give."""
     from harness.core.layout import ends_lighter, runs
-    from harness.sim.layered import stage_layers
+    from harness.sim.model.layered import stage_layers
 
     assert runs(ends_lighter(126, 16)) == "7,8x14,7"
     base = ["simulate", "--topology", "preset:dgx_h100_ib,hosts=1024", "--workers", "8192",
@@ -715,7 +715,7 @@ def test_skipping_layouts_by_their_step_bound_gives_the_exhaustive_answer(worklo
     from harness.recommend import model_parallel as mp
     from harness.recommend.targets import parse_targets
     from harness.sim import layout_step_bound
-    from harness.sim.model_parallel_step import layout_name
+    from harness.sim.step.model_parallel import layout_name
 
     bf16 = PRECISIONS["bf16"]
     model = layered(workload, bf16)
@@ -822,7 +822,7 @@ def test_a_stack_without_selective_recomputation_is_never_given_it():
     from harness.recommend.layout_check import model_parallel_rows
     from harness.recommend.model_parallel import layouts_at
     from harness.recommend.targets import parse_targets
-    from harness.sim.calibration import Calibration, from_preset, merge
+    from harness.sim.systems.calibration import Calibration, from_preset, merge
     from harness.validate.layout_step import system_spec
 
     (row,) = [r for r in model_parallel_rows() if r.id.startswith("bloom")]
@@ -898,7 +898,7 @@ def test_expert_parallelism_shards_the_experts_and_pays_all_to_alls():
     """Mixtral's 8 experts over EP ranks: each rank holds 1/EP of every expert (the
     attention and router whole), and each MoE layer dispatches and combines its tokens by
     all-to-all, whose bytes the step counts."""
-    from harness.sim.layered import held_params
+    from harness.sim.model.layered import held_params
 
     model = layered(MIXTRAL, PRECISIONS["bf16"])
     block = model.blocks[0]
@@ -918,7 +918,7 @@ def test_a_rank_runs_its_local_experts_on_every_ranks_tokens():
     1/EP of the weights. DeepSeek-V3's 256 experts take 128 rows a sample each (4,096
     tokens x top 8 / 256): timed as 256 skinny GEMMs that read every expert's weights, its
     MoE layer in fp8 on an H100 took 1.9x as long as the same FLOPs under EP 64."""
-    from harness.sim.device_model import device_rate, pass_times
+    from harness.sim.systems.device_model import device_rate, pass_times
     from workloads.operators import expert_sharded
 
     block = layered("deepseek_v3", PRECISIONS["fp8"]).blocks[-1]
@@ -940,7 +940,7 @@ def test_routed_experts_reduce_their_gradients_only_among_ranks_holding_them(mon
     holds expert shard d mod 4, so the experts' gradients (1/4 of them a rank) reduce over
     the 2 ranks that hold each shard, 4 such groups at once, and everything else over all 8;
     with EP 8 no two ranks hold the same experts and only the rest is reduced."""
-    from harness.sim import model_parallel_step as mps
+    from harness.sim.step import model_parallel as mps
 
     model = layered(MIXTRAL_DIMS, PRECISIONS["bf16"])
     calls: list[tuple[int, int, float]] = []
@@ -1035,7 +1035,7 @@ def test_an_fp32_gradient_copy_adds_each_micro_batchs_cast_and_add():
     and no pipeline, the step grows by exactly M x that pass over the rank's parameters
     (read 2 bytes, write and read an fp32 temporary, read and write the copy: 18 bytes
     each); in fp32 there is nothing to copy; the layout names it; unknown values refuse."""
-    from harness.sim.device_model import device_rate, gradient_copy_seconds
+    from harness.sim.systems.device_model import device_rate, gradient_copy_seconds
 
     model = layered(MEGATRON_13B, PRECISIONS["bf16"])
     fused, copied = (Layout(data=1, tensor=8, microbatches=4, sequence_parallel=True,

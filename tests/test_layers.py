@@ -19,7 +19,12 @@ PACKAGES = ("harness", "workloads", "results", "reports")
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("workloads", "results"),
     ("harness.core",),
-    ("harness.measure", "harness.sim"),
+    ("harness.measure", "harness.sim.schedules"),
+    ("harness.sim.network",),
+    ("harness.sim.model",),
+    ("harness.sim.systems",),
+    ("harness.sim.step",),
+    ("harness.sim",),
     ("harness.runners",),
     ("harness.launch",),
     ("harness.run", "harness.worker", "harness.probes"),
@@ -76,7 +81,8 @@ def _imported_names(module: str, path: Path, modules: Collection[str]) -> set[st
 
 
 def _owner(name: str, modules: Collection[str]) -> str | None:
-    """The project module ``name`` is or lies in (`harness.sim.topology.Torus` -> its module)."""
+    """The project module ``name`` is or lies in (`harness.sim.network.topology.Torus` -> its
+    module)."""
     while name and name not in modules:
         name = name.rpartition(".")[0]
     return name or None

@@ -147,8 +147,8 @@ def test_a_lopsided_exchange_moves_what_one_way_carries_beyond_the_other_at_the_
     1 / the link share against links scaled by it)."""
     import numpy as np
 
-    from harness.sim.spec import parse_topology
-    from harness.sim.step_model import _Collectives, _exchange_time
+    from harness.sim.step.data_parallel import _Collectives, _exchange_time
+    from harness.sim.systems.spec import parse_topology
 
     colls = _Collectives(parse_topology("switch:n=2,bw=8Mbit,lat=0us"), "fast")
     one = 1.0  # seconds for 1 MB at the full rate

@@ -1,15 +1,15 @@
-"""A synchronous parameter-server round worker by worker (harness/sim/ps_round.py), against
+"""A synchronous parameter-server round worker by worker (harness/sim/step/ps_round.py), against
 the closed forms of a round on one switch."""
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.sim.engine import run_collective
-from harness.sim.ps import phases, ps_sync
-from harness.sim.ps_round import round_time
-from harness.sim.spec import parse_topology
-from harness.sim.topology import with_servers
+from harness.sim.network.engine import run_collective
+from harness.sim.network.topology import with_servers
+from harness.sim.schedules.ps import phases, ps_sync
+from harness.sim.step.ps_round import round_time
+from harness.sim.systems.spec import parse_topology
 
 MB = 1e6
 SWITCH = "switch:n={n},bw=8Mbit,lat=0us"  # 1 MB/s a link, each way

@@ -20,7 +20,7 @@ from harness.recommend.recommender import (
     recommend_from_store,
     validation_errors,
 )
-from harness.sim.memory import data_parallel_memory
+from harness.sim.model.memory import data_parallel_memory
 from results.schema import ResultRow
 from results.store import ResultsStore, load
 
@@ -460,8 +460,8 @@ def test_a_model_no_device_holds_gets_the_model_parallel_layout_that_fits():
 def test_candidate_layouts_split_the_devices_exactly_and_keep_tensor_groups_on_a_host(
         devices, per_host):
     from harness.recommend.model_parallel import candidate_layouts
-    from harness.sim.layered import check_layout
-    from harness.sim.structure import layered
+    from harness.sim.model.layered import check_layout
+    from harness.sim.model.structure import layered
 
     model = layered("gpt3_175b")
     layouts = candidate_layouts(model, devices, per_host, devices)
@@ -592,7 +592,7 @@ def test_accumulating_micro_batches_adds_compute_or_whole_steps_for_fsdp():
     """DDP, all-reduce and parameter-server workers sum their micro-batches' gradients and
     exchange once; FSDP gathers and reduce-scatters with every micro-batch, and embedding
     sharding sends every micro-batch's lookups."""
-    from harness.sim.step_model import accumulated_step
+    from harness.sim.step.data_parallel import accumulated_step
 
     assert accumulated_step("allreduce_ring", 1.0, 0.6, 0.1, 4) == pytest.approx(1.0 + 3 * 0.6)
     assert accumulated_step("parameter_server", 1.0, 0.6, 0.1, 4) == pytest.approx(2.8)
@@ -610,9 +610,9 @@ def test_accumulating_micro_batches_adds_compute_or_whole_steps_for_fsdp():
 def test_the_gradient_add_is_paid_where_the_device_model_times_the_step_only():
     """Three fp32 copies of the dense gradients a micro-batch on the device's memory; a
     stated (or measured) step is one micro-batch's on a machine whose bandwidth is unknown."""
-    from harness.sim.calibration import Calibration, accumulation_add_seconds
-    from harness.sim.device_model import device_rate
-    from harness.sim.preset import load_preset
+    from harness.sim.systems.calibration import Calibration, accumulation_add_seconds
+    from harness.sim.systems.device_model import device_rate
+    from harness.sim.systems.preset import load_preset
     from workloads.known import get_known
 
     device = load_preset("dgx_a100").device
@@ -725,7 +725,7 @@ def test_a_huge_global_batch_cuts_pipelines_into_at_most_8192_micro_batches():
         _microbatches,
         candidate_layouts,
     )
-    from harness.sim.structure import layered
+    from harness.sim.model.structure import layered
 
     assert _microbatches(64) == 64 and _microbatches(3 * 8192) == 8192
     assert _microbatches(10**8) == 8000 and _microbatches(8209) == 1  # 8,209 is prime

@@ -22,9 +22,9 @@ from harness.sim import (
     simulate_step,
 )
 from harness.sim.api import COLLECTIVE_ALGORITHMS
-from harness.sim.async_ps import simulate_async_ps
-from harness.sim.calibration import Calibration, LinkCalibration, apply, from_preset
-from harness.sim.topology import TopologyError, scale_bandwidth
+from harness.sim.network.topology import TopologyError, scale_bandwidth
+from harness.sim.step.async_ps import simulate_async_ps
+from harness.sim.systems.calibration import Calibration, LinkCalibration, apply, from_preset
 from workloads.spec import WorkloadSpec
 
 SETTINGS = settings(max_examples=int(os.environ.get("SIM_EXAMPLES", "25")), deadline=None)
@@ -220,7 +220,7 @@ def test_calibration_apply_changes_only_named_classes():
 
 
 def test_importing_the_simulator_imports_no_framework():
-    code = ("import sys, harness.sim, harness.sim.bench, harness.sim.async_ps; "
+    code = ("import sys, harness.sim, harness.sim.bench, harness.sim.step.async_ps; "
             "bad = [m for m in ('tensorflow', 'torch', 'keras', 'jax') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -76,10 +76,10 @@ def test_a_fanned_parameter_server_round_times_like_every_transfer_written_out()
     """At 512 workers and 64 servers: one server's flows standing for all against the
     detailed engine, which writes out all 2 x 512 x 64 transfers."""
     from harness.sim.bench import two_level
-    from harness.sim.engine import run_collective
-    from harness.sim.ps import ps_sync
-    from harness.sim.spec import parse_topology
-    from harness.sim.topology import with_servers
+    from harness.sim.network.engine import run_collective
+    from harness.sim.network.topology import with_servers
+    from harness.sim.schedules.ps import ps_sync
+    from harness.sim.systems.spec import parse_topology
 
     topo = with_servers(parse_topology(two_level(512)), 64)
     devices = [*range(512), *range(512, 576)]

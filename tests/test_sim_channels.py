@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.sim import calibration as cal
-from harness.sim.collectives import ring_all_gather, ring_allreduce, ring_reduce_scatter
-from harness.sim.engine import run_collective
-from harness.sim.preset import load_preset, preset_names
-from harness.sim.schedule import execute
-from harness.sim.spec import parse_topology
-from harness.sim.strategies import allreduce_schedule, channel_rings, rail_orders
+from harness.sim.network.engine import run_collective
+from harness.sim.schedules.collectives import ring_all_gather, ring_allreduce, ring_reduce_scatter
+from harness.sim.schedules.schedule import execute
+from harness.sim.step.strategies import allreduce_schedule, channel_rings, rail_orders
+from harness.sim.systems import calibration as cal
+from harness.sim.systems.preset import load_preset, preset_names
+from harness.sim.systems.spec import parse_topology
 
 
 def _rails(hosts: int, gpus: int, nic: str = "per_device"):
@@ -83,7 +83,7 @@ def test_ddp_all_reduce_is_within_15_percent_of_published_bus_bandwidth(preset, 
                      cal.from_preset(preset))
     p = load_preset(preset)
     workers = figure.hosts * int(p.spec.split("gpus=")[1].split(",")[0])
-    from harness.sim.strategies import resolve_strategy
+    from harness.sim.step.strategies import resolve_strategy
 
     strategy = resolve_strategy("torch:ddp")
     r = run_collective(allreduce_schedule(strategy, topo, workers, figure.nbytes), topo,

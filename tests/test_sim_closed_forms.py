@@ -9,8 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.sim import closed_forms as cf
-from harness.sim.collectives import (
+from harness.sim.network.engine import run_collective
+from harness.sim.network.topology import Hierarchy, LinkClass, with_servers
+from harness.sim.schedules import closed_forms as cf
+from harness.sim.schedules.collectives import (
     binary_tree_allreduce,
     double_binary_tree_allreduce,
     halving_doubling_allreduce,
@@ -20,10 +22,8 @@ from harness.sim.collectives import (
     ring_allreduce,
     ring_reduce_scatter,
 )
-from harness.sim.engine import run_collective
-from harness.sim.ps import central_storage, ps_sync
-from harness.sim.schedule import shard_chunks
-from harness.sim.topology import Hierarchy, LinkClass, with_servers
+from harness.sim.schedules.ps import central_storage, ps_sync
+from harness.sim.schedules.schedule import shard_chunks
 
 SETTINGS = settings(max_examples=int(os.environ.get("SIM_EXAMPLES", "40")), deadline=None)
 REL = 0.01  # the tolerance; in practice they agree to ~1e-12

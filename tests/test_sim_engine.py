@@ -9,22 +9,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from harness.sim.collectives import (
-    binomial_broadcast,
-    double_binary_tree_allreduce,
-    halving_doubling_allreduce,
-    multidim_allreduce,
-    ring_all_gather,
-    ring_allreduce,
-    ring_reduce_scatter,
-    tree_broadcast,
-)
-from harness.sim.engine import fan_weights, run_collective
-from harness.sim.flow import fluid_step, maxmin_rates, maxmin_rates_plain
-from harness.sim.ps import ps_sync
-from harness.sim.schedule import Schedule, pipelined
-from harness.sim.spec import parse_topology
-from harness.sim.topology import (
+from harness.sim.network.engine import fan_weights, run_collective
+from harness.sim.network.flow import fluid_step, maxmin_rates, maxmin_rates_plain
+from harness.sim.network.topology import (
     Hierarchy,
     Topology,
     Torus,
@@ -37,6 +24,19 @@ from harness.sim.topology import (
     scale_bandwidth,
     with_servers,
 )
+from harness.sim.schedules.collectives import (
+    binomial_broadcast,
+    double_binary_tree_allreduce,
+    halving_doubling_allreduce,
+    multidim_allreduce,
+    ring_all_gather,
+    ring_allreduce,
+    ring_reduce_scatter,
+    tree_broadcast,
+)
+from harness.sim.schedules.ps import ps_sync
+from harness.sim.schedules.schedule import Schedule, pipelined
+from harness.sim.systems.spec import parse_topology
 
 SETTINGS = settings(max_examples=int(os.environ.get("SIM_EXAMPLES", "30")), deadline=None)
 

@@ -1,4 +1,4 @@
-"""FSDP's one timeline (harness/sim/fsdp): its bounds, its closed form where every
+"""FSDP's one timeline (harness/sim/step/fsdp.py): its bounds, its closed form where every
 collective hides, and the data-parallel and model-parallel steps agreeing through it."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.sim.fsdp import UnitPass, exposed_s, unit_timeline
+from harness.sim.step.fsdp import UnitPass, exposed_s, unit_timeline
 
 seconds = st.floats(min_value=0.0, max_value=5.0, allow_nan=False)
 units = st.lists(st.builds(UnitPass, seconds, seconds, seconds, seconds), min_size=1,
@@ -76,7 +76,7 @@ def test_fsdp_is_one_model_whether_the_step_is_data_parallel_or_a_layout():
 
     from harness.cli import cli
     from harness.core.layout import Layout
-    from harness.sim.structure import layered
+    from harness.sim.model.structure import layered
     from harness.validate.layout_step import layout_step
     from workloads.precision import precision
 

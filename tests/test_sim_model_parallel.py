@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.core.errors import SpecError
-from harness.sim import calibration as cal
-from harness.sim.layered import Layer, LayeredModel, Layout, check_layout, stage_layers
-from harness.sim.memory import model_parallel_memory
-from harness.sim.model_parallel_step import model_parallel_step
-from harness.sim.spec import parse_topology
-from harness.sim.structure import layered
+from harness.sim.model.layered import Layer, LayeredModel, Layout, check_layout, stage_layers
+from harness.sim.model.memory import model_parallel_memory
+from harness.sim.model.structure import layered
+from harness.sim.step.model_parallel import model_parallel_step
+from harness.sim.systems import calibration as cal
+from harness.sim.systems.spec import parse_topology
 from workloads import costs
 from workloads.catalog import get_spec
 from workloads.known import DIMS_MODELS, TRANSFORMERS
@@ -199,7 +199,7 @@ def test_a_data_parallel_group_with_several_gpus_per_host_uses_every_nic_it_owns
     k NICs all carry bytes; a group of one device per host keeps one ring."""
     import numpy as np
 
-    from harness.sim.model_parallel_step import _rail_channels
+    from harness.sim.step.model_parallel import _rail_channels
 
     topology = parse_topology("preset:dgx_h100_ib,hosts=4")
     group = [d for d in range(32) if d % tensor == 0]  # tensor rank 0's data-parallel group
@@ -216,12 +216,12 @@ def test_a_data_parallel_group_with_several_gpus_per_host_uses_every_nic_it_owns
 
 
 def test_rails_make_a_whole_host_data_parallel_reduction_faster():
-    from harness.sim.model_parallel_step import _timed
+    from harness.sim.step.model_parallel import _timed
 
     topology = parse_topology("preset:dgx_h100_ib,hosts=2")
     rails = _timed("allreduce", 1, 16, topology, 1e9, tuple(range(16)), "fast").time_s
-    from harness.sim.collectives import grouped_ring_allreduce
-    from harness.sim.engine import run_collective
+    from harness.sim.network.engine import run_collective
+    from harness.sim.schedules.collectives import grouped_ring_allreduce
 
     single = run_collective(grouped_ring_allreduce(1, 16), topology, 1e9, mode="fast",
                             devices=list(range(16))).time_s
@@ -305,7 +305,7 @@ def test_a_stored_runs_older_column_names_still_read():
 def test_a_placement_is_renumbered_by_its_hosts_first_appearance_long_or_short(devices):
     """Long device lists are renumbered with numpy, short ones in Python: both give each
     host the number of its first appearance and keep every device's place on its host."""
-    from harness.sim.model_parallel_step import _canonical
+    from harness.sim.step.model_parallel import _canonical
 
     topology = parse_topology("preset:dgx_h100_ib,hosts=40")
     hosts: dict[int, int] = {}

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.core.errors import SpecError
-from harness.sim.pipeline import (
+from harness.sim.schedules.pipeline import (
     BACKWARD,
     FORWARD,
     Pass,
@@ -204,7 +204,7 @@ def test_a_blocking_send_never_finishes_sooner_and_costs_nothing_when_free(
 def test_the_dedicated_loop_and_the_event_loop_agree_when_no_core_is_shared(case, comm):
     """Two implementations of one rule: the flat-table loop every model-parallel step runs,
     and the event loop emulated hosts on shared cores run, given a core per stage."""
-    from harness.sim.pipeline import _Links, _run_shared
+    from harness.sim.schedules.pipeline import _Links, _run_shared
 
     schedule, stages, microbatches, forward, backward, send, back = case
     fcomm, bcomm = comm[:stages], comm[6:6 + stages]

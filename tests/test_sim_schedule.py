@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.sim.collectives import (
+from harness.sim.network.engine import run_collective
+from harness.sim.schedules.collectives import (
     all_to_all,
     binary_tree_allreduce,
     binomial_broadcast,
@@ -22,9 +23,8 @@ from harness.sim.collectives import (
     ring_reduce_scatter,
     tree_broadcast,
 )
-from harness.sim.engine import run_collective
-from harness.sim.ps import central_storage, ps_sync
-from harness.sim.schedule import (
+from harness.sim.schedules.ps import central_storage, ps_sync
+from harness.sim.schedules.schedule import (
     Schedule,
     ScheduleError,
     chunk_bounds,
@@ -33,7 +33,7 @@ from harness.sim.schedule import (
     pipelined,
     step,
 )
-from harness.sim.spec import parse_topology
+from harness.sim.systems.spec import parse_topology
 
 FAST = settings(max_examples=int(os.environ.get("SIM_EXAMPLES", "40")), deadline=None)
 

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from harness.core.errors import InputError, SpecError
 from harness.core.units import parse_bandwidth, parse_duration, parse_size
-from harness.sim.preset import load_preset, preset_names
-from harness.sim.profile import for_simulation
-from harness.sim.spec import KINDS, describe_topology, parse_topology
-from harness.sim.topology import Hierarchy, Torus, link_classes, n_devices
+from harness.sim.model.profile import for_simulation
+from harness.sim.network.topology import Hierarchy, Torus, link_classes, n_devices
+from harness.sim.systems.preset import load_preset, preset_names
+from harness.sim.systems.spec import KINDS, describe_topology, parse_topology
 from workloads.profile import KEYS as PROFILE_KEYS
 from workloads.profile import parse_profile
 from workloads.spec import WorkloadError

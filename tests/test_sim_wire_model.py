@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.sim.spec import parse_topology
-from harness.sim.step_model import simulate_step
+from harness.sim.step.data_parallel import simulate_step
+from harness.sim.systems.spec import parse_topology
 from workloads.configs import EmbeddingTables
 from workloads.spec import WorkloadError, WorkloadSpec
 

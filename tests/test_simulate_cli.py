@@ -234,7 +234,7 @@ def test_profile_and_workload_profile_take_the_same_keys_and_give_the_same_step(
     """One grammar for a workload as numbers: `--profile K=V,...` and `--workload
     profile:K=V,...` accept the same keys (step_time_s an alias of step_compute) and
     simulate the same step."""
-    from harness.sim.profile import PROFILE_KEYS
+    from harness.sim.model.profile import PROFILE_KEYS
     from workloads.profile import KEYS
 
     assert set(PROFILE_KEYS) == set(KEYS)
@@ -254,7 +254,7 @@ def test_profile_and_workload_profile_take_the_same_keys_and_give_the_same_step(
 
 def test_the_library_parser_and_the_clis_converter_build_the_same_profile():
     from harness.calibrate.workload import workload_facts
-    from harness.sim.profile import for_simulation
+    from harness.sim.model.profile import for_simulation
     from workloads.profile import parse_profile
 
     by_library = for_simulation(parse_profile(PROFILE))

@@ -55,7 +55,7 @@ def test_the_exchange_waits_for_the_owner_of_the_most_asked_rows():
     on rank 1; Zipf draws touch about as many rows of a small table as of a large one, so
     rank 1 answers about 3/4 of every request (measured on 2 hosts: it served 1.67 MB a
     step, rank 0 0.59 MB). Row-wise tables split every request evenly."""
-    from harness.sim.sparse_traffic import embedding_owner_shares
+    from harness.sim.model.sparse_traffic import embedding_owner_shares
 
     rank0, rank1 = embedding_owner_shares("recsys:L", 64, 2)
     assert 0.70 < rank1 < 0.80 and rank0 + rank1 == pytest.approx(1.0)
@@ -124,7 +124,7 @@ def test_the_report_says_where_an_embedding_models_efficiency_is_against_a_dense
 
 def test_embedding_sharding_keeps_a_share_of_the_tables_and_every_dense_layer():
     from harness.calibrate.workload import workload_facts
-    from harness.sim.memory import data_parallel_memory
+    from harness.sim.model.memory import data_parallel_memory
 
     facts = workload_facts("recsys:L")
     whole = data_parallel_memory(facts.params, "allreduce", 4, 0).total
@@ -141,7 +141,7 @@ def test_sparse_table_gradients_hold_a_row_per_lookup_not_the_whole_table():
     rows instead of a dense copy of the tables (DDP's buckets copy the dense layers only);
     FSDP flattens parameters into dense shards, so its gradients stay whole."""
     from harness.calibrate.workload import workload_facts
-    from harness.sim.memory import data_parallel_memory
+    from harness.sim.model.memory import data_parallel_memory
 
     facts = workload_facts("dlrm")
     rows = facts.table_gradient_bytes
@@ -180,8 +180,8 @@ def test_a_synchronous_servers_round_applies_every_workers_gradient():
     """torch_ps sums a round's W pushes and applies them (index_add of W workers' rows): the
     servers' update grows with the workers they serve and shrinks with the shards."""
     from harness.calibrate.workload import workload_facts
-    from harness.sim.spec import parse_topology
-    from harness.sim.step_model import simulate_step
+    from harness.sim.step.data_parallel import simulate_step
+    from harness.sim.systems.spec import parse_topology
 
     profile = dataclasses.replace(workload_facts("recsys:M").at(batch=128),
                                   step_time_s=0.01, optimizer_s=0.004)
@@ -203,7 +203,7 @@ def test_each_torch_server_carries_what_its_tables_lookups_move():
     more slowly than the workers do (Zipf draws repeat). Measured per host on 4 emulated
     hosts at 300 Mbit/s: 7.2 MB and 10.9 MB sent by the servers' hosts a step."""
     from harness.core.sharding import assign_shards
-    from harness.sim.sparse_traffic import torch_ps_traffic
+    from harness.sim.model.sparse_traffic import torch_ps_traffic
     from workloads.catalog import get_spec
 
     config = get_spec("recsys", "L").config
@@ -262,7 +262,7 @@ def test_a_workloads_own_optimizer_sizes_its_memory_unless_one_is_named():
     import pandas as pd
 
     from harness.recommend.recommender import recommend
-    from harness.sim.memory import data_parallel_memory
+    from harness.sim.model.memory import data_parallel_memory
     from workloads.known import get_known
 
     def sharded(**kwargs: str) -> tuple[int, float]:

@@ -533,7 +533,7 @@ def test_racks_the_emulator_split_unevenly_are_leaves_of_those_hosts():
     from harness.calibrate.links import MeasuredLinks, emulated_topology, placed
     from harness.core.clusters import rack_of, rack_sizes
     from harness.sim import parse_topology
-    from harness.sim.topology import leaf_of_host
+    from harness.sim.network.topology import leaf_of_host
 
     assert rack_sizes(5, 2) == (3, 2) and rack_sizes(7, 3) == (3, 2, 2)
     assert [rack_of(h, 5, 2) for h in range(5)] == [0, 0, 0, 1, 1]

@@ -211,8 +211,8 @@ def test_a_convnets_or_recommenders_fsdp_units_are_as_many_as_the_runner_wraps(f
     recommender, whose blocks differ in size, the simulator's equal units
     (``fsdp_unit_params``) number the runner's wrapped blocks (residual blocks, tables) plus
     the root, which holds the stem or dense layers and the head."""
-    from harness.sim.step_model import buckets
-    from harness.sim.structure import fsdp_unit_params
+    from harness.sim.model.structure import fsdp_unit_params
+    from harness.sim.step.data_parallel import buckets
 
     spec = get_spec(family, size)
     model = torch_models.build_model(spec)

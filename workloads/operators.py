@@ -4,7 +4,7 @@ FLOPs alone cannot say how long a step takes on an accelerator: a 64-channel 1x1
 and writes as many bytes as it multiplies, BatchNorm and ReLU move every activation through
 memory twice more, and a small model's step is many kernels of microseconds each. So a
 workload also lists its forward operators, per sample, with the shapes that decide their
-speed; ``harness/sim/device_model.py`` times them (forward and backward), and every strategy
+speed; ``harness/sim/systems/device_model.py`` times them (forward and backward), and every strategy
 reads that one time.
 
 Operators (one record, ``kind`` tells which fields matter):

@@ -16,8 +16,8 @@ from typing import Any
 import pandas as pd
 
 from harness.core.errors import InputError
-from harness.sim.compute import ComputeSplit
-from harness.sim.profile import for_simulation
+from harness.sim.model.profile import for_simulation
+from harness.sim.systems.compute import ComputeSplit
 from workloads.operators import Op, from_records, total_forward_flops
 from workloads.spec import BYTES_PER_PARAM, WorkloadSpec
 
@@ -75,7 +75,7 @@ def workload_facts(text: str, measured: pd.DataFrame | None = None) -> WorkloadS
                               workload.sparsity, workload.flops_per_sample,
                               sized_by="declared by the workload"),
                        frameworks=(workload.framework,))
-    from harness.sim.structure import fsdp_unit_params
+    from harness.sim.model.structure import fsdp_unit_params
 
     return replace(for_simulation(workload), unit_params=fsdp_unit_params(text))
 

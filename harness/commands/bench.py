@@ -201,7 +201,7 @@ def _check_project(project: Project) -> None:
             except ValueError as exc:
                 raise InputError(f"{where}: targets[{i}].stack: {exc}") from None
         if goal.device is not None:
-            from harness.sim.preset import load_preset
+            from harness.sim.systems.preset import load_preset
 
             try:
                 load_preset(goal.device)

@@ -30,7 +30,7 @@ from workloads.precision import PRECISIONS as PRECISION_NAMES
                    "preset:NAME[,hosts=1|4|32], ...). Repeatable; default: the measured "
                    "clusters plus preset:eth25_v100,hosts=4 and preset:dgx_h100_ib,hosts=1|16.")
 @click.option("--system", "systems", multiple=True, metavar="FILE",
-              help="A system file (JSON or TOML; harness/sim/presets/*.json are examples) "
+              help="A system file (JSON or TOML; harness/sim/systems/presets/*.json are examples) "
                    "to recommend for: the same as --target preset:FILE. Repeatable.")
 @click.option("--budget", type=float, default=None, metavar="USD",
               help="Spend at most this much: the fastest configuration that costs less.")
@@ -94,7 +94,7 @@ def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple
         recommend_from_store,
         to_records,
     )
-    from harness.sim.preset import is_system_path
+    from harness.sim.systems.preset import is_system_path
 
     mechanisms, named = stated_mechanisms(**stack)
     if named and not as_json:
@@ -124,7 +124,7 @@ def _how_read(targets: tuple[str, ...]) -> list[str]:
     """Each described topology as it was read, so a per-device NIC rate a user meant per
     host shows beside the answer."""
     from harness.recommend.targets import parse_targets
-    from harness.sim.spec import describe_topology
+    from harness.sim.systems.spec import describe_topology
 
     return [f"read {target.spec} as: {describe_topology(target.spec)}"
             for target in parse_targets(targets) if target.kind == "topology"]

@@ -29,7 +29,7 @@ def _profile(workload: str | None, profile: str | None, results: Path, topology:
     takes: a built-in, a known model, a user's file after one run), with the compute time
     measured here when nothing else can tell it (a topology without a device speed)."""
     from harness.core.errors import SpecError
-    from harness.sim.calibration import compute_seconds
+    from harness.sim.systems.calibration import compute_seconds
 
     if workload and profile:
         raise InputError("give --workload or --profile, not both")
@@ -44,7 +44,7 @@ def _profile(workload: str | None, profile: str | None, results: Path, topology:
         scaled_compute,
         workload_facts,
     )
-    from harness.sim.calibration import from_preset, merge
+    from harness.sim.systems.calibration import from_preset, merge
 
     measured = _measured(results)
     facts = workload_facts(workload, measured)
@@ -79,12 +79,12 @@ def load_calibration(option: str | None, topology: str) -> Any:
     """A preset name, or a results directory whose latest `comm` fit becomes every link's
     alpha and beta (the all-reduce fit with the most ranks)."""
     from harness.sim import Calibration, LinkCalibration, from_preset, parse_topology
-    from harness.sim.preset import preset_names
-    from harness.sim.topology import link_classes
+    from harness.sim.network.topology import link_classes
+    from harness.sim.systems.preset import preset_names
 
     if option is None:
         return None
-    from harness.sim.preset import is_system_path
+    from harness.sim.systems.preset import is_system_path
 
     if option in preset_names() or (is_system_path(option) and Path(option).is_file()):
         return from_preset(option)
@@ -123,7 +123,7 @@ def _topology_option(topology: str | None, system: str | None) -> str:
         raise InputError("give --topology or --system, not both (a system file's hosts: "
                          "--topology preset:FILE,hosts=N)")
     if system:
-        from harness.sim.preset import is_system_path
+        from harness.sim.systems.preset import is_system_path
 
         return f"preset:{system if is_system_path(system) else './' + system}"
     if not topology:
@@ -197,7 +197,7 @@ BUCKETED = (*ALLREDUCE_ALGORITHMS, "fsdp")
 def _strategy_names(strategies: tuple[str, ...], framework: str | None) -> list[str] | str:
     """--strategy values as simulate() takes them: with --framework, a real name means that
     framework's strategy, and no name means each of its strategies."""
-    from harness.sim.strategies import REAL_TO_SIM, SIM_STRATEGIES
+    from harness.sim.step.strategies import REAL_TO_SIM, SIM_STRATEGIES
 
     if framework is None:
         return list(strategies) or "all"
@@ -217,7 +217,7 @@ def _deployed(profile: Any, names: list[str] | str, ps_shards: int | None,
     from dataclasses import replace
 
     from harness.core.units import parse_size
-    from harness.sim.strategies import expand_strategies
+    from harness.sim.step.strategies import expand_strategies
 
     chosen = {sim for _, sim in expand_strategies(names)}
     if (ps_shards or ps_placement) and not any(s.startswith("parameter_server")
@@ -288,7 +288,7 @@ def _simulate_layout(topology: str, workload: str | None, profile: str | None, r
 
     from harness.core.layout import parse_stage_layers
     from harness.sim import simulate_layout
-    from harness.sim.structure import layered
+    from harness.sim.model.structure import layered
     from workloads import WorkloadError
 
     if profile or not workload:
@@ -319,7 +319,7 @@ def _simulate_layout(topology: str, workload: str | None, profile: str | None, r
 
 
 def expand(names: list[str] | str) -> list[tuple[str, str]]:
-    from harness.sim.strategies import expand_strategies
+    from harness.sim.step.strategies import expand_strategies
 
     return expand_strategies(names)
 
@@ -329,8 +329,8 @@ def _fitted(topology: str, calib: Any, step_s: float, step_at: Any) -> Any:
     ``step_s`` (one measured or published step); said on stderr, with where to keep it."""
     from dataclasses import replace
 
-    from harness.sim.calibration import Calibration, merge
-    from harness.sim.compute import fit_efficiency
+    from harness.sim.systems.calibration import Calibration, merge
+    from harness.sim.systems.compute import fit_efficiency
 
     calib = _with_system(calib, topology)
     if calib is None or calib.device is None:
@@ -338,7 +338,7 @@ def _fitted(topology: str, calib: Any, step_s: float, step_at: Any) -> Any:
                          "or --topology preset:NAME)")
     efficiency = fit_efficiency(
         lambda e: step_at(merge(calib, Calibration(efficiency=e))), step_s)
-    from harness.sim.device_model import training_precision
+    from harness.sim.systems.device_model import training_precision
 
     which = calib.precision or training_precision(calib.device)
     info(f"fitted: {calib.device.name} at {efficiency:.1%} of its {which} peak makes this "
@@ -355,8 +355,8 @@ def _published_check(topology: str, precision: str | None, applies: bool) -> str
     kind, _, rest = topology.strip().partition(":")
     if kind != "preset" or not applies:
         return None
-    from harness.sim.device_model import gemm_precision, training_precision
-    from harness.sim.preset import load_preset
+    from harness.sim.systems.device_model import gemm_precision, training_precision
+    from harness.sim.systems.preset import load_preset
     from harness.validate.devices import published_check
 
     system = rest.partition(",")[0].strip()
@@ -377,7 +377,7 @@ def _published_check(topology: str, precision: str | None, applies: bool) -> str
 def _with_system(calib: Any, topology: str) -> Any:
     """The calibration over the named system's (a preset topology's) device, links and
     price; unchanged for other topologies."""
-    from harness.sim.calibration import from_preset, merge
+    from harness.sim.systems.calibration import from_preset, merge
 
     kind, _, rest = topology.strip().partition(":")
     if kind != "preset":
@@ -390,7 +390,7 @@ def _at_precision(calib: Any, topology: str, precision: str) -> Any:
     """The calibration with the device's speed at ``precision``'s peak (a system's device)."""
     from dataclasses import replace
 
-    from harness.sim.device_model import gemm_precision
+    from harness.sim.systems.device_model import gemm_precision
 
     calib = _with_system(calib, topology)
     device = getattr(calib, "device", None)
@@ -403,12 +403,12 @@ def _at_precision(calib: Any, topology: str, precision: str) -> Any:
 def _check_precision(topology: str, precision: str) -> None:
     """InputError (one line) when the named system's device has no peak for ``precision``."""
     from harness.core.errors import SpecError
-    from harness.sim.device_model import device_rate
+    from harness.sim.systems.device_model import device_rate
 
     kind, _, rest = topology.strip().partition(":")
     if kind != "preset":
         return
-    from harness.sim.preset import load_preset
+    from harness.sim.systems.preset import load_preset
 
     try:
         device_rate(load_preset(rest.partition(",")[0].strip()).device, precision)
@@ -475,7 +475,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
                    "netns:hosts=4,rate=250mbit")
 @click.option("--system", default=None, metavar="FILE",
               help="A system file (JSON or TOML: devices, scale-up, scale-out, price; "
-                   "harness/sim/presets/*.json are examples): the same as --topology "
+                   "harness/sim/systems/presets/*.json are examples): the same as --topology "
                    "preset:FILE.")
 @click.option("--workers", type=click.IntRange(min=1), required=True)
 @click.option("--workload", default=None, metavar="FAMILY:SIZE|MODEL",
@@ -596,7 +596,7 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
     calib = load_calibration(calibration, topology)
     if precision is not None:
         _check_precision(topology, precision)
-    from harness.sim.spec import describe_topology
+    from harness.sim.systems.spec import describe_topology
 
     read_as = f"read {topology} as: {describe_topology(topology)}"
     names = _strategy_names(strategies, framework)
@@ -637,7 +637,7 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
         click.echo(format_layout_row(row))
         return
     if precision is not None or framework is not None or channels_last is not None:
-        from harness.sim.calibration import Calibration, merge
+        from harness.sim.systems.calibration import Calibration, merge
 
         calib = merge(calib or Calibration(), Calibration(precision=precision,
                                                           framework=framework,

@@ -3,7 +3,7 @@
 Parallel degrees (data, pipeline, tensor, context, expert), the pipeline's micro-batches,
 schedule, virtual stages and uneven stages, and the mechanisms a stack runs (sequence
 parallelism, optimizer sharding, when gradients reduce and how they accumulate, blocking
-sends, the overlaps). The simulator times it (``harness/sim/model_parallel_step``), memory
+sends, the overlaps). The simulator times it (``harness/sim/step/model_parallel.py``), memory
 sizes it, the recommender searches over it, and a result row stores it under ``COLUMNS``,
 read back by ``from_columns`` (``harness/predict/step``). Precision and recomputation live
 elsewhere: the device model and the step own them. torchtitan's ``ParallelDims`` is the

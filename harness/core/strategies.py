@@ -19,7 +19,7 @@ from types import MappingProxyType
 from harness.core.errors import InputError, choices_message
 
 CPU, GPU, TPU = "cpu", "gpu", "tpu"
-# The simulator's all-reduce algorithms (harness/sim/strategies.py names them); a library
+# The simulator's all-reduce algorithms (harness/sim/step/strategies.py names them); a library
 # that picks among them per message and topology (NCCL, gloo) can run any of them.
 ALLREDUCE_ALGORITHMS = ("allreduce_ring", "allreduce_tree", "allreduce_halving_doubling",
                         "allreduce_hierarchical", "allreduce_binary_tree")

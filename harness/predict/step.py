@@ -36,8 +36,8 @@ from harness.calibrate.sweep_selection import software_costs
 from harness.calibrate.workload import worker_compute
 from harness.core.strategies import MODEL_PARALLEL, library
 from harness.core.strategies import strategy as find_strategy
-from harness.sim.compute import ComputeSplit
-from harness.sim.sparse_traffic import torch_ps_traffic
+from harness.sim.model.sparse_traffic import torch_ps_traffic
+from harness.sim.systems.compute import ComputeSplit
 
 
 def simulated_as(framework: str, strategy: str) -> str | None:
@@ -177,7 +177,7 @@ def predict_layout(workload: str, layout: Any, links: MeasuredLinks, batch: int,
     shared among the hosts' processes by the machine's cores; the links as probed; gloo's
     per-message cost and round trips."""
     from harness.sim import simulate_layout
-    from harness.sim.structure import layered
+    from harness.sim.model.structure import layered
 
     # as harness/runners run it: the embeddings stay whole on every tensor rank (Megatron-LM
     # splits them by vocabulary, at one more all-reduce per micro-batch)

@@ -104,7 +104,7 @@ def device_memory(target: Target, ctx: Context, replicas: int) -> float:
     that run on it."""
     name = ctx.device or target.preset_name
     if name is not None:
-        from harness.sim.preset import load_preset
+        from harness.sim.systems.preset import load_preset
 
         return load_preset(name).device.usable_memory_bytes
     if ctx.ram_bytes is None or not ctx.ram_bytes > 0:
@@ -274,7 +274,7 @@ def _price(ctx: Context, target: Target, measured_here: bool) -> tuple[float, st
     """(USD per device-hour, where it came from): a preset target's own list price, else
     the user's --price, else the named device's preset price, else, for devices like this
     machine, the assumed price of such a machine."""
-    from harness.sim.preset import load_preset
+    from harness.sim.systems.preset import load_preset
 
     own = load_preset(target.preset_name).price if target.preset_name else None
     if own is not None:
@@ -294,14 +294,18 @@ def topology_points(ctx: Context, facts: WorkloadSpec, target: Target
     """A topology at each device count of the sweep: stored simulations where they match,
     else simulated now; compute from the named device's speed and the workload's FLOPs, else
     measured here (a device like this machine)."""
-    from harness.sim.calibration import (
+    from harness.sim.systems.calibration import (
         Calibration,
         accumulation_add_seconds,
         compute_seconds,
         from_preset,
         with_device_update,
     )
-    from harness.sim.device_model import assumed_efficiency_note, device_rate, training_precision
+    from harness.sim.systems.device_model import (
+        assumed_efficiency_note,
+        device_rate,
+        training_precision,
+    )
     from harness.validate.devices import published_check
 
     calibration = None
@@ -435,8 +439,8 @@ def _simulated(spec: str, n: int, strategies: list[str], profile: WorkloadSpec,
     gradients (``WorkloadSpec.drawing``: a sparse one touches more rows) and, where the
     device model times the update, apply it (torch's sum keeps every micro-batch's rows)."""
     from harness.sim import simulate
-    from harness.sim.calibration import compute_seconds, device_step
-    from harness.sim.step_model import EXCHANGES_EVERY_MICROBATCH
+    from harness.sim.step.data_parallel import EXCHANGES_EVERY_MICROBATCH
+    from harness.sim.systems.calibration import compute_seconds, device_step
 
     summed = profile.drawing(times)
     if summed is profile:
@@ -456,11 +460,11 @@ def _simulated(spec: str, n: int, strategies: list[str], profile: WorkloadSpec,
 def _accumulated(row: dict[str, Any], times: int, samples: int, add_s: float
                  ) -> dict[str, Any]:
     """A simulated row of one micro-batch per replica as a step of ``times`` of them
-    (``sim.step_model.accumulated_step``, each micro-batch after the first adding its
+    (``sim.step.data_parallel.accumulated_step``, each micro-batch after the first adding its
     gradients in ``add_s``), ``samples`` over all replicas."""
     if times <= 1 or row.get("status") != "ok":
         return row
-    from harness.sim.step_model import EXCHANGES_EVERY_MICROBATCH, accumulated_step
+    from harness.sim.step.data_parallel import EXCHANGES_EVERY_MICROBATCH, accumulated_step
 
     strategy = str(row["strategy"])
     step = accumulated_step(strategy, float(row["step_time_median_s"]),
@@ -516,8 +520,8 @@ def _fitting_strategies(ctx: Context, facts: WorkloadSpec, target: Target, n: in
     and an unavailable row, saying by how much, for each that does not: memory is a
     formula, so a strategy that cannot hold the model is not simulated."""
     from harness.core.units import format_bytes
-    from harness.sim.memory import replica_memory
-    from harness.sim.strategies import EMBEDDING_SHARDING, expand_strategies
+    from harness.sim.model.memory import replica_memory
+    from harness.sim.step.strategies import EMBEDDING_SHARDING, expand_strategies
 
     cap = device_memory(target, ctx, n)
     fitting, too_big = [], []
@@ -540,7 +544,7 @@ def _checkpointed_activations(facts: WorkloadSpec, calibration: Any) -> float | 
     inputs, plus one layer's whole activations during its backward (on a described device,
     as it keeps them: ``activations_on_device``; else in fp32, attention unfused); None for
     a workload without layers here."""
-    from harness.sim.memory import kept_activations
+    from harness.sim.model.memory import kept_activations
     from workloads.precision import FP32
 
     if calibration is not None and calibration.device is not None:
@@ -555,7 +559,7 @@ def _checkpointed_fsdp(ctx: Context, facts: WorkloadSpec, target: Target, n: int
     models): the row and the point's memory, or None when even that does not fit. The
     forward runs twice; each block is one FSDP unit (the profile's ``unit_params``)."""
     from harness.sim import simulate
-    from harness.sim.memory import replica_memory
+    from harness.sim.model.memory import replica_memory
 
     cap = device_memory(target, ctx, n)
     need = replica_memory(replace(facts, activation_bytes_per_sample=per_sample), "sim",
@@ -577,8 +581,8 @@ def _model_parallel_rows(ctx: Context, facts: WorkloadSpec, target: Target,
     """Pipeline / tensor / hybrid layouts, when one replica does not fit a device and the
     workload has layers to cut (harness/recommend/model_parallel.py); [] otherwise."""
     from harness.recommend.model_parallel import best_layouts
-    from harness.sim.memory import OPTIMIZER_SLOTS, replica_memory
-    from harness.sim.structure import layered
+    from harness.sim.model.memory import OPTIMIZER_SLOTS, replica_memory
+    from harness.sim.model.structure import layered
     from workloads import WorkloadError
 
     cap = device_memory(target, ctx, 1)
@@ -626,8 +630,8 @@ def bandwidth_bits(ctx: Context, target: Target) -> float:
 
         return bottleneck_bits(probed_links(ctx, target))
     if target.kind == "topology":
-        from harness.sim.calibration import from_topology
-        from harness.sim.spec import parse_topology
+        from harness.sim.systems.calibration import from_topology
+        from harness.sim.systems.spec import parse_topology
 
         links = from_topology(parse_topology(target.spec)).links.values()
         return min(link.bandwidth for link in links) * 8 if links else NAN

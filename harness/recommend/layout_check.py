@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from harness.recommend.model_parallel import layouts_at
 from harness.recommend.targets import parse_targets
 from harness.sim import simulate_layout
-from harness.sim.calibration import Calibration, from_preset, merge
-from harness.sim.preset import load_preset
-from harness.sim.structure import layered
+from harness.sim.model.structure import layered
+from harness.sim.systems.calibration import Calibration, from_preset, merge
+from harness.sim.systems.preset import load_preset
 from harness.validate.devices import Row, corpus, memory_reach, stack_of
 from harness.validate.layout_step import system_spec
 from workloads.precision import precision as find_precision

@@ -20,10 +20,10 @@ from typing import Any
 from harness.core.errors import SpecError
 from harness.core.layout import SEARCH_DEFAULTS, Layout, ends_lighter, largest_divisor
 from harness.recommend.targets import Target, device_counts
-from harness.sim.calibration import Calibration
-from harness.sim.layered import RECOMPUTE, LayeredModel, check_layout
-from harness.sim.memory import model_parallel_memory
-from harness.sim.model_parallel_step import layout_name
+from harness.sim.model.layered import RECOMPUTE, LayeredModel, check_layout
+from harness.sim.model.memory import model_parallel_memory
+from harness.sim.step.model_parallel import layout_name
+from harness.sim.systems.calibration import Calibration
 from workloads.precision import FP32, Precision
 
 MODEL_PARALLEL = "model_parallel"  # the exchange kind of these candidates

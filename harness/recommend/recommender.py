@@ -53,8 +53,8 @@ from harness.recommend.candidates import (
 )
 from harness.recommend.model_parallel import MODEL_PARALLEL
 from harness.recommend.targets import Target, parse_targets
-from harness.sim.memory import GRADIENT_COPIES, data_parallel_memory
-from harness.sim.memory import optimizer_slots as slots_of
+from harness.sim.model.memory import GRADIENT_COPIES, data_parallel_memory
+from harness.sim.model.memory import optimizer_slots as slots_of
 from harness.validate.score import latest_validation
 from workloads.spec import WorkloadSpec
 
@@ -277,7 +277,7 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
                          f"{global_batch}")
     if device is not None:
         from harness.core.errors import SpecError
-        from harness.sim.preset import load_preset
+        from harness.sim.systems.preset import load_preset
 
         try:
             load_preset(device)

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from harness.core.clusters import CLUSTER_KINDS
 from harness.core.errors import InputError
-from harness.sim.spec import KINDS
+from harness.sim.systems.spec import KINDS
 
-TOPOLOGY_KINDS = KINDS  # the topology grammar's (harness.sim.spec)
+TOPOLOGY_KINDS = KINDS  # the topology grammar's (harness.sim.systems.spec)
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,8 @@ def _cluster_target(spec: str) -> Target:
 
 def _topology_targets(spec: str) -> list[Target]:
     from harness.core.errors import SpecError
-    from harness.sim.spec import parse_topology
-    from harness.sim.topology import Hierarchy, n_devices
+    from harness.sim.network.topology import Hierarchy, n_devices
+    from harness.sim.systems.spec import parse_topology
 
     variants = [spec]
     if spec.startswith("preset:"):
@@ -109,7 +109,7 @@ def device_kind(target: Target, device: str | None = None) -> str:
     """What the target's devices are: cpu (this machine, its emulated hosts, Slurm nodes as
     run here), tpu (a torus, or a preset or ``device`` preset whose device is a TPU), else
     gpu; what decides which framework strategies can run a simulated answer."""
-    from harness.sim.preset import load_preset
+    from harness.sim.systems.preset import load_preset
 
     if target.kind != "topology":
         return "cpu"

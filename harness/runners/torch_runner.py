@@ -171,7 +171,7 @@ def _timed_split(spec: tw.Workload, model: torch.nn.Module, batch: Any) -> dict[
 
 def measure_split(case: Case, model: torch.nn.Module, spec: tw.Workload, batch: Any,
                   sparse: bool) -> dict[str, Any]:
-    """The one-device step split where strategies differ (harness.sim.compute.ComputeSplit):
+    """The one-device step split where strategies differ (harness.sim.systems.compute.ComputeSplit):
     a parameter-server worker computes forward and backward only and its servers apply the
     update; DDP and FSDP update every row on every worker. A sparse baseline also times the
     same model with dense tables, which is what DDP and FSDP compute."""

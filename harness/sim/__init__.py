@@ -13,22 +13,22 @@ from harness.sim.api import (
     simulate_collective,
     simulate_layout,
 )
-from harness.sim.calibration import Calibration, LinkCalibration, from_preset, from_topology
-from harness.sim.engine import CollectiveResult, run_collective
-from harness.sim.layered import Layer, LayeredModel, Layout
-from harness.sim.preset import load_preset, preset_names
-from harness.sim.profile import for_simulation
-from harness.sim.schedule import Schedule, Step, Transfer, execute
-from harness.sim.spec import parse_topology
-from harness.sim.step_model import simulate_step
-from harness.sim.step_result import StepResult
-from harness.sim.strategies import (
+from harness.sim.model.layered import Layer, LayeredModel, Layout
+from harness.sim.model.profile import for_simulation
+from harness.sim.network.engine import CollectiveResult, run_collective
+from harness.sim.network.topology import Topology
+from harness.sim.schedules.schedule import Schedule, Step, Transfer, execute
+from harness.sim.step.data_parallel import simulate_step
+from harness.sim.step.result import StepResult
+from harness.sim.step.strategies import (
     DEFAULT_STRATEGIES,
     REAL_TO_SIM,
     SIM_STRATEGIES,
     resolve_strategy,
 )
-from harness.sim.topology import Topology
+from harness.sim.systems.calibration import Calibration, LinkCalibration, from_preset, from_topology
+from harness.sim.systems.preset import load_preset, preset_names
+from harness.sim.systems.spec import parse_topology
 
 __all__ = [
     "COLLECTIVE_ALGORITHMS",

@@ -15,36 +15,36 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from harness.core.errors import SpecError
-from harness.sim import calibration as cal
-from harness.sim.closed_forms import busbw
-from harness.sim.collectives import (
+from harness.sim.model.layered import LayeredModel, Layout, recompute_mode
+from harness.sim.model.memory import (
+    kept_activations,
+    model_parallel_memory,
+    optimizer_slots,
+    replica_memory,
+)
+from harness.sim.network.engine import MODES, run_collective
+from harness.sim.network.topology import Hierarchy, Topology, TopologyError, n_devices, with_servers
+from harness.sim.schedules.closed_forms import busbw
+from harness.sim.schedules.collectives import (
     all_to_all,
     binomial_broadcast,
     ring_all_gather,
     ring_reduce_scatter,
     tree_broadcast,
 )
-from harness.sim.engine import MODES, run_collective
-from harness.sim.layered import LayeredModel, Layout, recompute_mode
-from harness.sim.memory import (
-    kept_activations,
-    model_parallel_memory,
-    optimizer_slots,
-    replica_memory,
-)
-from harness.sim.model_parallel_step import model_parallel_step, step_lower_bound
-from harness.sim.ps import central_storage, ps_sync
-from harness.sim.schedule import Schedule
-from harness.sim.spec import parse_topology
-from harness.sim.step_model import simulate_step
-from harness.sim.step_result import StepResult
-from harness.sim.strategies import (
+from harness.sim.schedules.ps import central_storage, ps_sync
+from harness.sim.schedules.schedule import Schedule
+from harness.sim.step.data_parallel import simulate_step
+from harness.sim.step.model_parallel import model_parallel_step, step_lower_bound
+from harness.sim.step.result import StepResult
+from harness.sim.step.strategies import (
     ALLREDUCE,
     allreduce_schedule,
     channel_rings,
     expand_strategies,
 )
-from harness.sim.topology import Hierarchy, Topology, TopologyError, n_devices, with_servers
+from harness.sim.systems import calibration as cal
+from harness.sim.systems.spec import parse_topology
 from workloads.precision import FP32, Precision
 from workloads.spec import WorkloadSpec
 
@@ -214,7 +214,7 @@ def layout_step_bound(topology_spec: str, model: LayeredModel, layout: Layout,
                       step_compute_s: float | None = None, recompute: str | bool = False,
                       precision: Precision | None = None) -> float:
     """What ``simulate_layout`` with the same arguments cannot answer below
-    (``model_parallel_step.step_lower_bound``), without scheduling the pipeline."""
+    (``model_parallel.step_lower_bound``), without scheduling the pipeline."""
     _, calib = _setup(topology_spec, layout.devices, calibration)
     batch = global_batch if global_batch is not None else model.batch_size * layout.data
     return step_lower_bound(model, layout, batch, calib, step_compute_s=step_compute_s,
@@ -257,7 +257,7 @@ def activations_on_device(profile: WorkloadSpec, calib: cal.Calibration, workloa
     """Bytes one sample of a whole replica keeps for backward on the calibration's device:
     at the precision it computes in (its training precision where none is given), attention
     fused as its framework runs it (``sim.memory.kept_activations``)."""
-    from harness.sim.device_model import training_precision
+    from harness.sim.systems.device_model import training_precision
     from workloads.precision import precision as find_precision
 
     assert calib.device is not None
@@ -269,7 +269,7 @@ def activations_on_device(profile: WorkloadSpec, calib: cal.Calibration, workloa
 def fuses_attention(calib: cal.Calibration) -> bool:
     """Whether the calibration's framework runs attention fused (torch's SDPA by
     default), unless the calibration says."""
-    from harness.sim.device_model import fuses_attention as fused
+    from harness.sim.systems.device_model import fuses_attention as fused
 
     return fused(calib.framework, calib.fused_attention)
 
@@ -281,7 +281,7 @@ def _one_device_s(model: LayeredModel, micro: int, calib: cal.Calibration,
     if step_compute_s is not None:
         return step_compute_s * micro / model.batch_size
     if calib.device is not None and calib.compute_s_per_step is None:
-        from harness.sim.compute import device_rate, layers_split
+        from harness.sim.systems.compute import device_rate, layers_split
 
         rate = device_rate(calib.device, precision, calib.efficiency)
         return layers_split(model.layers, rate, micro).passes_s

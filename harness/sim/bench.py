@@ -34,9 +34,9 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.core.units import parse_size
-from harness.sim.engine import run_collective
-from harness.sim.spec import parse_topology
-from harness.sim.strategies import allreduce_schedule
+from harness.sim.network.engine import run_collective
+from harness.sim.step.strategies import allreduce_schedule
+from harness.sim.systems.spec import parse_topology
 
 ALGORITHMS = ("ring", "hierarchical", "halving_doubling", "tree")
 PS_STRATEGIES = ("parameter_server", "parameter_server_async")
@@ -66,7 +66,7 @@ def measure_parameter_server(workers: int, strategy: str = "parameter_server"
                              ) -> dict[str, Any]:
     """One parameter-server step (synchronous, or ``parameter_server_async``'s steady state)
     with the default shards and dedicated servers; wall time and memory."""
-    from harness.sim.step_model import simulate_step
+    from harness.sim.step.data_parallel import simulate_step
     from workloads.spec import WorkloadSpec
 
     topo = parse_topology(two_level(workers))
@@ -92,10 +92,10 @@ GPT3_BATCH = 1536
 
 def measure_layout(data: int, stages: int, tensor: int) -> dict[str, Any]:
     """One 3D-parallel step of gpt3_175b on preset:dgx_h100_ib (128 hosts), micro-batch 1."""
-    from harness.sim import calibration as cal
-    from harness.sim.layered import Layout
-    from harness.sim.model_parallel_step import model_parallel_step
-    from harness.sim.structure import layered
+    from harness.sim.model.layered import Layout
+    from harness.sim.model.structure import layered
+    from harness.sim.step.model_parallel import model_parallel_step
+    from harness.sim.systems import calibration as cal
 
     started = time.perf_counter()
     calib = cal.from_preset("dgx_h100_ib")

@@ -33,8 +33,12 @@ from typing import Any
 from harness.core.errors import SpecError
 from harness.core.layout import Layout, mechanisms_of
 from harness.sim.api import simulate
-from harness.sim.compute import fit_efficiency
-from harness.sim.device_model import (
+from harness.sim.model.memory import optimizer_slots
+from harness.sim.model.profile import for_simulation
+from harness.sim.model.structure import layered
+from harness.sim.step.data_parallel import accumulated_step
+from harness.sim.systems.compute import fit_efficiency
+from harness.sim.systems.device_model import (
     FP32_BYTES,
     DeviceRate,
     accumulation_seconds,
@@ -45,11 +49,7 @@ from harness.sim.device_model import (
     pass_times,
     training_precision,
 )
-from harness.sim.memory import optimizer_slots
-from harness.sim.preset import load_preset
-from harness.sim.profile import for_simulation
-from harness.sim.step_model import accumulated_step
-from harness.sim.structure import layered
+from harness.sim.systems.preset import load_preset
 from harness.validate.layout_step import PER_HOST, layout_step
 from workloads.hf import dims_of
 from workloads.known import bert_large_ops, get_known
@@ -321,7 +321,7 @@ def memory_reach() -> MemoryReach:
     A layout that needs more of its device than that is beyond what any published run is
     known to fit, and the memory model counts less than a stack holds (on BigScience's
     measured layout sweep, ``harness.validate.layout_sweep.memory_gap_gb``)."""
-    from harness.sim.memory import model_parallel_memory
+    from harness.sim.model.memory import model_parallel_memory
 
     fullest: MemoryReach | None = None
     for row in corpus()[0]:
@@ -414,7 +414,7 @@ def rate_of(row: Row, efficiency: float | None) -> DeviceRate:
 
 def predict_step(row: Row, efficiency: float | None = None) -> dict[str, float | str]:
     """The row's optimizer step on one of its GPUs, in parts: its micro-batches composed as
-    the recommender composes a data-parallel step (``step_model.accumulated_step``)."""
+    the recommender composes a data-parallel step (``data_parallel.accumulated_step``)."""
     if row.model_parallel:
         return _model_parallel_step(row, efficiency)
     rate = rate_of(row, efficiency)

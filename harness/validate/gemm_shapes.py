@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.core.errors import SpecError
-from harness.sim.device_model import GemmCall, recorded_gemms
+from harness.sim.systems.device_model import GemmCall, recorded_gemms
 from harness.validate.devices import corpus, predict_step
 
 Key = tuple[int, int, int, int, str]

@@ -24,8 +24,8 @@ from statistics import median
 import numpy as np
 from scipy.optimize import least_squares
 
-from harness.sim.device_model import MEMORY_EFFICIENCY, gemm_time
-from harness.sim.preset import Device, load_preset, preset_names
+from harness.sim.systems.device_model import MEMORY_EFFICIENCY, gemm_time
+from harness.sim.systems.preset import Device, load_preset, preset_names
 
 TABLE = "xla_gemm_sm90.json"
 #: the system file whose device the table was measured on

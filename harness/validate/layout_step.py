@@ -9,11 +9,11 @@ its authors ran; how a run is simulated lives here once.
 from __future__ import annotations
 
 from harness.core.layout import Layout
-from harness.sim.calibration import Calibration, apply, from_preset, merge
-from harness.sim.layered import LayeredModel
-from harness.sim.model_parallel_step import StepResult, model_parallel_step
-from harness.sim.preset import load_preset
-from harness.sim.spec import parse_topology
+from harness.sim.model.layered import LayeredModel
+from harness.sim.step.model_parallel import StepResult, model_parallel_step
+from harness.sim.systems.calibration import Calibration, apply, from_preset, merge
+from harness.sim.systems.preset import load_preset
+from harness.sim.systems.spec import parse_topology
 from workloads.precision import Precision
 
 #: GPUs per host of every DGX system file the published runs used

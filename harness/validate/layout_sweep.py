@@ -24,9 +24,9 @@ from typing import Any
 import pandas as pd
 
 from harness.core.layout import Layout
-from harness.sim.memory import model_parallel_memory, optimizer_slots
-from harness.sim.preset import load_preset
-from harness.sim.structure import layered
+from harness.sim.model.memory import model_parallel_memory, optimizer_slots
+from harness.sim.model.structure import layered
+from harness.sim.systems.preset import load_preset
 from harness.validate import devices
 from harness.validate.layout_step import layout_step
 from workloads.precision import precision as find_precision

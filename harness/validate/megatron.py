@@ -3,7 +3,7 @@
 
 The table is data (``published/megatron_lm_2021_table1.json``, with its source and what it
 states). The procedure fixes every constant but one before comparing: the DGX A100 system file
-(datasheet figures), the memory-bandwidth efficiency of ``harness/sim/compute.py``, the
+(datasheet figures), the memory-bandwidth efficiency of ``harness/sim/systems/compute.py``, the
 model's shape and the layout of each row. The matmul efficiency of the A100 is then fitted on
 the smallest row alone, and every other row is predicted with it:
 
@@ -22,9 +22,9 @@ from importlib import resources
 from typing import Any
 
 from harness.core.layout import Layout
-from harness.sim.compute import fit_efficiency
-from harness.sim.layered import LayeredModel
-from harness.sim.structure import layered
+from harness.sim.model.layered import LayeredModel
+from harness.sim.model.structure import layered
+from harness.sim.systems.compute import fit_efficiency
 from harness.validate.layout_step import layout_step
 from workloads.precision import PRECISIONS
 

@@ -6,7 +6,7 @@ and activations, and also the framework's own working memory on first use (kerne
 libraries, thread pools, scratch buffers: about 90-110 MB of CPU memory here, whatever the
 model). That part is measured too, not assumed: it is the rise of the same framework and
 strategy on a model whose state is negligible (under 5 MB, e.g. mlp:S) in the same results
-directory. The prediction is the memory model (harness/sim/memory.py) plus it.
+directory. The prediction is the memory model (harness/sim/model/memory.py) plus it.
 
 Scored where the issue asks: models whose state (parameters and gradients) is at least
 100 MB. Rows go into the validation table as kind ``memory``.
@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.sim.memory import (
+from harness.sim.model.memory import (
     GRADIENT_COPIES,
     data_parallel_memory,
     model_parallel_memory,
@@ -48,7 +48,7 @@ def predicted_memory(row: dict[str, Any]) -> float | None:
     name = f"{row['workload']}:{row['size']}"
     strategy = str(row["strategy"])
     if strategy in ("pipeline", "tensor_parallel"):
-        from harness.sim.structure import layered
+        from harness.sim.model.structure import layered
 
         layout = layout_of(row)
         if layout is None:

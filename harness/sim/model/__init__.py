@@ -1,0 +1,1 @@
+"""A model as the simulator reads it: layers, their structure, traffic and memory."""

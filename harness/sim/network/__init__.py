@@ -1,0 +1,1 @@
+"""Topologies, the links between devices, and timing a schedule on them."""

@@ -1,0 +1,1 @@
+"""Schedules as data: collectives, parameter-server rounds, pipelines, their closed forms."""

@@ -1,0 +1,1 @@
+"""One training step of each strategy, timed on a system."""

@@ -1,0 +1,1 @@
+"""Systems as data: presets, the topology grammar, the device model, calibration."""

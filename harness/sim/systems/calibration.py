@@ -1,0 +1,224 @@
+"""Calibration: the numbers the simulator runs on, each saying where it came from.
+
+Alpha (latency per message, s) and beta (s per byte) per link class, and how long a step's
+compute takes, either measured (``stratbench comm`` / ``run`` results, fitted by
+``harness/calibrate/fits.py``) or taken from a preset or the topology spec. The simulator takes a
+:class:`Calibration`; it never fits one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from harness.core.errors import SpecError
+from harness.sim.model.memory import optimizer_slots
+from harness.sim.network.topology import Topology, link_classes, with_classes
+from harness.sim.systems.device_model import (
+    FP32_BYTES,
+    DeviceRate,
+    DeviceStep,
+    accumulation_seconds,
+    assumed_efficiency_note,
+    device_rate,
+    training_precision,
+)
+from harness.sim.systems.device_model import device_step as _device_step
+from harness.sim.systems.preset import Device, load_preset
+from harness.sim.systems.spec import parse_topology
+from workloads.precision import precision
+from workloads.spec import WorkloadSpec
+
+SOURCES = ("measured", "preset", "spec", "profile")
+
+
+@dataclass(frozen=True)
+class LinkCalibration:
+    """alpha + n * beta for an n-byte message over one link class."""
+
+    alpha_s: float
+    beta_s_per_byte: float
+    source: str = "measured"
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if not (self.alpha_s >= 0 and self.beta_s_per_byte > 0):
+            raise SpecError(f"calibration alpha={self.alpha_s} must be >= 0 and "
+                            f"beta={self.beta_s_per_byte} > 0")
+
+    @property
+    def bandwidth(self) -> float:
+        return 1.0 / self.beta_s_per_byte
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Per-class link costs and per-step compute; any part may be missing."""
+
+    links: dict[str, LinkCalibration] = field(default_factory=dict)
+    compute_s_per_step: float | None = None  # forward + backward, per replica
+    device_flops: float | None = None  # achieved FLOP/s per device
+    compute_source: str = "preset"
+    name: str = ""
+    price_per_device_hour: float | None = None
+    # the device, where a system names one: model-parallel steps time each layer on it
+    # (harness/sim/systems/compute.py), at ``efficiency`` of its matmul peak where one was fitted
+    device: Device | None = None
+    efficiency: float | None = None
+    # what the device computes in and under whose defaults (harness/sim/systems/device_model.py):
+    # None is fp32 as the runners train, under torch
+    precision: str | None = None
+    framework: str | None = None
+    fused_attention: bool | None = None  # None: as the framework runs it by default
+    channels_last: bool | None = None  # images in NHWC; None: the framework's default
+
+    def sources(self) -> dict[str, str]:
+        """Where each number came from, for the report: {'inter': 'measured', ...}."""
+        out = {f"link:{k}": v.source for k, v in self.links.items()}
+        if self.compute_s_per_step is not None or self.device_flops is not None:
+            out["compute"] = self.compute_source
+        return out
+
+
+def from_topology(topology: Topology, source: str = "spec") -> Calibration:
+    """The link costs a topology already carries (its spec's bandwidths and latencies)."""
+    return Calibration({c.name: LinkCalibration(c.latency, 1.0 / c.bandwidth, source)
+                        for c in link_classes(topology)})
+
+
+def from_preset(name: str) -> Calibration:
+    """A preset's links and device speed (peak FLOPS times its assumed efficiency)."""
+    preset = load_preset(name)
+    base = from_topology(parse_topology(f"preset:{name}"), "preset")
+    return Calibration(base.links, device_flops=preset.device_flops, compute_source="preset",
+                       name=name, price_per_device_hour=(
+                           preset.price.usd_per_device_hour if preset.price else None),
+                       device=preset.device)
+
+
+def merge(base: Calibration, override: Calibration) -> Calibration:
+    """``override`` where it knows a number, ``base`` elsewhere (e.g. measured links over a
+    preset's device speed and price)."""
+    return Calibration(
+        {**base.links, **override.links},
+        compute_s_per_step=(override.compute_s_per_step if override.compute_s_per_step
+                            is not None else base.compute_s_per_step),
+        device_flops=(override.device_flops if override.device_flops is not None
+                      else base.device_flops),
+        compute_source=(override.compute_source if override.compute_s_per_step is not None
+                        or override.device_flops is not None else base.compute_source),
+        name=override.name or base.name,
+        price_per_device_hour=(override.price_per_device_hour
+                               if override.price_per_device_hour is not None
+                               else base.price_per_device_hour),
+        device=override.device or base.device,
+        efficiency=override.efficiency if override.efficiency is not None else base.efficiency,
+        precision=override.precision or base.precision,
+        framework=override.framework or base.framework,
+        fused_attention=(override.fused_attention if override.fused_attention is not None
+                         else base.fused_attention),
+        channels_last=(override.channels_last if override.channels_last is not None
+                       else base.channels_last))
+
+
+def apply(topology: Topology, calibration: Calibration | None) -> Topology:
+    """The topology with every class the calibration knows replaced by its alpha and beta."""
+    if calibration is None or not calibration.links:
+        return topology
+    return with_classes(topology, {k: (v.bandwidth, v.alpha_s)
+                                   for k, v in calibration.links.items()})
+
+
+def device_step(profile: WorkloadSpec, calibration: Calibration | None
+                ) -> DeviceStep | None:
+    """The profile's step on the calibration's device by the device model, where nothing
+    measured says otherwise and the workload's operators are known; None else."""
+    if not _device_times(profile, calibration):
+        return None
+    assert calibration is not None and calibration.device is not None
+    name = calibration.precision or training_precision(calibration.device)
+    rate = _rate(calibration, name)
+    updated = profile.updated_values(profile.batch_size, rate.framework)
+    step = _device_step(profile.ops, profile.batch_size, updated, rate,
+                        precision(name), optimizer_slots(profile.optimizer))
+    if calibration.precision is None:
+        note = f"{name} (no --precision given: the device's training precision)"
+        if assumed := assumed_efficiency_note(rate):
+            note = f"{note}; {assumed}"
+        step = replace(step, precision_note=note)
+    return step
+
+
+def _device_times(profile: WorkloadSpec, calibration: Calibration | None) -> bool:
+    """Whether the device model times the profile's step: nothing stated or measured, a
+    device, and the workload's operators."""
+    return (profile.step_time_s is None and calibration is not None
+            and calibration.compute_s_per_step is None and calibration.device is not None
+            and bool(profile.ops))
+
+
+def _rate(calibration: Calibration, name: str) -> DeviceRate:
+    assert calibration.device is not None
+    return device_rate(calibration.device, name, calibration.efficiency,
+                       efficiency_source(calibration), calibration.framework,
+                       calibration.fused_attention, calibration.channels_last)
+
+
+def accumulation_add_seconds(profile: WorkloadSpec, calibration: Calibration | None
+                             ) -> float:
+    """One more micro-batch's dense gradients added into the accumulated ones on the
+    calibration's device, where the device model times the step: torch keeps fp32 gradients
+    (fp32 weights, autocast over them) and adds them after each backward
+    (``device_model.accumulation_seconds``). 0 where the compute is measured or stated: a
+    measured step is one micro-batch's, on a machine whose bandwidth is not known."""
+    if not _device_times(profile, calibration):
+        return 0.0
+    assert calibration is not None and calibration.device is not None
+    rate = _rate(calibration, calibration.precision or training_precision(calibration.device))
+    return accumulation_seconds(profile.params * profile.dense_fraction, FP32_BYTES, rate)
+
+
+def with_device_update(profile: WorkloadSpec, calibration: Calibration | None
+                       ) -> WorkloadSpec:
+    """The profile with the optimizer's update timed on the calibration's device, where the
+    device model times its step and the profile states no update time: every strategy and
+    the one-device baseline then pay the same update."""
+    step = device_step(profile, calibration)
+    if step is None or profile.optimizer_s:
+        return profile
+    return replace(profile, optimizer_s=step.optimizer_s)
+
+
+def efficiency_source(calibration: Calibration) -> str:
+    """Where the device's efficiency came from, as answers name it."""
+    if calibration.efficiency is not None:
+        return f"fitted: {calibration.compute_source}"
+    return "the system file's"
+
+
+def compute_seconds(profile: WorkloadSpec, calibration: Calibration | None
+                    ) -> tuple[float, str]:
+    """Forward + backward seconds per step per replica, and where the number came from.
+
+    Precedence: a time the profile states; a measured time in the calibration; the
+    workload's operators timed on the calibration's device (harness/sim/systems/device_model.py,
+    with the framework's own per-step work); the profile's FLOPs over the calibration's
+    device speed.
+    """
+    if profile.step_time_s is not None:
+        return profile.step_time_s, "profile"
+    if calibration is not None and calibration.compute_s_per_step is not None:
+        return calibration.compute_s_per_step, calibration.compute_source
+    step = device_step(profile, calibration)
+    if step is not None:
+        assert calibration is not None and calibration.device is not None
+        again = step.forward_s if profile.recomputed else 0.0
+        return (step.passes_s + again + step.overhead_s,
+                f"device model: {calibration.device.name}, {step.bound}, "
+                f"{step.precision_note}")
+    if (profile.flops_per_sample is not None and calibration is not None
+            and calibration.device_flops):
+        return (profile.flops_per_sample * profile.batch_size / calibration.device_flops,
+                calibration.compute_source)
+    raise SpecError("cannot tell the compute time: give the profile step_compute=, or "
+                    "flops_per_sample= with a calibration that knows the device "
+                    "(e.g. --calibration dgx_h100_ib)")
