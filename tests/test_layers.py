@@ -224,3 +224,12 @@ def test_harness_holds_few_loose_modules_and_no_catch_all_package():
     assert not packages & {"misc", "utils", "util", "helpers", "common", "lib"}, packages
     layered = {e for layer in LAYERS for e in layer}
     assert {f"harness.{name}" for name in packages} <= layered
+
+
+def test_the_simulator_is_split_by_concept_with_no_module_name_twice():
+    """harness/sim/ reads as its concepts (schedules, network, model, systems, step): a few
+    entry modules at its top, and no two modules under it answering to one name."""
+    sim = ROOT / "harness" / "sim"
+    assert len(list(sim.glob("*.py"))) <= 8
+    names = [p.stem for p in sim.rglob("*.py") if p.stem != "__init__"]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
