@@ -102,7 +102,31 @@ def simulate_stage(store: ResultsStore, run_id: str, workloads: list[str]) -> in
     return len(rows)
 
 
-@click.command("bench")
+HELP = """
+The nightly job: run, comm, simulate, recommend, report.
+
+The nightly job: run, comm, emulated hosts + validate (root only), simulate, recommend, report
+(its path printed last). With a project file (--config FILE, else ./stratbench.toml, else
+[tool.stratbench] in ./pyproject.toml; docs/NIGHTLY.md): your workloads measured on your
+clusters, one verdict per workload and target (budget, deadline, device), stored each night; a
+verdict that changed since the previous night (another pick or device count, or its time beyond
+the error) says what changed and why: an edit of the project file (the same project by its `id`,
+else its path) is named key by key ("budget $50.00 -> $1.00") with the change it made, apart
+from what new measurements, calibration or code did.
+
+Without one, the built-in suite (docs/examples/stratbench.toml). Schedules as shipped:
+.github/workflows/nightly.yml, docs/examples/nightly.sbatch (resubmits itself), a cron line
+(docs/NIGHTLY.md).
+
+--fail-on-regression exits 1, naming each case, when the latest run of a case is slower than its
+history by more than the noise measured in earlier runs (the report's rule);
+
+--fail-on-verdict-change exits 1 when a project's verdict changed by more than the project
+file's edit explains.
+"""
+
+
+@click.command("bench", help=HELP)
 @click.option("--config", default=None, metavar="FILE",
               help="A project file (stratbench.toml, or a pyproject.toml's [tool.stratbench]): "
                    "the workloads, the clusters to measure on, the targets to recommend for. "

@@ -70,7 +70,32 @@ def run_case(model: str, precision: str, batch: int, *, steps: int, warmup: int,
     return base | {"status": "failed", "reason": last[:300]}
 
 
-@click.command("devicecheck")
+HELP = """
+Time training steps of published models on this machine's GPU, stored with the environment, each
+beside the device model's prediction for that GPU.
+
+Time ResNet-50, BERT-large (128 tokens) and GPT-2 XL training steps on this machine's GPU
+(torch's defaults in fp32, autocast in bf16/fp16), each case in its own process (one that runs
+out of memory is its own failed row), stored as the `device_steps` table of a run with the
+environment, and print the device model's prediction for that GPU beside each (the system file
+whose device it is: an H100 is dgx_h100_ib's). Without a GPU a case is an unavailable row;
+`--device cpu` checks the tool. `--compare PATH` measures nothing and compares the rows stored
+under a results directory, or the JSON lines that `python -m harness.measure.device_step --model
+M --precision P --batch N` printed into a file on a GPU machine that has torch and nothing else
+of stratbench's dependencies.
+
+The GEMMs behind the corpus rows, measured: `python -m harness.validate.gemm_shapes
+
+--list` prints every GEMM the device model times for a system's published runs (dgx_h100_ib by
+default), `python -m harness.measure.gemm_step --shapes FILE` times each on a GPU (torch only)
+and `python -m harness.validate.gemm_shapes --compare FILE` puts measured efficiency beside
+modelled, per shape and per row (docs/validation/campaign-gpu.sh runs both where simpy imports).
+A GEMM kernel's own costs (a system file's gemm_fixed and gemm_k_overhead) are fitted on
+OpenXLA's published per-shape H100 table: `python -m harness.validate.gemm_table`.
+"""
+
+
+@click.command("devicecheck", help=HELP)
 @click.option("--models", default=",".join(MODELS), show_default=True,
               help="Comma-separated: resnet50, bert_large (128 tokens), gpt2_xl (1024).")
 @click.option("--precisions", default="fp32,bf16", show_default=True,

@@ -44,7 +44,16 @@ def format_manifest(m: dict) -> str:
     return "\n".join(lines)
 
 
-@click.command("env")
+HELP = """
+Describe this machine: CPU, memory, GPUs, TPU, software versions, commit.
+
+The environment manifest: CPU model, physical/logical/usable cores, memory, GPUs (through
+nvidia-smi, torch and TensorFlow), TPU presence, Python, OS, TensorFlow / Keras implementation /
+torch / simpy / pandas versions, the project's git commit. Every run stores it.
+"""
+
+
+@click.command("env", help=HELP)
 @json_option
 @click.option("--no-frameworks", is_flag=True,
               help="Skip the TensorFlow and torch probes (fast).")

@@ -9,15 +9,24 @@ import click
 from harness.commands.common import info
 from harness.core.errors import InputError
 
+HELP = """
+Copy every run of SOURCES into --into, each with its own environment manifest: history and
+regressions stay per machine (environment fingerprint), so merged machines are never compared
+with each other.
 
-@click.command("merge")
+Every run of A, B, ... copied into C with its environment: history from several machines or
+nights in one directory, compared only within each machine.
+"""
+
+
+@click.command("merge", help=HELP)
 @click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--into", "into", required=True, type=click.Path(path_type=Path),
               help="The results directory to merge into (created if missing).")
 def command(sources: tuple[Path, ...], into: Path) -> None:
-    """Copy every run of SOURCES into --into, each with its own environment manifest: history
-    and regressions stay per machine (environment fingerprint), so merged machines are never
-    compared with each other."""
+    """Copy every run of SOURCES into --into, each with its own environment manifest:
+    history and regressions stay per machine (environment fingerprint), so merged
+    machines are never compared with each other."""
     from results.store import merge_into
 
     for source in sources:

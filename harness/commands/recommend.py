@@ -18,8 +18,71 @@ from harness.core.paths import results_dir
 from workloads.optimizers import OPTIMIZER_SLOTS
 from workloads.precision import PRECISIONS as PRECISION_NAMES
 
+HELP = """
+Which strategy, on how many devices, within your budget, and why.
 
-@click.command("recommend")
+Which strategy, on how many devices, on your cluster, within your budget, and why.
+
+Targets: any cluster: `local`, an emulated `netns:...` or `slurm:...` cluster (measured where it
+ran; an emulated cluster never run is predicted from this machine's calibration, the rules
+`validate` scores), or any topology `simulate` takes
+(two_level:hosts=6,gpus=4,intra=300GB/s,inter=25Gbit, preset:NAME[,hosts=1|16], a system file:
+--system FILE or preset:PATH[,hosts=N], ...). A sweep's smaller configurations are placed as a
+scheduler would (a host, then a rack, filled first).
+
+Models no device holds get data x pipeline x tensor layouts (1F1B and interleaved, sequence
+parallelism, the distributed optimizer, the least recomputation that fits), FSDP x TP and FSDP
+with every layer checkpointed. --precision: what a described device computes in (as simulate's),
+for compute, the bytes exchanged and the memory.
+
+--optimizer: the state each device keeps and the update's traffic; by default the workload's (a
+known model's cited setup: DLRM sgd, ResNet-50 and VGG-16 momentum, Inception-v3 rmsprop; adam
+otherwise). --global-batch N: the samples of every step, whatever the device count (described
+clusters only): data-parallel replicas accumulate micro-batches of the workload's batch (FSDP
+exchanging with each, the others once a step: a sparse model's exchange then carries every row
+its micro-batches touched), layouts cut it into micro-batches; without it each device takes the
+workload's batch, so the step grows with the devices.
+
+Context- and expert-parallel layouts are answered as the stacks that run them (Megatron-Core,
+torchtitan) with the option that sets each degree. Say what your stack does and every layout
+searched runs with it: --tp-overlap, --overlap-param-gather,
+
+--ep-overlap, --grad-reduce after-backward, --p2p blocking, --grad-accumulation fp32-copy|half,
+--context-comm all-gather (simulate's options, the same words),
+
+--no-sequence-parallel, --no-selective-recompute; the table's last note says what was assumed of
+each (a project file's target says it as stack = { tp_overlap = true, ... }). Or name a stack as
+a published run used it, --stack nemo-24.09 | megatron-lm-2024 | megatron-core-0.8 |
+bigscience-megatron-deepspeed (simulate takes it too; a target: stack = "nemo-24.09"), and give
+beside it only the options where yours differs (a target: stack = { like = "nemo-24.09",
+tp_overlap = false }). Layouts keep under the share of a device's memory the fullest published
+run needs by the same memory model (88%) where they can, and are called tight where they cannot
+(python -m harness.validate.layout_sweep: stacks hold more than the model counts). The layout
+search is checked against the layouts experts published (python -m
+harness.recommend.layout_check: on each published model-parallel run's cluster and batch, the
+pick beside the authors' layout, both simulated with the authors' stack) and against a sweep one
+team measured (python -m harness.validate.layout_sweep: BigScience's 26 measured rows on Jean
+Zay; the simulator's pick measured 1.1% behind their best).
+
+Each strategy is swept over device counts (1, 2, 4, ... within a host, then whole hosts); with
+--budget the fastest configuration that costs less wins, with --deadline the cheapest that
+finishes in time, else the fastest whose scaling efficiency stays above
+
+--min-efficiency (0.5), and "do not distribute" when no distributed one does. Workloads:
+built-ins, known models by name (resnet50, bert_large, gpt3_175b, ...: docs/MODELS.md),
+profile:..., or your own file.py:callable after one run (its size comes from the run, or from
+params=/flops_per_sample= it declares). Compute on a described topology is the one measured here
+unless --device names a preset whose device speed, memory and price apply; prices are the
+preset's, --price, or an assumed price of a machine like this one (said so). Memory per device
+counts parameters, gradients, optimizer state and activations. The answer leads: the pick, why,
+how sure (the simulator's validation error and the margin to the runner-up), the runner-up; then
+each strategy at its best device count. --json prints {verdicts, ranking, sweep (every
+configuration, with its Pareto flag), missing}. A budget nothing meets (with the nearest option
+and by how much it misses), a model that fits nowhere, an unknown model: one line, exit 2.
+"""
+
+
+@click.command("recommend", help=HELP)
 @click.option("--workload", "workloads", multiple=True, metavar="WORKLOAD",
               help="Workload(s) to recommend for: FAMILY:SIZE, a known model (resnet50), "
                    "profile:..., or your own file.py:callable after one run (default: every "

@@ -45,7 +45,21 @@ def exit_on_regressions(results: str | Path | None) -> None:
     raise SystemExit(1)
 
 
-@click.command("report")
+HELP = """
+Write the HTML report: recommendations, plots, history, regressions.
+
+One self-contained HTML file that leads with the verdict: per workload the pick (strategy,
+devices, time and cost to train), why, how sure and the runner-up, then time to train against
+devices; the tables and plots behind it follow, collapsed. With a project file (--config, or
+./stratbench.toml), its cards lead, one per workload and target, and every section covers the
+project's workloads on its targets and clusters only. Each card's "why" is written from the rule
+that decided (slower than one device, scaling efficiency under the threshold, over the budget,
+past the deadline, does not fit), with the numbers and the baseline they were compared with; a
+pick or runner-up is always a strategy a framework runs on those devices.
+"""
+
+
+@click.command("report", help=HELP)
 @results_option
 @click.option("--out", metavar="FILE.html", default=None,
               help="Where to write the report (default: <results>/report.html).")

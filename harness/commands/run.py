@@ -79,7 +79,58 @@ def run_cases(cases: list[Case], store: ResultsStore, run_id: str, skip: set[str
         bar.close()
 
 
-@click.command("run")
+HELP = """
+Train workloads under each strategy and store one row per case.
+
+Train workloads under each strategy; one row per case (ok, failed, timeout, unavailable).
+
+Strategies: tf one_device, mirrored, central_storage, multi_worker_mirrored, parameter_server,
+tpu; torch single_device, ddp, fsdp, parameter_server, parameter_server_async. Workloads: mlp,
+cnn, transformer, recsys at sizes S, M, L, or your own model: --workload pkg.module:callable or
+path/to/file.py:callable returning a workloads.UserWorkload (build_model, make_batch, loss_fn).
+Each case runs --repeats times in fresh processes; rows carry the median step time with a 95%
+CI, throughput, scaling efficiency against the one-replica case, peak RSS, bytes sent per step
+and, for synchronous strategies, the largest weight difference from one device trained on the
+global batch (beyond 1e-4, one device is trained again on another thread count and the run
+matches within 10x of that rounding floor; a mismatch is flagged MISMATCH in the run line and
+first in the recommender's reason), and the memory the model cost (model_memory_bytes: the peak
+RSS gained from building the model to the end of training). --resume finishes the latest run
+without repeating finished cases. torch pipeline and tensor_parallel (named only, never part of
+`all`; transformer family): torch.distributed.pipelining with --stages processes (one per
+emulated host),
+
+--microbatches per step and GPipe or 1F1B, each stage a run of the model's blocks: equal runs
+where the stages divide them, else the shortfall off the first and last stages (4 blocks on 3
+stages: 1, 2, 1), or --stage-layers 2,1,1 as asked; DTensor tensor parallelism over
+--tensor-parallel ranks (attention heads and MLP units split, Megatron-style). Each process
+brings the per-replica batch, like a data replica; rows record the layout, the measured bubble
+(each stage's idle fraction of the step) and the weight difference to one device. A layout
+option no chosen strategy uses is refused (one line, exit 2). torch embedding_sharding (named
+only; recsys family to run, DLRM too when simulated): DLRM-style hybrid parallelism, the dense
+layers data-parallel and the embedding tables sharded over the ranks (table-wise where they
+balance, else row by row), the looked-up rows and their gradients moved by all_to_all. On
+embedding models torch's single_device updates only the rows a step touched (sparse gradients
+and SGD), as recommender training does on one device, and records its step split (forward,
+backward, update) and the same split with dense tables (what ddp and fsdp compute): efficiencies
+are against that baseline.
+
+--tf-loop fit trains TF cases with Keras `model.compile` + `model.fit` instead of the custom
+loop (`strategy.run`, the default); their case ids end in /fit. Keras 3 cannot fit under
+multi_worker_mirrored or parameter_server: those rows are `unavailable` and say so.
+
+On Slurm each repetition is one srun step (inside your allocation, or its own job), tasks placed
+by Slurm, TF_CONFIG from TF's SlurmClusterResolver, torch ranks from SLURM_PROCID; rows record
+job ids and node names. The results directory must be on a file system the nodes share.
+--dry-run writes the sbatch script that would run it all, and runs nothing.
+
+--cluster netns:hosts=N,rate=RATE builds N emulated hosts (network namespaces on a bridge, every
+link shaped with tc tbf both ways; root needed, else the cases are `unavailable` rows), measures
+each link with TCP before the run, and always tears them down. rate=unshaped keeps the same path
+(veth, bridge, tbf) at a rate the cores cannot reach.
+"""
+
+
+@click.command("run", help=HELP)
 @click.option("--suite", type=click.Choice(sorted(SUITES)), default=None,
               help="A predefined set of workloads (quick: mlp:S recsys:S).")
 @click.option("--framework", default="all", show_default=True, help="tf, torch or all.")

@@ -468,7 +468,118 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-@click.command("simulate")
+HELP = """
+Simulate a training step of each strategy on a topology; rows are source=simulated.
+
+With --strategy pipeline|tensor_parallel, --stages or --tensor-parallel, one step of that
+model-parallel layout instead (the workers left over are data-parallel replicas).
+
+Simulate ring / tree / halving-doubling / hierarchical all-reduce, FSDP, synchronous and
+asynchronous parameter servers and central storage on a topology: step time, exposed
+communication, bytes per worker and link class. Topologies: switch:n=16,bw=100Gbit, ring:...,
+two_level:hosts=4,gpus=8,intra=450GB/s,inter=400Gbit, leaf_spine:...,oversub=2,
+leaf_spine:hosts=5,leaves=3+2,inter=150Mbit,uplink=100Mbit (racks of unequal size, each leaf's
+uplink as built), torus:dims=4x4x4,..., preset:NAME[,hosts=N] (systems: dgx_a100, dgx_h100_ib,
+hgx_h200, hgx_b200, gb200_nvl72, mi300x, l40s_eth, tpu_v4_cube, tpu_v5p, eth25_v100,
+eth100_v100, each citing its sources), or your own system file: --system FILE or preset:PATH
+(JSON or TOML: the device's peak FLOP/s per precision, memory and bandwidth, scale_up and
+scale_out, price; copy one from harness/sim/systems/presets/; a malformed file is one line
+naming the key). Every answer says how it read the topology (inter is per device unless
+nic=shared). --calibration takes a preset or a results directory holding `stratbench comm` fits.
+Rows are source=simulated.
+
+--framework reads --strategy names as that framework's (tf mirrored: all-reduce after backward;
+torch ddp: buckets during backward) and without --strategy simulates each of its strategies;
+--ps-shards/--ps-placement, --bucket and --bytes-per-element describe the deployment (an option
+no chosen strategy uses is one line and exit 2).
+
+--profile K=V,... and --workload profile:K=V,... are one grammar with the same keys
+(workloads/profile.py): params, batch, bytes, flops_per_sample, step_compute (a duration such as
+120ms, or seconds; step_time_s is its alias), sparsity, optimizer, bucket, name, size; the same
+numbers simulate the same step either way.
+
+--topology netns:hosts=N,rate=R[,racks=K,uplink=U]: this machine's emulated hosts, predicted as
+`validate` scores them and `recommend` ranks them (links as probed here, cores shared, each
+framework's measured compute, library and runtime costs; tf mirrored runs as
+multi_worker_mirrored across hosts); needs --workload measured here.
+
+With --stages or --tensor-parallel (or --strategy pipeline|tensor_parallel), one step of that
+model-parallel layout of a layered workload (transformer:S|M|L, gpt2_xl, gpt3_175b,
+llama3_8b|70b|405b, a transformer by its dimensions
+transformer:layers=80,hidden=8192,heads=64,kv_heads=8,ffn=28672,vocab=128256,seq=8192, a mixture
+of experts with experts=E,top_k=K[,shared=S,expert_ffn=F,imbalance=F] (every expert held, each
+token computed through its top-k, the busiest expert's rank at imbalance x the mean tokens), a
+causal sliding window as window=W (Mistral 7B v0.1's 4,096; hf: reads sliding_window), or a
+Hugging Face config.json as hf:path/config.json,seq=N[,imbalance=F] (Llama, Mistral, Mixtral,
+Qwen2, Qwen3 and their MoE models, heads wider than the model included, Gemma, GPT-2, GPT-NeoX,
+DeepSeek-V2/V3 with its latent attention and leading dense layers; the training sequence given,
+never max_position_embeddings), mlp): workers / (S x T) data-parallel replicas, Megatron-LM's
+placement, bubble and memory per device (a layout that needs more than the device holds after
+its runtime's reserve is status `does not fit`, with the bytes needed and available). On a
+system's device every strategy's compute is the device model's
+(harness/sim/systems/device_model.py): the workload's operators (GEMMs with tile and wave
+quantization against a memory roofline, element-wise work at memory bandwidth, attention fused
+as torch's SDPA or unfused, NCHW transposes, fp8 casts) no faster than the kernel launch floor;
+the answer names the precision and whether the step is launch-, memory-, attention- or
+matmul-bound (docs/SIMULATOR.md; checked against Megatron-LM's published table, python -m
+harness.validate.megatron, and against published single-GPU and single-node training
+throughputs, python -m harness.validate.devices). --precision: fp32 (what the framework computes
+by default: torch's convolutions in TF32, TF's GEMMs in TF32), tf32, bf16|fp16 mixed precision
+(fp32 master weights and optimizer state), fp8 (where the system states an fp8 peak); default,
+the device's training precision for compute.
+
+--global-batch B sets the batch of a data-parallel step too (B / workers each);
+
+--channels-last/--channels-first: the images' memory format (default the framework's: torch
+NCHW, TF NHWC; tensor-core convolutions on NCHW pay a transpose each way);
+
+--schedule interleaved --virtual-stages V,
+
+--sequence-parallel, --recompute selective, --distributed-optimizer, --grad-reduce
+after-backward (Megatron-LM 2021's local DDP: the reduction after the whole backward, not bucket
+by bucket during it), and --strategy fsdp
+
+--tensor-parallel T (FSDP x TP) are Megatron-LM's and torchtitan's options. --fit-step S: one
+measured or published step time of this layout (or of one data-parallel strategy) fits the
+device's efficiency (printed, to keep as the system file's device.matmul_efficiency.<precision>
+for every other configuration). --stage-layers 7,8x14,7 gives the layers of each stage when they
+are not equal (one count per chunk with --virtual-stages), 'ends' takes the shortfall off the
+first and last stages (which also hold the embedding and the head; Llama 3 405B's 126 layers on
+16 stages).
+
+--context-parallel C splits each sequence over C devices (every activation and the compute /C,
+gradients reduced over data x context): --context-comm ring passes K/V blocks around the group
+overlapped with the attention (ring attention, Megatron-Core's p2p), all-gather gathers K/V
+before it (Llama 3's). Wherever each rank keeps at least 4,096 tokens (an 8,192-token model gets
+CP 2, as NVIDIA's Llama 3.1 405B recipe runs it), the recommender tries context-parallel splits
+too; stratbench runs none itself, so such a pick names the stacks that do (Megatron-Core,
+torchtitan; on TPUs, where no runner here shards a model, every split and FSDP pick names
+MaxText with its mesh axes, ici_fsdp_parallelism and the like). --expert-parallel EP shards a
+mixture of experts' routed experts over EP data ranks (Megatron-Core's order), each MoE layer's
+tokens dispatched and combined by all-to-all on that placement (balanced routing, unless the
+workload names an imbalance: transformer:...,experts=8,top_k=2,imbalance=1.3 makes the busiest
+expert's rank compute 1.3x the mean tokens); the recommender lists EP splits for models with
+experts, likewise not picked. --p2p blocking makes a pipeline stage wait for each of its sends
+(Megatron-LM 2021's synchronised point-to-point); async (the default) sends in the background as
+torch's isend and Megatron-Core do. --tp-overlap runs the tensor-parallel collectives under the
+GEMMs (Megatron's --tp-comm-overlap: only what outlasts a chunk's compute shows);
+--overlap-param-gather runs the distributed optimizer's parameter all-gather under the next
+step's first forward;
+
+--ep-overlap runs expert parallelism's dispatch and combine under the adjacent micro-batch's
+compute (Megatron-Core's combined 1F1B; not with full recomputation, and with stages only
+interleaved); --grad-accumulation fp32-copy adds each micro-batch's half-precision gradients
+into an fp32 copy after its backward and reduces that copy (DeepSpeed's bf16 optimizer) where
+the default fuses it into the GEMM (Megatron-LM), and half keeps the gradients in the training
+precision (NeMo's distributed_fused_adam with grad_sync_dtype bf16: 2 bytes a parameter less
+than Megatron's fp32 buffer). A data-parallel group with several GPUs on a host reduces over one
+ring per NIC, as NCCL's channels do. A layout the model cannot take (stages that do not divide
+its blocks and no --stage-layers, micro-batches that do not divide the batch, a tensor degree
+that does not divide its heads) is one line and exit 2.
+"""
+
+
+@click.command("simulate", help=HELP)
 @click.option("--topology", default=None, metavar="SPEC",
               help="e.g. two_level:hosts=4,gpus=8,intra=450GB/s,inter=400Gbit, "
                    "preset:dgx_h100_ib,hosts=16, or this machine's emulated hosts "
@@ -576,10 +687,7 @@ def command(topology: str | None, system: str | None, workers: int, workload: st
             framework: str | None,
             ps_shards: int | None, ps_placement: str | None, bucket: str | None,
             bytes_per_element: int | None, as_json: bool) -> None:
-    """Simulate a training step of each strategy on a topology; rows are source=simulated.
-
-    With --strategy pipeline|tensor_parallel, --stages or --tensor-parallel, one step of
-    that model-parallel layout instead (the workers left over are data-parallel replicas)."""
+    """Simulate a training step of each strategy on a topology; rows are source=simulated."""
     from harness.core.strategies import library
     from harness.sim import simulate
 

@@ -18,18 +18,44 @@ from harness.validate.score import (
 )
 from results.store import ResultsStore
 
+HELP = """
+Predict every measured emulated-host case from calibration alone; store the error.
 
-@click.command("validate")
+Predict every measured point on emulated hosts (collective sweeps and step times) from
+calibration alone and store (predicted - measured) / measured; prints the table and the median
+error per kind. Kind `wire` sets the simulator's bytes per host and step beside what each
+emulated host's interface counters saw (wire_bytes_per_step); kind `memory` the memory model
+beside the measured model memory. Reports and recommendations show the newest such table.
+
+When nothing measured and no prediction code changed since it, that table is shown again instead
+of re-predicting the directory (--force predicts again). It names, one `note:` line each, the
+calibration a prediction went without (a library's loopback sweep, a rank count, a cluster's
+all-reduce sweep, torch's all-to-all swept near embedding sharding's exchange, a strategy's
+local run) and the command that fills it.
+
+A collective's floor (what the library, the cores and the emulated path cost with no bandwidth
+limit) comes from a sweep on the same number of unshaped hosts where there is one, else from
+loopback: sweep `--cluster netns:hosts=N,rate=unshaped` beside the shaped runs
+(docs/SIMULATOR.md says why and by how much it helps). Step times take each library's own cost
+per message and byte from loopback sweeps at the run's rank count (`stratbench comm --framework
+all --world N`, three times: the median of the latest 3 is used, one sweep being one noisy
+sample), the share of the links each library's collectives reach from its all-reduce swept on
+the cluster (`stratbench comm --framework all --cluster netns:... --world N --sizes
+16MiB:16MiB`, as one runs nccl-tests before a job; for embedding sharding also torch's
+all-to-all near its exchange's size, `stratbench comm --cluster netns:... --world N --sizes
+256KiB:4MiB`) and each runtime's own time from local runs of the strategy (`stratbench run` with
+no --cluster); validate names what a directory lacks.
+"""
+
+
+@click.command("validate", help=HELP)
 @results_option
 @json_option
 @click.option("--force", is_flag=True,
               help="Predict again even if nothing measured and no prediction code changed "
                    "since the last validation.")
 def command(results: str | None, as_json: bool, force: bool) -> None:
-    """Predict every measured emulated-host case from calibration alone; store the error.
-
-    When neither the measurements nor the prediction code changed since the newest stored
-    validation, that one is shown again instead of re-predicting the whole directory."""
+    """Predict every measured emulated-host case from calibration alone; store the error."""
     store = ResultsStore(results_dir(results))
     cached = None if force else cached_validation(store, inputs_fingerprint(store.root))
     if cached is not None:

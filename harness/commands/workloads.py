@@ -40,7 +40,15 @@ def _table(title: str, rows: list[dict[str, Any]]) -> None:
                    f"{(act / 1e6 if act else float('nan')):>15.3f}{r['sparsity']:>10.2%}")
 
 
-@click.command("workloads")
+HELP = """
+List the workloads: parameters, training FLOPs per sample, gradient bytes, batch, activation
+memory per sample (fp32, no recomputation) and the fraction of gradient entries a step touches;
+then the known models (numbers only, for simulation; sources in docs/MODELS.md and in --json).
+
+Known models by name (resnet50, gpt3_175b, dlrm, ...): docs/MODELS.md."""
+
+
+@click.command("workloads", help=HELP)
 @json_option
 def command(as_json: bool) -> None:
     """List the workloads: parameters, training FLOPs per sample, gradient bytes, batch,
