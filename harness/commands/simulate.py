@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -214,8 +215,6 @@ def _deployed(profile: Any, names: list[str] | str, ps_shards: int | None,
     A precision is what FSDP gathers and reduces in; the replicated strategies' weights and
     gradients stay fp32 under autocast (or Keras's mixed policy) unless ``bytes_per_element``
     says otherwise (DDP's bf16_compress_hook: 2)."""
-    from dataclasses import replace
-
     from harness.core.units import parse_size
     from harness.sim.step.strategies import expand_strategies
 
@@ -284,8 +283,6 @@ def _simulate_layout(topology: str, workload: str | None, profile: str | None, r
                      optimizer: str, microbatches: int | None,
                      precision: str | None = None, fit_step: float | None = None,
                      stage_layers: str | None = None) -> dict[str, Any]:
-    from dataclasses import replace
-
     from harness.core.layout import parse_stage_layers
     from harness.sim import simulate_layout
     from harness.sim.model.structure import layered
@@ -327,8 +324,6 @@ def expand(names: list[str] | str) -> list[tuple[str, str]]:
 def _fitted(topology: str, calib: Any, step_s: float, step_at: Any) -> Any:
     """The calibration with the device's efficiency fitted so that this very step takes
     ``step_s`` (one measured or published step); said on stderr, with where to keep it."""
-    from dataclasses import replace
-
     from harness.sim.systems.calibration import Calibration, merge
     from harness.sim.systems.compute import fit_efficiency
 
@@ -388,8 +383,6 @@ def _with_system(calib: Any, topology: str) -> Any:
 
 def _at_precision(calib: Any, topology: str, precision: str) -> Any:
     """The calibration with the device's speed at ``precision``'s peak (a system's device)."""
-    from dataclasses import replace
-
     from harness.sim.systems.device_model import gemm_precision
 
     calib = _with_system(calib, topology)
@@ -466,6 +459,52 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
                      f"{r['scaling_efficiency']:>12.2f}{r['bytes_per_worker'] / 1e6:>11.1f}"
                      f"{memory}  {r.get('calibration_sources', '')}")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class SimulateOptions:
+    """The options of one `simulate` call, as click parsed them (one field per option)."""
+
+    topology: str | None
+    system: str | None
+    workers: int
+    workload: str | None
+    profile: str | None
+    strategies: tuple[str, ...]
+    calibration: str | None
+    results: str | None
+    stragglers: int
+    straggler_factor: float
+    stages: int | None
+    stage_layers: str | None
+    microbatches: int | None
+    tensor: int | None
+    schedule: str
+    virtual_stages: int | None
+    context: int | None
+    context_comm: str
+    expert: int | None
+    p2p: str
+    tp_overlap: bool
+    param_gather_overlap: bool
+    ep_overlap: bool
+    stack_name: str | None
+    sequence_parallel: bool
+    distributed_optimizer: bool
+    grad_reduce: str
+    grad_accumulation: str
+    precision: str | None
+    channels_last: bool | None
+    fit_step: float | None
+    global_batch: int | None
+    recompute: str
+    optimizer: str
+    framework: str | None
+    ps_shards: int | None
+    ps_placement: str | None
+    bucket: str | None
+    bytes_per_element: int | None
+    as_json: bool
 
 
 HELP = """
@@ -672,118 +711,118 @@ that does not divide its heads) is one line and exit 2.
 @click.option("--optimizer", type=click.Choice(list(OPTIMIZER_SLOTS)), default="adam",
               show_default=True, help="Optimizer whose state the memory figure counts.")
 @json_option
-def command(topology: str | None, system: str | None, workers: int, workload: str | None,
-            profile: str | None, strategies: tuple[str, ...], calibration: str | None,
-            results: str | None, stragglers: int, straggler_factor: float, stages: int | None,
-            stage_layers: str | None, microbatches: int | None, tensor: int | None, schedule: str,
-            virtual_stages: int | None, context: int | None, context_comm: str,
-            expert: int | None, p2p: str, tp_overlap: bool, param_gather_overlap: bool,
-            ep_overlap: bool, stack_name: str | None,
-            sequence_parallel: bool, distributed_optimizer: bool,
-            grad_reduce: str, grad_accumulation: str,
-            precision: str | None, channels_last: bool | None, fit_step: float | None,
-            global_batch: int | None,
-            recompute: str, optimizer: str,
-            framework: str | None,
-            ps_shards: int | None, ps_placement: str | None, bucket: str | None,
-            bytes_per_element: int | None, as_json: bool) -> None:
+def command(**options: Any) -> None:
     """Simulate a training step of each strategy on a topology; rows are source=simulated."""
-    from harness.core.strategies import library
-    from harness.sim import simulate
-
-    topology = _topology_option(topology, system)
+    o = SimulateOptions(**options)
+    topology = _topology_option(o.topology, o.system)
     if topology.strip().startswith("netns:"):
-        rows = simulate_emulated(topology, workers, workload, framework, strategies,
-                                 results_dir(results))
-        if as_json:
-            print_json(rows)
-            return
-        info(f"predicted {workers} emulated hosts of {topology} as validate scores them")
-        click.echo(format_rows(rows))
+        _print_emulated(o, topology)
         return
-    calib = load_calibration(calibration, topology)
-    if precision is not None:
-        _check_precision(topology, precision)
+    calib = load_calibration(o.calibration, topology)
+    if o.precision is not None:
+        _check_precision(topology, o.precision)
     from harness.sim.systems.spec import describe_topology
 
     read_as = f"read {topology} as: {describe_topology(topology)}"
-    names = _strategy_names(strategies, framework)
-    model_parallel = bool(stages or tensor or context or expert
-                          or set(strategies) & set(MODEL_PARALLEL))
-    if not model_parallel and (virtual_stages or sequence_parallel or distributed_optimizer
-                               or stage_layers or stack_name
-                               or recompute != "none" or grad_reduce != "overlapped"
-                               or grad_accumulation != "fused"):
+    model_parallel = bool(o.stages or o.tensor or o.context or o.expert
+                          or set(o.strategies) & set(MODEL_PARALLEL))
+    if model_parallel:
+        _print_layout(o, topology, calib, read_as)
+        return
+    if (o.virtual_stages or o.sequence_parallel or o.distributed_optimizer or o.stage_layers
+            or o.stack_name or o.recompute != "none" or o.grad_reduce != "overlapped"
+            or o.grad_accumulation != "fused"):
         raise InputError("--virtual-stages, --stage-layers, --sequence-parallel, "
                          "--distributed-optimizer, --grad-reduce, --grad-accumulation, "
                          "--stack and --recompute apply to a "
                          "model-parallel layout: give "
                          "--stages, --tensor-parallel or --context-parallel")
-    if model_parallel:
-        mechanisms, named = stated_mechanisms(
-            stack_name, capabilities=False, grad_reduce=grad_reduce,
-            context_comm=context_comm, p2p=p2p, tp_overlap=tp_overlap,
-            param_gather_overlap=param_gather_overlap, grad_accumulation=grad_accumulation,
-            ep_overlap=ep_overlap)
-        if named and not as_json:
-            info(f"stack {named}")
-        layout = _layout(workers, strategies, stages, tensor, microbatches, schedule,
-                         virtual_stages, sequence_parallel, distributed_optimizer,
-                         context, expert, mechanisms)
-        row = _simulate_layout(topology, workload, profile, results_dir(results), calib,
-                               layout, global_batch, recompute, optimizer, microbatches,
-                               precision, fit_step, stage_layers)
-        if as_json:
-            print_json([row | {"read_as": read_as}])
-            return
-        info(read_as)
-        info(f"simulated {row['layout']} on {topology}"
-             + (f" with calibration {calibration}" if calibration else ""))
-        checked = _published_check(topology, precision, fit_step is None and not calibration)
-        if checked:
-            info(checked)
-        click.echo(format_layout_row(row))
+    _print_data_parallel(o, topology, calib, read_as)
+
+
+def _print_emulated(o: SimulateOptions, topology: str) -> None:
+    rows = simulate_emulated(topology, o.workers, o.workload, o.framework, o.strategies,
+                             results_dir(o.results))
+    if o.as_json:
+        print_json(rows)
         return
-    if precision is not None or framework is not None or channels_last is not None:
+    info(f"predicted {o.workers} emulated hosts of {topology} as validate scores them")
+    click.echo(format_rows(rows))
+
+
+def _print_layout(o: SimulateOptions, topology: str, calib: Any, read_as: str) -> None:
+    """A model-parallel layout's one step."""
+    mechanisms, named = stated_mechanisms(
+        o.stack_name, capabilities=False, grad_reduce=o.grad_reduce,
+        context_comm=o.context_comm, p2p=o.p2p, tp_overlap=o.tp_overlap,
+        param_gather_overlap=o.param_gather_overlap, grad_accumulation=o.grad_accumulation,
+        ep_overlap=o.ep_overlap)
+    if named and not o.as_json:
+        info(f"stack {named}")
+    layout = _layout(o.workers, o.strategies, o.stages, o.tensor, o.microbatches, o.schedule,
+                     o.virtual_stages, o.sequence_parallel, o.distributed_optimizer,
+                     o.context, o.expert, mechanisms)
+    row = _simulate_layout(topology, o.workload, o.profile, results_dir(o.results), calib,
+                           layout, o.global_batch, o.recompute, o.optimizer, o.microbatches,
+                           o.precision, o.fit_step, o.stage_layers)
+    if o.as_json:
+        print_json([row | {"read_as": read_as}])
+        return
+    info(read_as)
+    info(f"simulated {row['layout']} on {topology}"
+         + (f" with calibration {o.calibration}" if o.calibration else ""))
+    checked = _published_check(topology, o.precision,
+                               o.fit_step is None and not o.calibration)
+    if checked:
+        info(checked)
+    click.echo(format_layout_row(row))
+
+
+def _print_data_parallel(o: SimulateOptions, topology: str, calib: Any, read_as: str) -> None:
+    """Each data-parallel or parameter-server strategy's step."""
+    from harness.core.strategies import library
+    from harness.sim import simulate
+
+    names = _strategy_names(o.strategies, o.framework)
+    if o.precision is not None or o.framework is not None or o.channels_last is not None:
         from harness.sim.systems.calibration import Calibration, merge
 
-        calib = merge(calib or Calibration(), Calibration(precision=precision,
-                                                          framework=framework,
-                                                          channels_last=channels_last))
-    prof = _deployed(_profile(workload, profile, results_dir(results), topology, calib,
-                              framework),
-                     names, ps_shards, ps_placement, bucket, bytes_per_element, precision)
-    if global_batch is not None:
-        per_replica, rest = divmod(global_batch, workers)
+        calib = merge(calib or Calibration(), Calibration(precision=o.precision,
+                                                          framework=o.framework,
+                                                          channels_last=o.channels_last))
+    prof = _deployed(_profile(o.workload, o.profile, results_dir(o.results), topology, calib,
+                              o.framework),
+                     names, o.ps_shards, o.ps_placement, o.bucket, o.bytes_per_element,
+                     o.precision)
+    if o.global_batch is not None:
+        per_replica, rest = divmod(o.global_batch, o.workers)
         if rest or not per_replica:
-            raise InputError(f"--global-batch {global_batch} does not divide over "
-                             f"{workers} workers")
-        from dataclasses import replace
-
+            raise InputError(f"--global-batch {o.global_batch} does not divide over "
+                             f"{o.workers} workers")
         prof = replace(prof, batch_size=per_replica)
 
     def run(c: Any) -> list[dict[str, Any]]:
-        return simulate(topology, workers, names, prof, c, workload=workload,
-                        stragglers=stragglers, straggler_factor=straggler_factor,
-                        ps_shards=ps_shards, ps_colocated=ps_placement == "colocated",
-                        ps_pull=library(framework or "torch").ps_pull)
+        return simulate(topology, o.workers, names, prof, c, workload=o.workload,
+                        stragglers=o.stragglers, straggler_factor=o.straggler_factor,
+                        ps_shards=o.ps_shards, ps_colocated=o.ps_placement == "colocated",
+                        ps_pull=library(o.framework or "torch").ps_pull)
 
-    if fit_step is not None:
+    if o.fit_step is not None:
         if len(expand(names)) != 1:
             raise InputError("--fit-step fits one step: name one --strategy")
-        calib = _fitted(topology, calib, fit_step,
+        calib = _fitted(topology, calib, o.fit_step,
                         lambda c: run(c)[0]["step_time_median_s"])
     rows = run(calib)
-    if as_json:
+    if o.as_json:
         print_json([r | {"read_as": read_as} for r in rows])
         return
     info(read_as)
-    info(f"simulated {workers} workers on {topology}"
-         + (f" with calibration {calibration}" if calibration else ""))
+    info(f"simulated {o.workers} workers on {topology}"
+         + (f" with calibration {o.calibration}" if o.calibration else ""))
     sources = sorted({str(r.get("compute_source")) for r in rows if r.get("compute_source")})
     for source in sources:
         info(f"compute: {source}")
-    checked = _published_check(topology, precision, fit_step is None and not calibration
+    checked = _published_check(topology, o.precision, o.fit_step is None and not o.calibration
                                and any("device model" in s for s in sources))
     if checked:
         info(checked)
