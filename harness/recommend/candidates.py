@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -32,7 +32,11 @@ from harness.core.strategies import exchange_kind
 from harness.predict.emulated import emulated_strategies, predict_emulated
 from harness.recommend.targets import Target, device_counts, device_kind
 from harness.sim.api import activations_on_device
+from harness.sim.systems.calibration import Calibration
 from workloads.spec import WorkloadSpec
+
+if TYPE_CHECKING:
+    from harness.validate.devices import PublishedCheck
 
 NAN = float("nan")
 # The price of a device like this machine when the user names none: one replica here is a
@@ -295,12 +299,54 @@ def topology_points(ctx: Context, facts: WorkloadSpec, target: Target
     else simulated now; compute from the named device's speed and the workload's FLOPs, else
     measured here (a device like this machine)."""
     from harness.sim.systems.calibration import (
-        Calibration,
         accumulation_add_seconds,
         compute_seconds,
-        from_preset,
         with_device_update,
     )
+
+    device = ctx.device or target.preset_name
+    facts, calibration, compute_s, compute_note, checked = _compute_basis(ctx, facts, device)
+    price, basis = _price(ctx, target, measured_here=device is None)
+    profile = with_device_update(facts.at(step_time_s=compute_s), calibration)
+    if ctx.precision is not None:  # FSDP gathers and reduces in it; replicas' weights and
+        from workloads.precision import precision as find_precision  # gradients stay fp32
+
+        profile = replace(profile, sharded_bytes_per_element=find_precision(
+            ctx.precision).value_bytes)
+    one = _per_replica(facts, profile, ctx.global_batch, 1)
+    assert one is not None  # one device takes every sample of a step
+    single_facts, single_profile, single_times = one
+    single_compute = compute_seconds(single_profile, calibration)[0]
+    add_s = accumulation_add_seconds(profile, calibration)
+    single_s = (single_times * single_compute + (single_times - 1) * add_s
+                + profile.optimizer_s)
+    batch = ctx.global_batch or facts.batch_size  # the single device's samples a step
+    out = [_point(facts, framework="sim", strategy="single_device", replicas=1,
+                  step_time_s=single_s, batch=batch,
+                  throughput_samples_s=batch / single_s, scaling_efficiency=1.0,
+                  source="simulated", device_memory_bytes=device_memory(target, ctx, 1),
+                  price_per_device_hour=price, price_basis=basis, compute_note=compute_note)
+           | _accumulation(single_facts, single_times)]
+    shared: dict[str, Any] = dict(batch=batch, single_s=single_s, price=price, basis=basis,
+                  source="simulated", compute_note=compute_note)
+    out += _data_parallel_points(ctx, facts, target, profile, calibration, add_s, shared)
+    for row in _model_parallel_rows(ctx, facts, target, calibration, compute_s):
+        point = _sim_point(ctx, facts, target, row, framework="sim", strategy=row["strategy"],
+                           model=row["strategy"], **shared)
+        point.update(layout=row["layout"] + _recomputed(row["recompute"]),
+                     memory_per_device_bytes=row["memory_per_device_bytes"],
+                     bubble=row["bubble_fraction"], zero=int(row.get("zero", 0) or 0))
+        out.append(point)
+    _annotate(out, ctx, facts, target, calibration, checked)
+    return out
+
+
+def _compute_basis(ctx: Context, facts: WorkloadSpec, device: str | None) -> tuple[
+        WorkloadSpec, Calibration | None, float | None, str, PublishedCheck | None]:
+    """Where a topology's compute comes from: the named device (its model, or FLOPs over its
+    speed), a step the profile states, or this machine's measurement; the facts with their
+    activations as that device keeps them, and the published check of the device's system."""
+    from harness.sim.systems.calibration import from_preset
     from harness.sim.systems.device_model import (
         assumed_efficiency_note,
         device_rate,
@@ -308,11 +354,10 @@ def topology_points(ctx: Context, facts: WorkloadSpec, target: Target
     )
     from harness.validate.devices import published_check
 
-    calibration = None
+    calibration: Calibration | None = None
     compute_note = ""
-    device = ctx.device or target.preset_name
     compute_s: float | None = None
-    checked = None
+    checked: PublishedCheck | None = None
     if device is not None and facts.flops_per_sample:
         preset_cal = from_preset(device)
         calibration = Calibration(device_flops=preset_cal.device_flops,
@@ -340,27 +385,14 @@ def topology_points(ctx: Context, facts: WorkloadSpec, target: Target
             raise InputError(no_compute_message(facts.name))
         compute_s = scaled_compute(measured, facts.batch_size)
         compute_note = measured.note
-    price, basis = _price(ctx, target, measured_here=device is None)
-    profile = with_device_update(facts.at(step_time_s=compute_s), calibration)
-    if ctx.precision is not None:  # FSDP gathers and reduces in it; replicas' weights and
-        from workloads.precision import precision as find_precision  # gradients stay fp32
+    return facts, calibration, compute_s, compute_note, checked
 
-        profile = replace(profile, sharded_bytes_per_element=find_precision(
-            ctx.precision).value_bytes)
-    one = _per_replica(facts, profile, ctx.global_batch, 1)
-    assert one is not None  # one device takes every sample of a step
-    single_facts, single_profile, single_times = one
-    single_compute = compute_seconds(single_profile, calibration)[0]
-    add_s = accumulation_add_seconds(profile, calibration)
-    single_s = (single_times * single_compute + (single_times - 1) * add_s
-                + profile.optimizer_s)
-    batch = ctx.global_batch or facts.batch_size  # the single device's samples a step
-    out = [_point(facts, framework="sim", strategy="single_device", replicas=1,
-                  step_time_s=single_s, batch=batch,
-                  throughput_samples_s=batch / single_s, scaling_efficiency=1.0,
-                  source="simulated", device_memory_bytes=device_memory(target, ctx, 1),
-                  price_per_device_hour=price, price_basis=basis, compute_note=compute_note)
-           | _accumulation(single_facts, single_times)]
+
+def _data_parallel_points(ctx: Context, facts: WorkloadSpec, target: Target,
+                          profile: WorkloadSpec, calibration: Calibration | None,
+                          add_s: float, shared: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each data-parallel strategy at each device count of the sweep past one."""
+    out: list[dict[str, Any]] = []
     checkpointed = _checkpointed_activations(facts, calibration)
     for n in [c for c in device_counts(target) if c > 1]:
         share = _per_replica(facts, profile, ctx.global_batch, n)
@@ -378,19 +410,14 @@ def topology_points(ctx: Context, facts: WorkloadSpec, target: Target
         for row, extra in [*((r, {}) for r in rows), *([wrapped] if wrapped else [])]:
             row = _accumulated(row, times, at_n.batch_size * n * times, add_s)
             out.append(_sim_point(ctx, facts, target, row, framework="sim",
-                                  strategy=row["strategy"], model=row["strategy"],
-                                  batch=batch, single_s=single_s, price=price,
-                                  basis=basis, source="simulated", compute_note=compute_note)
+                                  strategy=row["strategy"], model=row["strategy"], **shared)
                        | extra | _accumulation(at_n, times, extra.get("layout")))
-    for row in _model_parallel_rows(ctx, facts, target, calibration, compute_s):
-        point = _sim_point(ctx, facts, target, row, framework="sim", strategy=row["strategy"],
-                           model=row["strategy"], batch=batch, single_s=single_s,
-                           price=price, basis=basis, source="simulated",
-                           compute_note=compute_note)
-        point.update(layout=row["layout"] + _recomputed(row["recompute"]),
-                     memory_per_device_bytes=row["memory_per_device_bytes"],
-                     bubble=row["bubble_fraction"], zero=int(row.get("zero", 0) or 0))
-        out.append(point)
+    return out
+
+
+def _annotate(out: list[dict[str, Any]], ctx: Context, facts: WorkloadSpec, target: Target,
+              calibration: Calibration | None, checked: PublishedCheck | None) -> None:
+    """Model FLOPs utilisation, the system's published error, and how each pick runs."""
     peak = _dense_peak(calibration)
     needed = model_flops(facts)
     for point in out:  # model FLOPs over the devices' dense peak: what large runs report
@@ -407,7 +434,6 @@ def topology_points(ctx: Context, facts: WorkloadSpec, target: Target
         point["runs_as"] = runs_as(point["strategy"], kind, hosts, int(point.get("zero", 0)),
                                    facts.framework)
         point["device_kind"] = kind
-    return out
 
 
 def _per_replica(facts: WorkloadSpec, profile: WorkloadSpec, global_batch: int | None,

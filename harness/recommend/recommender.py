@@ -262,45 +262,12 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
               mechanisms: dict[str, Any] | None = None) -> pd.DataFrame:
     """The recommendation table: one row per (workload, target, strategy at its best
     device count); ``frame.attrs``: verdicts, sweep, missing (see the module docstring)."""
-    if not samples > 0:
-        raise InputError(f"--samples must be > 0, got {samples}")
-    if price is not None and not price >= 0:
-        raise InputError(f"--price must be >= 0 USD per device-hour, got {price}")
-    if budget is not None and not budget > 0:
-        raise InputError(f"--budget must be > 0 USD, got {budget}")
-    if deadline_s is not None and not deadline_s > 0:
-        raise InputError(f"--deadline must be > 0 hours, got {deadline_s / 3600:g}")
-    if not 0 <= min_efficiency <= 1:
-        raise InputError(f"--min-efficiency must be from 0 to 1, got {min_efficiency}")
-    if global_batch is not None and not (isinstance(global_batch, int) and global_batch >= 1):
-        raise InputError(f"--global-batch must be a whole number of samples >= 1, got "
-                         f"{global_batch}")
-    if device is not None:
-        from harness.core.errors import SpecError
-        from harness.sim.systems.preset import load_preset
-
-        try:
-            load_preset(device)
-        except SpecError as exc:
-            raise InputError(f"--device: {exc}") from None
+    _check_options(samples, price, budget, deadline_s, min_efficiency, global_batch, device)
     measured = measured if measured is not None else pd.DataFrame()
     if not measured.empty:
         measured = measured[measured["source"].fillna("measured") == "measured"]
-    names = list(workloads)
-    if not names and not measured.empty:
-        names = sorted(set(row_names(measured)))
-    if not names:
-        raise InputError("no workloads to recommend for: give --workload FAMILY:SIZE or a "
-                         "results directory with measured runs")
-    facts: dict[str, WorkloadSpec] = {}
     missing: list[str] = []
-    for name in names:
-        try:
-            facts[name] = workload_facts(name, measured)
-        except InputError as exc:
-            if workloads:  # asked for by name: the user must hear why
-                raise
-            missing.append(f"{name}: {exc}")
+    facts = _facts(workloads, measured, missing)
     specs = list(targets) or (sorted(set(measured["cluster"])) if not measured.empty else []) \
         + list(DEFAULT_PRESET_TARGETS)
     parsed = parse_targets(specs)
@@ -339,20 +306,9 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
             ranked = rank(points, samples=samples, price=price,
                           bandwidth_bits=bandwidth_bits(ctx, target),
                           optimizer_slots=slots, goal=goal)
-            answer = decide.verdict(name, target.label, ranked, points, goal)
-            if global_batch is not None:
-                answer["constraint"] += f"; global batch {global_batch} samples per step"
-            elif target.kind == "topology":
-                answer["why"] = _with_batch(answer)
-            verdicts.append(answer)
-            front = {id(p) for p in decide.pareto(points)}
-            picked = {id(p) for p in ranked}
-            for p in points:
-                sweep.append({**{k: p.get(k, NAN) for k in SWEEP_COLUMNS},
-                              "workload": name, "target": target.label,
-                              "pareto": id(p) in front, "picked": id(p) in picked})
-            for r in ranked:
-                out.append(r | {"workload": name, "target": target.label})
+            verdicts.append(_verdict(name, target, ranked, points, goal, global_batch))
+            sweep += _sweep_rows(name, target, points, ranked)
+            out += [r | {"workload": name, "target": target.label} for r in ranked]
     if targets and not out and missing:
         where, _, said = missing[0].partition(": ")
         head, _, todo = said.partition("; ")
@@ -369,6 +325,74 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
     frame.attrs["sweep"] = sweep
     frame.attrs["mechanisms"] = mechanisms_in_words(ctx.mechanisms)
     return frame
+
+
+def _check_options(samples: float, price: float | None, budget: float | None,
+                   deadline_s: float | None, min_efficiency: float, global_batch: int | None,
+                   device: str | None) -> None:
+    """Each option in range, one line naming it where not."""
+    if not samples > 0:
+        raise InputError(f"--samples must be > 0, got {samples}")
+    if price is not None and not price >= 0:
+        raise InputError(f"--price must be >= 0 USD per device-hour, got {price}")
+    if budget is not None and not budget > 0:
+        raise InputError(f"--budget must be > 0 USD, got {budget}")
+    if deadline_s is not None and not deadline_s > 0:
+        raise InputError(f"--deadline must be > 0 hours, got {deadline_s / 3600:g}")
+    if not 0 <= min_efficiency <= 1:
+        raise InputError(f"--min-efficiency must be from 0 to 1, got {min_efficiency}")
+    if global_batch is not None and not (isinstance(global_batch, int) and global_batch >= 1):
+        raise InputError(f"--global-batch must be a whole number of samples >= 1, got "
+                         f"{global_batch}")
+    if device is not None:
+        from harness.core.errors import SpecError
+        from harness.sim.systems.preset import load_preset
+
+        try:
+            load_preset(device)
+        except SpecError as exc:
+            raise InputError(f"--device: {exc}") from None
+
+
+def _facts(workloads: Sequence[str], measured: pd.DataFrame,
+           missing: list[str]) -> dict[str, WorkloadSpec]:
+    """Each workload's facts; one asked for by name must be known, one found in the results
+    and not known goes to ``missing`` with the reason."""
+    names = list(workloads)
+    if not names and not measured.empty:
+        names = sorted(set(row_names(measured)))
+    if not names:
+        raise InputError("no workloads to recommend for: give --workload FAMILY:SIZE or a "
+                         "results directory with measured runs")
+    facts: dict[str, WorkloadSpec] = {}
+    for name in names:
+        try:
+            facts[name] = workload_facts(name, measured)
+        except InputError as exc:
+            if workloads:  # asked for by name: the user must hear why
+                raise
+            missing.append(f"{name}: {exc}")
+    return facts
+
+
+def _verdict(name: str, target: Target, ranked: list[dict[str, Any]], points: list[dict[str, Any]],
+             goal: decide.Goal, global_batch: int | None) -> dict[str, Any]:
+    answer = decide.verdict(name, target.label, ranked, points, goal)
+    if global_batch is not None:
+        answer["constraint"] += f"; global batch {global_batch} samples per step"
+    elif target.kind == "topology":
+        answer["why"] = _with_batch(answer)
+    return answer
+
+
+def _sweep_rows(name: str, target: Target, points: list[dict[str, Any]],
+                ranked: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every configuration swept, with whether it is on the Pareto front and was ranked."""
+    front = {id(p) for p in decide.pareto(points)}
+    picked = {id(p) for p in ranked}
+    return [{**{k: p.get(k, NAN) for k in SWEEP_COLUMNS}, "workload": name,
+             "target": target.label, "pareto": id(p) in front, "picked": id(p) in picked}
+            for p in points]
 
 
 def _with_batch(answer: dict[str, Any]) -> str:

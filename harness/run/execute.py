@@ -184,6 +184,24 @@ def _run_repeat(case: Case, case_file: Path, workdir: Path, cluster: Where) -> G
     return group
 
 
+@dataclass
+class _Repeats:
+    """What a case's repetitions reported: each step's slowest rank, and the last
+    repetition's reports (the row's per-run facts are read off its first rank)."""
+
+    step_rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    reports: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    rss: list[float] = dataclasses.field(default_factory=list)
+    losses: list[float] = dataclasses.field(default_factory=list)
+    weights: str | None = None
+    placed: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # where tasks ran
+    wires: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # bytes per host
+
+    @property
+    def first(self) -> dict[str, Any]:
+        return self.reports[0]
+
+
 def execute_case(case: Case, run_id: str, workdir: Path,
                  cluster: Where = None) -> CaseOutcome:
     started = _now()
@@ -192,52 +210,72 @@ def execute_case(case: Case, run_id: str, workdir: Path,
         return CaseOutcome(_base_row(case, run_id, Status.UNAVAILABLE.value, why, started), None)
     case_file = workdir / "case.json"
     case_file.write_text(case.to_json())
-    step_rows: list[dict[str, Any]] = []
-    last: GroupResult | None = None
-    rss: list[float] = []
-    losses: list[float] = []
-    weights: str | None = None
-    placed: list[dict[str, Any]] = []  # where each task ran (Slurm's word, or our host)
-    wires: list[dict[str, Any]] = []  # each repetition's bytes on the wire per host
-    for repeat in range(case.repeats):
-        group = _run_repeat(case, case_file, workdir / f"r{repeat}", cluster)
-        last = group
-        if group.status != "ok":
-            row = _base_row(case, run_id, group.status, group.reason, started)
-            return CaseOutcome(row, pd.DataFrame(step_rows) if step_rows else None)
-        reports = sorted((o.report for o in group.outcomes
-                          if o.report and "step_times_s" in o.report),
-                         key=lambda r: r.get("rank", 0))
-        rss += [o.report["peak_rss_bytes"] for o in group.outcomes if o.report]
-        placed += group.placements
-        wires += [r["wire"] for r in reports if "wire" in r][:1]
-        per_rank = np.array([r["step_times_s"] for r in reports])
-        # A synchronous step ends when its slowest rank ends.
-        slowest = per_rank.max(axis=0) if per_rank.size else np.array([])
-        for step, value in enumerate(slowest):
-            step_rows.append({"repeat": repeat, "step": step, "step_time_s": float(value),
-                              "loss": float(reports[0]["losses"][case.warmup + step])})
-        losses = reports[0]["losses"]
-        first = reports[0]
-        weights = next((r["weights"] for r in reports if "weights" in r), weights)
-    assert last is not None
-    strat = strategy_of(case)
-    summary = stats.summarize([r["step_time_s"] for r in step_rows])
+    got, failed = _run_repeats(case, case_file, workdir, cluster)
+    if failed is not None:
+        row = _base_row(case, run_id, failed.status, failed.reason, started)
+        return CaseOutcome(row, pd.DataFrame(got.step_rows) if got.step_rows else None)
+    first = got.first
     row = _base_row(case, run_id, Status.OK.value, "", started)
     if first.get("replicas", case.replicas) != case.replicas:  # a TPU has as many as it has
         # the row records what ran; its case_id stays the planned one, so resume finds it
         case = dataclasses.replace(case, replicas=int(first["replicas"]))
         row.replicas, row.global_batch = case.replicas, case.global_batch
         case_file.write_text(case.to_json())  # the reference trains on that global batch
+    _timing(row, case, got)
+    extra = _extra(row, case, cluster, got)
+    strat = strategy_of(case)
+    if strat.weights_match and strat.exchange != "none" and got.weights:
+        _check_weights(row, extra, case, case_file, workdir, got.weights)
+    row.extra = extra
+    return CaseOutcome(row, pd.DataFrame(got.step_rows))
+
+
+def _run_repeats(case: Case, case_file: Path, workdir: Path, cluster: Where
+                 ) -> tuple[_Repeats, GroupResult | None]:
+    """Each repetition in fresh processes; the first that fails ends them, returned."""
+    got = _Repeats()
+    for repeat in range(case.repeats):
+        group = _run_repeat(case, case_file, workdir / f"r{repeat}", cluster)
+        if group.status != "ok":
+            return got, group
+        reports = sorted((o.report for o in group.outcomes
+                          if o.report and "step_times_s" in o.report),
+                         key=lambda r: r.get("rank", 0))
+        got.rss += [o.report["peak_rss_bytes"] for o in group.outcomes if o.report]
+        got.placed += group.placements
+        got.wires += [r["wire"] for r in reports if "wire" in r][:1]
+        per_rank = np.array([r["step_times_s"] for r in reports])
+        # A synchronous step ends when its slowest rank ends.
+        slowest = per_rank.max(axis=0) if per_rank.size else np.array([])
+        for step, value in enumerate(slowest):
+            got.step_rows.append({"repeat": repeat, "step": step, "step_time_s": float(value),
+                                  "loss": float(reports[0]["losses"][case.warmup + step])})
+        got.losses = reports[0]["losses"]
+        got.reports = reports
+        got.weights = next((r["weights"] for r in reports if "weights" in r), got.weights)
+    assert got.reports, "a case runs at least once"
+    return got, None
+
+
+def _timing(row: ResultRow, case: Case, got: _Repeats) -> None:
+    summary = stats.summarize([r["step_time_s"] for r in got.step_rows])
     row.step_time_median_s = summary.median_s
     row.step_time_ci95_low_s = summary.ci95_low_s
     row.step_time_ci95_high_s = summary.ci95_high_s
     row.step_time_p10_s = summary.p10_s
     row.step_time_p90_s = summary.p90_s
     row.throughput_samples_s = case.global_batch / summary.median_s
-    row.peak_rss_bytes = float(max(rss)) if rss else math.nan
+    row.peak_rss_bytes = float(max(got.rss)) if got.rss else math.nan
+    losses = got.losses
     row.loss_first = float(losses[case.warmup]) if losses else math.nan
     row.loss_last = float(losses[-1]) if losses else math.nan
+
+
+def _extra(row: ResultRow, case: Case, cluster: Where, got: _Repeats) -> dict[str, Any]:
+    """The row's columns past the schema's (where tasks ran, memory, bytes, staleness)."""
+    first, reports, placed, wires = got.first, got.reports, got.placed, got.wires
+    losses = got.losses
+    strat = strategy_of(case)
     extra: dict[str, Any] = {"threads_per_process": first.get("threads"),
                              "per_replica_batch": case.per_replica_batch,
                              "loss_decreased": bool(losses and losses[-1] < losses[0]),
@@ -278,21 +316,24 @@ def execute_case(case: Case, run_id: str, workdir: Path,
         for key in ("pull_span_mean", "pull_rows_mean"):
             if key in server:
                 extra.setdefault(f"ps_{key}", []).append(server[key])
-    if strat.weights_match and strat.exchange != "none" and weights:
-        ref = run_group([layout.reference(case, case_file)], workdir / "reference",
-                        case.timeout_s)
-        ref_weights = ref.outcomes[0].report.get("weights") if ref.outcomes[0].report else None
-        if ref.status == "ok" and ref_weights:
-            row.max_weight_diff = _max_weight_diff(weights, ref_weights)
-            floor = (None if row.max_weight_diff <= WEIGHT_TOLERANCE
-                     else _rounding_floor(case, case_file, workdir, ref_weights))
-            if floor is not None:
-                extra["rounding_floor"] = floor
-            extra["weights_match"] = weights_agree(row.max_weight_diff, floor)
-        else:
-            extra["reference_error"] = ref.reason
-    row.extra = extra
-    return CaseOutcome(row, pd.DataFrame(step_rows))
+    return extra
+
+
+def _check_weights(row: ResultRow, extra: dict[str, Any], case: Case, case_file: Path,
+                   workdir: Path, weights: str) -> None:
+    """The largest weight difference from one device trained on the global batch."""
+    ref = run_group([layout.reference(case, case_file)], workdir / "reference",
+                    case.timeout_s)
+    ref_weights = ref.outcomes[0].report.get("weights") if ref.outcomes[0].report else None
+    if ref.status == "ok" and ref_weights:
+        row.max_weight_diff = _max_weight_diff(weights, ref_weights)
+        floor = (None if row.max_weight_diff <= WEIGHT_TOLERANCE
+                 else _rounding_floor(case, case_file, workdir, ref_weights))
+        if floor is not None:
+            extra["rounding_floor"] = floor
+        extra["weights_match"] = weights_agree(row.max_weight_diff, floor)
+    else:
+        extra["reference_error"] = ref.reason
 
 
 def _rounding_floor(case: Case, case_file: Path, workdir: Path, ref_weights: str

@@ -35,7 +35,7 @@ from harness.sim.schedules.collectives import (
     grouped_ring_allreduce,
     point_to_point,
 )
-from harness.sim.schedules.pipeline import run_pipeline, schedule_order
+from harness.sim.schedules.pipeline import PipelineTiming, run_pipeline, schedule_order
 from harness.sim.schedules.schedule import parallel
 from harness.sim.step.fsdp import UnitPass, exposed_s
 from harness.sim.step.result import StepResult
@@ -225,104 +225,25 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
                                    precision=precision)
     forward = [c.forward_s + pass_overhead_s for c in splits]
     backward = [c.backward_s + c.recompute_s + pass_overhead_s for c in splits]
-    copies_fp32 = layout.grad_accumulation == "fp32_copy"
-    if copies_fp32 and rate is not None and precision is not None:  # each backward then
-        for q, layers in enumerate(stages):  # adds its gradients into the fp32 copy
+    if layout.grad_accumulation == "fp32_copy" and rate is not None and precision is not None:
+        for q, layers in enumerate(stages):  # each backward adds its gradients to the copy
             backward[q] += gradient_copy_seconds(
                 sum(held_params(layer, layout.expert) for layer in layers) / T, precision,
                 rate)
     colls = _PlacedCollectives(topology, mode)
-    placed: dict[int, list[int]] = {}
-
-    def on(stage: int) -> list[int]:
-        """The stage's devices, data then context then tensor: a chunk's, whichever chunk
-        of that stage (built once: V chunks per stage share them)."""
-        if stage not in placed:
-            placed[stage] = list(layout.ranks(stage, "dct"))
-        return placed[stage]
-
-    forward_comm, backward_comm = [], []
-    for q, layers in enumerate(stages):
-        fwd_comm = bwd_comm = 0.0
-        if T > 1:
-            devices = on(q % P)
-            for layer in layers:
-                if layer.tp_allreduces:
-                    full = again(layer) == "full"
-                    runs = layer.tp_allreduces * M * (3 if full else 2)
-                    ar = colls.allreduce(D * C, T, layer.output_bytes_per_sample * micro / C,
-                                         devices, runs)
-                    fwd_comm += layer.tp_allreduces * ar
-                    bwd_comm += layer.tp_allreduces * ar * (2 if full else 1)
-            if layout.tp_overlap:  # only what outlasts the chunk's own compute shows
-                fwd_comm = max(0.0, fwd_comm - splits[q].forward_s)
-                bwd_comm = max(0.0, bwd_comm - splits[q].backward_s - splits[q].recompute_s)
-        if C > 1:
-            fwd, bwd = _context_exchange(layout, colls, layers, q % P, micro, rate, again)
-            fwd_comm += fwd
-            bwd_comm += bwd
-        if layout.expert > 1:
-            fwd, bwd = _expert_exchange(layout, colls, layers, q % P, micro, again)
-            if layout.ep_overlap:  # Megatron-Core's combined 1F1B: one micro-batch's
-                # dispatch and combine run under the adjacent one's backward (forward's
-                # all-to-alls) or forward (backward's); only what outlasts it shows
-                fwd = max(0.0, fwd - splits[q].backward_s - splits[q].recompute_s)
-                bwd = max(0.0, bwd - splits[q].forward_s)
-            fwd_comm += fwd
-            bwd_comm += bwd
-        forward_comm.append(fwd_comm)
-        backward_comm.append(bwd_comm)
-    sends = []
-    for q in range(P * V - 1):
-        nbytes = stages[q][-1].output_bytes_per_sample * micro / T / C
-        src, dst = on(q % P), on((q + 1) % P)
-        there = colls.send(D * T * C, nbytes, src + dst, M)
-        back = colls.send(D * T * C, nbytes, dst + src, M)
-        sends.append((there, back))
+    on = _StagePlacement(layout)
+    exchanges = [_chunk_exchange(layout, colls, layers, q, splits[q], on, micro, rate, again)
+                 for q, layers in enumerate(stages)]
+    sends = _stage_sends(layout, colls, stages, on, micro)
     timing = run_pipeline(schedule_order(layout.schedule, P, M, V), forward, backward,
                           [t for t, _ in sends], [b for _, b in sends],
                           cores / (D * T * C) if cores is not None else None,
-                          forward_comm, backward_comm, blocking=layout.p2p == "blocking",
-                          keep_spans=False)
+                          [f for f, _ in exchanges], [b for _, b in exchanges],
+                          blocking=layout.p2p == "blocking", keep_spans=False)
     ends, optimizer_each = [], []
     for s in range(P):
-        mine = range(s, P * V, P)  # the device's chunks
-        params = sum(held_params(layer, layout.expert) for q in mine for layer in stages[q])
-        experts = (sum(layer.expert_params for q in mine for layer in stages[q])
-                   / layout.expert if layout.expert > 1 else 0.0)
-        blocks = max(1, sum(len(stages[q]) for q in mine))
-        last = timing.last_pass_s[s]
-        end = timing.ends_s[s]
-        if D * C > 1:  # gradients reduce over data x context: every rank saw other tokens
-            grad_bytes = FP32.value_bytes if copies_fp32 else model.bytes_per_element
-            reduce_s = (0.0 if layout.zero == 3 else
-                        _gradient_reduce(colls, layout, s, (params - experts) * grad_bytes / T,
-                                         experts * grad_bytes / T, 1))
-            if layout.zero == 3:  # every micro-batch gathers and reduce-scatters each unit
-                end += _sharded_exposed(colls, layout, s,
-                                        [(stages[q], forward[q], backward[q]) for q in mine],
-                                        model.bytes_per_element, grad_bytes)
-            elif layout.grad_reduce == "after_backward":  # Megatron-LM 2021's local DDP
-                end += reduce_s
-            elif layout.zero == 1 and layout.param_gather_overlap:
-                # the reduce-scatter half ends this step; the all-gather half runs under the
-                # next step's first forward, and shows only where it outlasts that
-                first_forward = sum(forward[q] for q in mine)
-                end = (overlapped_end(last[0], end, reduce_s / 2, blocks)
-                       + max(0.0, reduce_s / 2 - first_forward))
-            else:  # buckets reduce as the last backward frees them (Megatron, DDP)
-                end = overlapped_end(last[0], end, reduce_s, blocks)
-        if P > 1 and model.tied_head_params and s in (0, P - 1):
-            pair = [layout.device(d, r, t, c) for d in range(D) for c in range(C)
-                    for t in range(T) for r in (0, P - 1)]
-            end += colls.allreduce(D * T * C, 2, model.tied_head_params * model.bytes_per_element
-                                   / T, pair, 1 if s == 0 else 0)
-        shards = D * C if layout.zero else 1
-        if rate is not None:
-            update = optimizer_seconds(params / T / shards, precision or FP32,
-                                       optimizer_slots, rate)
-        else:
-            update = optimizer_s * params / model.params / T / shards
+        end, update = _stage_end(s, model, layout, colls, stages, forward, backward, timing,
+                                 rate, precision, optimizer_s, optimizer_slots)
         optimizer_each.append(update)
         ends.append(end + update)
     step_time = max(ends)
@@ -340,6 +261,122 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
         collectives=colls.count, events=colls.events, mode=mode,
         wall_s=time.perf_counter() - started, compute_source=source,
         layout=layout.describe(), bubble=timing.bubble, notes=(notes,))
+
+
+class _StagePlacement:
+    """A stage's devices, data then context then tensor: a chunk's, whichever chunk of that
+    stage (built once: V chunks per stage share them)."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.placed: dict[int, list[int]] = {}
+
+    def __call__(self, stage: int) -> list[int]:
+        if stage not in self.placed:
+            self.placed[stage] = list(self.layout.ranks(stage, "dct"))
+        return self.placed[stage]
+
+
+def _chunk_exchange(layout: Layout, colls: _PlacedCollectives, layers: Sequence[Layer],
+                    q: int, split: ComputeSplit, on: _StagePlacement, micro: int,
+                    rate: DeviceRate | None, again: Callable[[Layer], str]
+                    ) -> tuple[float, float]:
+    """A chunk's own exchanges in each pass, per micro-batch: its tensor-parallel
+    all-reduces, context parallelism's K/V and expert parallelism's all-to-alls, each less
+    what its overlap hides."""
+    D, P, T, M, C = layout.data, layout.stages, layout.tensor, layout.microbatches, \
+        layout.context
+    fwd_comm = bwd_comm = 0.0
+    if T > 1:
+        devices = on(q % P)
+        for layer in layers:
+            if layer.tp_allreduces:
+                full = again(layer) == "full"
+                runs = layer.tp_allreduces * M * (3 if full else 2)
+                ar = colls.allreduce(D * C, T, layer.output_bytes_per_sample * micro / C,
+                                     devices, runs)
+                fwd_comm += layer.tp_allreduces * ar
+                bwd_comm += layer.tp_allreduces * ar * (2 if full else 1)
+        if layout.tp_overlap:  # only what outlasts the chunk's own compute shows
+            fwd_comm = max(0.0, fwd_comm - split.forward_s)
+            bwd_comm = max(0.0, bwd_comm - split.backward_s - split.recompute_s)
+    if C > 1:
+        fwd, bwd = _context_exchange(layout, colls, layers, q % P, micro, rate, again)
+        fwd_comm += fwd
+        bwd_comm += bwd
+    if layout.expert > 1:
+        fwd, bwd = _expert_exchange(layout, colls, layers, q % P, micro, again)
+        if layout.ep_overlap:  # Megatron-Core's combined 1F1B: one micro-batch's
+            # dispatch and combine run under the adjacent one's backward (forward's
+            # all-to-alls) or forward (backward's); only what outlasts it shows
+            fwd = max(0.0, fwd - split.backward_s - split.recompute_s)
+            bwd = max(0.0, bwd - split.forward_s)
+        fwd_comm += fwd
+        bwd_comm += bwd
+    return fwd_comm, bwd_comm
+
+
+def _stage_sends(layout: Layout, colls: _PlacedCollectives, stages: Sequence[Sequence[Layer]],
+                 on: _StagePlacement, micro: int) -> list[tuple[float, float]]:
+    """Each chunk's activations to the next and their gradients back, per micro-batch."""
+    D, P, T, M, C = layout.data, layout.stages, layout.tensor, layout.microbatches, \
+        layout.context
+    sends = []
+    for q in range(len(stages) - 1):
+        nbytes = stages[q][-1].output_bytes_per_sample * micro / T / C
+        src, dst = on(q % P), on((q + 1) % P)
+        there = colls.send(D * T * C, nbytes, src + dst, M)
+        back = colls.send(D * T * C, nbytes, dst + src, M)
+        sends.append((there, back))
+    return sends
+
+
+def _stage_end(s: int, model: LayeredModel, layout: Layout, colls: _PlacedCollectives,
+               stages: Sequence[Sequence[Layer]], forward: list[float], backward: list[float],
+               timing: PipelineTiming, rate: DeviceRate | None, precision: Precision | None,
+               optimizer_s: float, optimizer_slots: int) -> tuple[float, float]:
+    """When stage ``s``'s step ends before its update (its gradients reduced over data x
+    context as its stack overlaps them, the tied embedding's), and its update's time."""
+    D, P, T, C = layout.data, layout.stages, layout.tensor, layout.context
+    copies_fp32 = layout.grad_accumulation == "fp32_copy"
+    mine = range(s, len(stages), P)  # the device's chunks
+    params = sum(held_params(layer, layout.expert) for q in mine for layer in stages[q])
+    experts = (sum(layer.expert_params for q in mine for layer in stages[q])
+               / layout.expert if layout.expert > 1 else 0.0)
+    blocks = max(1, sum(len(stages[q]) for q in mine))
+    last = timing.last_pass_s[s]
+    end = timing.ends_s[s]
+    if D * C > 1:  # gradients reduce over data x context: every rank saw other tokens
+        grad_bytes = FP32.value_bytes if copies_fp32 else model.bytes_per_element
+        reduce_s = (0.0 if layout.zero == 3 else
+                    _gradient_reduce(colls, layout, s, (params - experts) * grad_bytes / T,
+                                     experts * grad_bytes / T, 1))
+        if layout.zero == 3:  # every micro-batch gathers and reduce-scatters each unit
+            end += _sharded_exposed(colls, layout, s,
+                                    [(stages[q], forward[q], backward[q]) for q in mine],
+                                    model.bytes_per_element, grad_bytes)
+        elif layout.grad_reduce == "after_backward":  # Megatron-LM 2021's local DDP
+            end += reduce_s
+        elif layout.zero == 1 and layout.param_gather_overlap:
+            # the reduce-scatter half ends this step; the all-gather half runs under the
+            # next step's first forward, and shows only where it outlasts that
+            first_forward = sum(forward[q] for q in mine)
+            end = (overlapped_end(last[0], end, reduce_s / 2, blocks)
+                   + max(0.0, reduce_s / 2 - first_forward))
+        else:  # buckets reduce as the last backward frees them (Megatron, DDP)
+            end = overlapped_end(last[0], end, reduce_s, blocks)
+    if P > 1 and model.tied_head_params and s in (0, P - 1):
+        pair = [layout.device(d, r, t, c) for d in range(D) for c in range(C)
+                for t in range(T) for r in (0, P - 1)]
+        end += colls.allreduce(D * T * C, 2, model.tied_head_params * model.bytes_per_element
+                               / T, pair, 1 if s == 0 else 0)
+    shards = D * C if layout.zero else 1
+    if rate is not None:
+        update = optimizer_seconds(params / T / shards, precision or FP32,
+                                   optimizer_slots, rate)
+    else:
+        update = optimizer_s * params / model.params / T / shards
+    return end, update
 
 
 def chunk_compute(model: LayeredModel, layout: Layout, global_batch: int,
