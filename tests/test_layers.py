@@ -233,3 +233,21 @@ def test_the_simulator_is_split_by_concept_with_no_module_name_twice():
     assert len(list(sim.glob("*.py"))) <= 8
     names = [p.stem for p in sim.rglob("*.py") if p.stem != "__init__"]
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def _long_functions(folder: Path, limit: int) -> list[str]:
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > limit:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} "
+                                 f"({length} lines)")
+    return found
+
+
+def test_functions_are_composed_from_parts_and_verbs_are_thin():
+    """No function in harness/ past 100 lines; a verb parses and calls, in 60 at most."""
+    assert _long_functions(ROOT / "harness", 100) == []
+    assert _long_functions(ROOT / "harness" / "commands", 60) == []

@@ -26,7 +26,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import simpy
 
@@ -34,6 +34,7 @@ from harness.core.errors import SpecError
 from harness.sim.network.links import CountingEnvironment, FluidNetwork
 from harness.sim.network.topology import (
     Hierarchy,
+    LinkTable,
     Topology,
     Torus,
     link_table,
@@ -189,10 +190,51 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
     scale = workers / w
     slow = 0 if len(classes) == 1 else max(1, round(stragglers / scale))
     factors = [1.0] * (w - slow) + [float(straggler_factor)] * slow
+    topo, devices, server_devices = _placed(topology, workers, w, k, groups, colocated)
+    run = _run(topo, devices, server_devices, groups, sum(weights), profile, k, workers,
+               compute, factors, iterations, pull)
+    # throughput after the warm-up round: fast workers lap slow ones, as they would for real
+    end, total = run.end, iterations * w
+    rate = (total - w) / (end - run.window_start) if end > run.window_start else w / end
+    throughput = rate * scale * profile.batch_size
+    median = statistics.median(run.iteration_s)
+    # a push is stale by the other workers' updates: W - 1 of them, which w - 1 stand for
+    others = (workers - 1) / (w - 1) if w > 1 else 0.0
+    per_step = workers / len(run.iteration_s)  # from totals over the run to one step of all
+    table, staleness = run.table, run.staleness
+    carried = [0.0] * len(table.class_names)
+    for link, nbytes in enumerate(run.link_bytes):
+        carried[int(table.klass[link])] += nbytes
+    capacity = table.class_capacity()
+    names = table.class_names
+    slowest = compute * max(factors)
+    rep_k = len(groups)
+    return StepResult(
+        strategy="parameter_server_async", workers=workers, step_time_s=median,
+        compute_s=compute, optimizer_s=profile.optimizer_s / k,
+        comm_s=max(0.0, median - compute), exposed_comm_s=max(0.0, median - compute),
+        bytes_per_step=run.moved * per_step, throughput_samples_s=throughput,
+        collectives=0, events=run.events, mode="detailed",
+        class_bytes={n: run.crossed[i] * per_step for i, n in enumerate(names)},
+        utilisation={n: carried[i] / (capacity[n] * end) if capacity[n] and end else 0.0
+                     for i, n in enumerate(names)},
+        wall_s=time.perf_counter() - started, compute_source=source,
+        staleness_mean=statistics.fmean(staleness) * others if staleness else 0.0,
+        staleness_max=max(staleness) * others if staleness else 0.0,
+        notes=((f"{w} explicit workers stand for {workers}",) if scale > 1 else ())
+        + ((f"{rep_k} representative shards stand for {k}",) if rep_k < k else ())
+        + ((MEAN_FIELD_NOTE if exact else INEXACT_NOTE,) if scale > 1 or rep_k < k else ())
+        + ((f"slowest worker computes {slowest:.4g} s",) if slow else ()))
 
-    # each representative server carries its real shards' bytes; its own links carry them at
-    # the rate of the servers it stands for, loaded by the workers each representative
-    # worker stands for: ``scale`` / shards-it-stands-for times slower
+
+def _placed(topology: Topology, workers: int, w: int, k: int, groups: Sequence[ShardGroup],
+            colocated: bool) -> tuple[Topology, list[int], list[int]]:
+    """The topology the representatives run on, their workers' devices and their servers'.
+
+    Each representative server carries its real shards' bytes; its own links carry them at
+    the rate of the servers it stands for, loaded by the workers each representative worker
+    stands for: ``scale`` / shards-it-stands-for times slower."""
+    scale = workers / w
     rep_k = len(groups)
     topo = topology
     devices = representative_devices(topology, workers, w)
@@ -210,14 +252,36 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
         # a leaf's uplink carries the traffic of every worker and server in it, of which the
         # representatives there (spread evenly) carry 1 / scale
         topo = scale_bandwidth(topo, 1 / scale, only=topo.spine.name)
+    return topo, devices, server_devices
 
+
+@dataclass
+class _Run:
+    """What the representatives' run measured, totals over the run."""
+
+    table: LinkTable
+    link_bytes: list[float]
+    end: float = 0.0
+    window_start: float = 0.0  # when the first round (the warm-up) was done
+    events: int = 0
+    moved: float = 0.0  # bytes of messages that left their device (a colocated shard's do not)
+    crossed: list[float] = field(default_factory=list)  # bytes that crossed each link class
+    staleness: list[int] = field(default_factory=list)
+    iteration_s: list[float] = field(default_factory=list)
+
+
+def _run(topo: Topology, devices: list[int], server_devices: list[int],
+         groups: Sequence[ShardGroup], total_weight: float, profile: WorkloadSpec, k: int,
+         workers: int,
+         compute: float, factors: list[float], iterations: int, pull: str) -> _Run:
+    """The representatives pulling, computing and pushing on their own clocks, in SimPy."""
+    w, rep_k = len(factors), len(groups)
+    scale = workers / w
     env = CountingEnvironment()
     table = link_table(topo)
     net = FluidNetwork(env, table.capacity.tolist())
-    crossed = [0.0] * len(table.class_names)  # bytes of messages that crossed each class
-    moved = [0.0]  # bytes of messages that left their device (a colocated shard's do not)
+    run = _Run(table=table, link_bytes=[], crossed=[0.0] * len(table.class_names))
     pushed, pulled = profile.ps_bytes(workers, pull)
-    total_weight = sum(weights)
     shard_bytes = [pushed * g.weight / total_weight for g in groups]
     pull_bytes = [pulled * g.weight / total_weight for g in groups]
     # a representative server applies its shards' updates in parallel, as their servers do,
@@ -233,8 +297,6 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
     loops = [1.0 - 1.0 / g.stands_for for g in groups]
     version = [0] * rep_k
     locks = [simpy.Resource(env, capacity=1) for _ in range(rep_k)]
-    staleness: list[int] = []
-    iteration_s: list[float] = []
 
     def move(a: int, b: int, nbytes: float, loop: float = 0.0) -> Process:
         """``nbytes`` from a to b; where they are one device, the ``loop`` share of them goes
@@ -246,9 +308,9 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
         else:
             links, latency = path(topo, a, b)
         if nbytes > 0:
-            moved[0] += nbytes
+            run.moved += nbytes
             for c in {int(table.klass[link]) for link in links}:
-                crossed[c] += nbytes
+                run.crossed[c] += nbytes
             yield from net.deliver(links, nbytes, latency)
 
     def push(worker: int, shard: int, read: int) -> Process:
@@ -256,7 +318,7 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
         turn = locks[shard].request()
         yield turn
         yield env.timeout(applied_s)
-        staleness.append(version[shard] - read)
+        run.staleness.append(version[shard] - read)
         version[shard] += 1
         env.process(release(shard, turn))
 
@@ -265,7 +327,6 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
         locks[shard].release(turn)
 
     total = iterations * w  # iterations to simulate, all workers together
-    window = {"start": 0.0}  # when the first w iterations (one round, the warm-up) are done
     finished = env.event()
 
     def worker(i: int, factor: float) -> Process:
@@ -277,43 +338,14 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
             read = list(version)
             yield env.timeout(compute * factor)
             yield env.all_of([env.process(push(devices[i], j, read[j])) for j in range(rep_k)])
-            iteration_s.append(env.now - begin)
-            if len(iteration_s) == w:
-                window["start"] = env.now
-            if len(iteration_s) == total and not finished.triggered:
+            run.iteration_s.append(env.now - begin)
+            if len(run.iteration_s) == w:
+                run.window_start = env.now
+            if len(run.iteration_s) == total and not finished.triggered:
                 finished.succeed()
 
     for i, factor in enumerate(factors):
         env.process(worker(i, factor))
     env.run(until=finished)
-
-    # throughput after the warm-up round: fast workers lap slow ones, as they would for real
-    end = env.now
-    rate = (total - w) / (end - window["start"]) if end > window["start"] else w / end
-    throughput = rate * scale * profile.batch_size
-    median = statistics.median(iteration_s)
-    # a push is stale by the other workers' updates: W - 1 of them, which w - 1 stand for
-    others = (workers - 1) / (w - 1) if w > 1 else 0.0
-    per_step = workers / len(iteration_s)  # from totals over the run to one step of all workers
-    carried = [0.0] * len(table.class_names)
-    for link, nbytes in enumerate(net.link_bytes):
-        carried[int(table.klass[link])] += nbytes
-    capacity = table.class_capacity()
-    names = table.class_names
-    slowest = compute * max(factors)
-    return StepResult(
-        strategy="parameter_server_async", workers=workers, step_time_s=median,
-        compute_s=compute, optimizer_s=profile.optimizer_s / k,
-        comm_s=max(0.0, median - compute), exposed_comm_s=max(0.0, median - compute),
-        bytes_per_step=moved[0] * per_step, throughput_samples_s=throughput,
-        collectives=0, events=env.events_processed, mode="detailed",
-        class_bytes={n: crossed[i] * per_step for i, n in enumerate(names)},
-        utilisation={n: carried[i] / (capacity[n] * end) if capacity[n] and end else 0.0
-                     for i, n in enumerate(names)},
-        wall_s=time.perf_counter() - started, compute_source=source,
-        staleness_mean=statistics.fmean(staleness) * others if staleness else 0.0,
-        staleness_max=max(staleness) * others if staleness else 0.0,
-        notes=((f"{w} explicit workers stand for {workers}",) if scale > 1 else ())
-        + ((f"{rep_k} representative shards stand for {k}",) if rep_k < k else ())
-        + ((MEAN_FIELD_NOTE if exact else INEXACT_NOTE,) if scale > 1 or rep_k < k else ())
-        + ((f"slowest worker computes {slowest:.4g} s",) if slow else ()))
+    run.end, run.events, run.link_bytes = env.now, env.events_processed, list(net.link_bytes)
+    return run

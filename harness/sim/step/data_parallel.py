@@ -171,45 +171,17 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
         optimizer = after = profile.optimizer_s / workers  # each rank updates its shard
         finish = _fsdp_step(env, topology, workers, profile, compute, classes, colls, library)
     elif strategy in ("parameter_server", "central_storage"):
-        colocated = ps_colocated or strategy == "central_storage"
-        if ps_shard_weights is not None and strategy == "parameter_server":
-            ps_shards = len(ps_shard_weights)
-        shards = 1 if strategy == "central_storage" else _shards(ps_shards, workers, colocated)
-        if not colocated:
-            colls = _Collectives(with_servers(topology, shards), mode,
-                                 [*range(workers), *_server_devices(topology, shards)])
-        # each server's own (push, pull) bytes where the runner's are known, else the step's
-        # bytes split as the shards' sizes
-        traffic = profile.ps_traffic if strategy == "parameter_server" else None
-        if traffic is not None and len(traffic[0]) != shards:
-            traffic = None
-        nbytes = ((sum(traffic[0]), sum(traffic[1])) if traffic
-                  else profile.ps_bytes(workers, ps_pull))
-        if strategy == "central_storage":
-            push = back = phases(central_storage(workers))
-        else:
-            push_weights, pull_weights = traffic or (ps_shard_weights, ps_shard_weights)
-            push = phases(ps_sync(workers, shards, colocated, weights=push_weights,
-                                  beside=ps_beside))
-            back = phases(ps_sync(workers, shards, colocated, weights=pull_weights,
-                                  beside=ps_beside))
-        # on the servers, mid-exchange: a round applies every worker's gradient (summed)
-        optimizer, after = profile.optimizer_s * workers / shards, 0.0
-        finish = _ps_step(env, (push[0], back[1]), nbytes, compute, classes, colls, optimizer)
+        finish, colls, optimizer = _server_step(
+            env, strategy, topology, workers, profile, compute, classes, mode, ps_shards,
+            ps_colocated, ps_beside, ps_shard_weights, ps_pull)
+        after = 0.0
     else:
         raise SpecError(f"unknown simulator strategy {strategy!r}")
     env.run()
     slowest = compute * max(f for _, f in classes)
     step_time = finish() + after + runtime_s
     sent = sum(r.bytes_sent for r in colls.log)
-    class_bytes: dict[str, float] = {}
-    link_bytes: dict[str, float] = {}
-    capacity: dict[str, float] = {}
-    for r in colls.log:
-        for k, v in r.class_bytes.items():
-            class_bytes[k] = class_bytes.get(k, 0.0) + v
-            link_bytes[k] = link_bytes.get(k, 0.0) + r.link_bytes[k]
-            capacity[k] = r.class_capacity[k]
+    class_bytes, link_bytes, capacity = _class_totals(colls.log)
     return StepResult(
         strategy=strategy, workers=workers, step_time_s=step_time, compute_s=slowest,
         optimizer_s=optimizer, comm_s=sum(r.time_s for r in colls.log),
@@ -220,6 +192,57 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
                      for k in link_bytes},
         events=env.events_processed + sum(r.events for r in colls.cache.values()), mode=mode,
         wall_s=time.perf_counter() - started, compute_source=source)
+
+
+def _class_totals(log: Sequence[CollectiveResult]) -> tuple[dict[str, float], dict[str, float],
+                                                          dict[str, float]]:
+    """Over a step's collectives, per link class: the bytes that crossed it, the bytes its
+    links carried, and its capacity."""
+    class_bytes: dict[str, float] = {}
+    link_bytes: dict[str, float] = {}
+    capacity: dict[str, float] = {}
+    for r in log:
+        for k, v in r.class_bytes.items():
+            class_bytes[k] = class_bytes.get(k, 0.0) + v
+            link_bytes[k] = link_bytes.get(k, 0.0) + r.link_bytes[k]
+            capacity[k] = r.class_capacity[k]
+    return class_bytes, link_bytes, capacity
+
+
+def _server_step(env: CountingEnvironment, strategy: str, topology: Topology, workers: int,
+                 profile: WorkloadSpec, compute: float, classes: list[tuple[int, float]],
+                 mode: str, ps_shards: int | None, ps_colocated: bool,
+                 ps_beside: Sequence[int] | None, ps_shard_weights: Sequence[float] | None,
+                 ps_pull: str) -> tuple[Callable[[], float], _Collectives, float]:
+    """A synchronous parameter server's or central storage's round: its finish, the
+    collectives it ran on, and the servers' update time (mid-exchange, none after it)."""
+    colls = _Collectives(topology, mode)
+    colocated = ps_colocated or strategy == "central_storage"
+    if ps_shard_weights is not None and strategy == "parameter_server":
+        ps_shards = len(ps_shard_weights)
+    shards = 1 if strategy == "central_storage" else _shards(ps_shards, workers, colocated)
+    if not colocated:
+        colls = _Collectives(with_servers(topology, shards), mode,
+                             [*range(workers), *_server_devices(topology, shards)])
+    # each server's own (push, pull) bytes where the runner's are known, else the step's
+    # bytes split as the shards' sizes
+    traffic = profile.ps_traffic if strategy == "parameter_server" else None
+    if traffic is not None and len(traffic[0]) != shards:
+        traffic = None
+    nbytes = ((sum(traffic[0]), sum(traffic[1])) if traffic
+              else profile.ps_bytes(workers, ps_pull))
+    if strategy == "central_storage":
+        push = back = phases(central_storage(workers))
+    else:
+        push_weights, pull_weights = traffic or (ps_shard_weights, ps_shard_weights)
+        push = phases(ps_sync(workers, shards, colocated, weights=push_weights,
+                              beside=ps_beside))
+        back = phases(ps_sync(workers, shards, colocated, weights=pull_weights,
+                              beside=ps_beside))
+    # on the servers, mid-exchange: a round applies every worker's gradient (summed)
+    optimizer = profile.optimizer_s * workers / shards
+    finish = _ps_step(env, (push[0], back[1]), nbytes, compute, classes, colls, optimizer)
+    return finish, colls, optimizer
 
 
 #: Data-parallel strategies whose exchange runs with every micro-batch when a step
