@@ -18,6 +18,23 @@ def results_root(tmp_path, monkeypatch):
     return root
 
 
+@pytest.fixture(scope="session")
+def device_comparison():
+    """The device corpus against the device model (`devices.compare()`, the slowest of the
+    published comparisons), computed once a test run: tests read it, none changes it."""
+    from harness.validate import devices
+
+    return devices.compare()
+
+
+@pytest.fixture(scope="session")
+def layout_picks():
+    """The layout search on every published model-parallel run, computed once a test run."""
+    from harness.recommend import layout_check
+
+    return [layout_check.check(row) for row in layout_check.model_parallel_rows()]
+
+
 def _cuda_available() -> bool:
     import shutil
 

@@ -448,11 +448,11 @@ def test_an_eager_stack_adds_each_micro_batchs_gradients_and_a_fused_one_does_no
         replace(split, grad_accumulation="eager")
 
 
-def test_the_corpus_comparison_reproduces_its_table():
+def test_the_corpus_comparison_reproduces_its_table(device_comparison):
     """The table docs/SIMULATOR.md shows: each fit row reproduces its figure, ResNet-50 on one
     A100 is within 25% out of the box, and the rows beyond the issue's bounds are exactly
     those the corpus file names, with why (a new miss, or one fixed, changes the docs)."""
-    fitted, records = devices.compare()
+    fitted, records = device_comparison
     _, data = devices.corpus()
     for r in records:
         if r["fit_row"]:
@@ -602,11 +602,11 @@ def test_model_parallel_rows_quote_the_layout_they_are_simulated_with():
         assert str(r.global_batch) in cells, (r.id, r.global_batch, cells)
 
 
-def test_context_parallel_runs_meet_nemos_long_sequence_table():
+def test_context_parallel_runs_meet_nemos_long_sequence_table(device_comparison):
     """Issue 37: context parallelism checked against a published figure within 15%: NeMo's
     Llama 2 7B from 4K to 1M tokens on up to 1,024 H100s, predicted from the one fp8 fit
     (a Llama 3 8B data-parallel row), never fitted on these rows."""
-    _, records = devices.compare()
+    _, records = device_comparison
     cp = [r for r in records if r["id"].startswith("nemo2403_cp_") and r["gpus"] >= 32]
     assert len(cp) == 6
     for r in cp:
@@ -634,11 +634,12 @@ def test_fsdp_at_128_gpus_keeps_its_per_gpu_rate_as_torchtitan_published():
     assert abs(r["error"]) < 0.05, r
 
 
-def test_mixtral_with_expert_parallelism_meets_megatron_core_within_15_percent():
+def test_mixtral_with_expert_parallelism_meets_megatron_core_within_15_percent(
+        device_comparison):
     """Issue 37: the MoE workload with expert parallelism against a published figure:
     Megatron-Core v0.8's Mixtral 8x7B (EP 8, PP 4, VP 8 on 64 H100s, bf16), predicted from
     the H100 bf16 efficiency fitted on a dense GPT row of the same attention shape."""
-    _, records = devices.compare()
+    _, records = device_comparison
     (mixtral,) = [r for r in records if r["id"].startswith("mcore08_mixtral")]
     assert not mixtral["fit_row"]
     assert abs(mixtral["fitted_error"]) < 0.15, mixtral

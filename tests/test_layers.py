@@ -33,7 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("harness.validate",),
     ("harness.recommend",),
     ("reports",),
-    ("harness.commands", "harness.cli", "harness"),
+    ("harness.commands", "harness.docs", "harness.cli", "harness"),
 )
 
 

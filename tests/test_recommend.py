@@ -735,15 +735,16 @@ def test_a_huge_global_batch_cuts_pipelines_into_at_most_8192_micro_batches():
     assert all(10**8 % (layout.data * layout.microbatches) == 0 for layout in layouts)
 
 
-def test_a_described_gpu_carries_the_device_models_error_on_its_published_runs():
+def test_a_described_gpu_carries_the_device_models_error_on_its_published_runs(
+        device_comparison):
     """Issue 36's corpus referees a described GPU cluster: a recommendation on a system the
     corpus holds runs of carries their out-of-the-box error, and the sure line names them; a
     system and precision it holds none of stays unvalidated, borrowing no other's error."""
     from statistics import median
 
-    from harness.validate.devices import compare, published_check
+    from harness.validate.devices import published_check
 
-    _, records = compare()
+    _, records = device_comparison
     errors = [abs(r["out_of_box_error"]) for r in records if r["group"] == "dgx_h100_ib/bf16"]
     check = published_check("dgx_h100_ib", "bf16")
     assert check is not None and check.rows == len(errors) >= 5

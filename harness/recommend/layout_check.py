@@ -102,8 +102,14 @@ def format_picks(picks: list[Pick]) -> str:
     return "\n".join(lines)
 
 
+def report(picks: list[Pick] | None = None) -> str:
+    """What ``python -m harness.recommend.layout_check`` prints (``picks``: every published
+    row's, where a caller has them already)."""
+    return format_picks(picks if picks is not None else [check(r) for r in model_parallel_rows()])
+
+
 def main() -> None:
-    print(format_picks([check(r) for r in model_parallel_rows()]))
+    print(report())
 
 
 if __name__ == "__main__":

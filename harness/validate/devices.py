@@ -647,12 +647,18 @@ def format_system_fits(fits: dict[str, SystemFit]) -> str:
     return "\n".join(lines)
 
 
+def report(comparison: tuple[dict[str, float], list[dict[str, Any]]] | None = None) -> str:
+    """What ``python -m harness.validate.devices`` prints (``comparison``: compare()'s, where
+    a caller has it already)."""
+    fitted, records = comparison or compare()
+    return "\n".join([format_comparison(fitted, records), format_gains(compare_gains()),
+                      format_system_fits(system_file_fits())])
+
+
 def main() -> None:
-    fitted, records = compare()
-    print(format_comparison(fitted, records))
-    print(format_gains(compare_gains()))
-    print(format_system_fits(system_file_fits()))
-    if not all(math.isfinite(r["out_of_box_error"]) for r in records):
+    comparison = compare()
+    print(report(comparison))
+    if not all(math.isfinite(r["out_of_box_error"]) for r in comparison[1]):
         raise SystemExit(1)
 
 

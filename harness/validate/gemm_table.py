@@ -116,8 +116,13 @@ def format_fit(result: GemmFit, system: str = SYSTEM) -> str:
     return "\n".join(lines)
 
 
+def report() -> str:
+    """What ``python -m harness.validate.gemm_table`` prints."""
+    return format_fit(fit())
+
+
 def main() -> None:
-    print(format_fit(fit()))
+    print(report())
 
 
 if __name__ == "__main__":

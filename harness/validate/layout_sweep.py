@@ -223,8 +223,13 @@ def format_comparison(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def report() -> str:
+    """What ``python -m harness.validate.layout_sweep`` prints."""
+    return format_comparison(compare())
+
+
 def main() -> None:
-    print(format_comparison(compare()))
+    print(report())
 
 
 if __name__ == "__main__":

@@ -135,6 +135,11 @@ def format_comparison(efficiency: float, records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def report() -> str:
+    """What ``python -m harness.validate.megatron`` prints."""
+    return format_comparison(*compare())
+
+
 def main() -> None:
     efficiency, records = compare()
     print(format_comparison(efficiency, records))

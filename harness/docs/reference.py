@@ -1,7 +1,7 @@
 """docs/COMMANDS.md, written from the commands' own help so the two cannot drift.
 
 Write it again after changing a command's options or help:
-``python -m harness.commands.reference > docs/COMMANDS.md`` (a test compares them).
+``python -m harness.docs.reference > docs/COMMANDS.md`` (a test compares them).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from harness.cli import VERBS, cli
 WIDTH = 100
 HEADER = """# Command reference
 
-Written by `python -m harness.commands.reference` from each command's `--help`; edit the help
+Written by `python -m harness.docs.reference` from each command's `--help`; edit the help
 (in `harness/commands/`), not this file. Every command takes `-h/--help`. Bad input gets one
 line on stderr and exit code 2. Results go to `--results DIR`, else `$STRATBENCH_RESULTS`, else
 `./stratbench-results`. `--json` puts machine-readable output on stdout and nothing else there;

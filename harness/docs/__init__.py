@@ -1,0 +1,1 @@
+"""The docs that commands write: the command reference and the validation tables."""
