@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from stratbench_cli import stratbench
 
 from harness.cli import main
-
-
-def stratbench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, **(env or {})})
 
 
 @pytest.mark.heavy

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from stratbench_cli import stratbench
 
 from harness.calibrate.workload import workload_facts
 from harness.core.errors import SpecError
@@ -36,11 +35,6 @@ from workloads.precision import precision as find_precision
 
 A100 = load_preset("dgx_a100").device
 H100 = load_preset("dgx_h100_ib").device
-
-
-def stratbench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True,
-                          text=True, timeout=300)
 
 
 # Operators --------------------------------------------------------------------------------

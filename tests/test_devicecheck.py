@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
+from stratbench_cli import stratbench
 
 from harness.validate.device_check import DEFAULT_BATCH, compare, system_for
 from harness.validate.devices import Row, predict_step
-
-
-def stratbench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True,
-                          text=True, timeout=300)
 
 
 def test_the_torch_models_are_the_ones_the_device_model_times():

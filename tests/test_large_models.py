@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from stratbench_cli import stratbench
 
 from harness.core.errors import SpecError
 from harness.sim import simulate_layout
@@ -32,11 +31,6 @@ from workloads.spec import WorkloadError
 REPO = Path(__file__).resolve().parents[1]
 A100 = str(REPO / "harness/sim/systems/presets/dgx_a100.json")
 MEGATRON_13B = "transformer:layers=40,hidden=5120,heads=40,seq=2048,vocab=51200"
-
-
-def stratbench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True,
-                          text=True, timeout=300)
 
 
 # A system file written by hand with the numbers of the built-in DGX A100 -------------------

@@ -12,6 +12,7 @@ import time
 
 import pytest
 from procs import session_case_processes
+from stratbench_cli import stratbench
 
 from harness.core.case import Case
 from harness.launch import netns
@@ -21,11 +22,6 @@ from results import load
 needs_root = pytest.mark.skipif(netns.unavailable_reason() is not None,
                                 reason=str(netns.unavailable_reason()))
 pytestmark = [pytest.mark.heavy, pytest.mark.netns]
-
-
-def stratbench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True,
-                          text=True, timeout=600)
 
 
 @needs_root

@@ -3,23 +3,17 @@ night, a changed verdict flagged with its cause, results merged from several mac
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from stratbench_cli import stratbench
 from test_report import case, plant_bench_runs
 
 from harness.core.errors import InputError
 from harness.core.project import find_project, load_project
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def stratbench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True,
-                          text=True, timeout=300, cwd=cwd)
 
 
 PROJECT = """

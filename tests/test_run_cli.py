@@ -10,17 +10,13 @@ import sys
 import time
 
 import pytest
+from stratbench_cli import stratbench
 
 from results import load
 
 pytestmark = pytest.mark.heavy
 
 FAST = ["--steps", "3", "--warmup", "1", "--repeats", "1", "--timeout", "120"]
-
-
-def stratbench(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True,
-                          text=True, timeout=600, **kw)
 
 
 def test_run_json_gives_rows_and_nothing_else_on_stdout(tmp_path):

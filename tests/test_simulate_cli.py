@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from stratbench_cli import stratbench
 
 from harness.commands.simulate import load_calibration
 from results import ResultsStore
-
-
-def stratbench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True,
-                          text=True, timeout=300)
 
 
 def test_simulate_json_rows_are_simulated_and_ranked_data():
