@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from stratbench_cli import stratbench
 
 from harness.core.errors import InputError
 from harness.recommend.recommender import (
@@ -201,17 +202,15 @@ def test_from_store_and_cli_json(tmp_path):
     frame = recommend_from_store(tmp_path, workloads=["mlp:M"], targets=[NETNS])
     assert frame.iloc[0]["device_memory_bytes"] == 8e9  # this machine's RAM, one replica
     assert frame.iloc[1]["device_memory_bytes"] == 4e9  # shared by two
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "recommend", "--results",
-                           str(tmp_path), "--workload", "mlp:M", "--target", NETNS, "--json"],
-                          capture_output=True, text=True, timeout=120)
+    proc = stratbench("recommend", "--results",
+                           str(tmp_path), "--workload", "mlp:M", "--target", NETNS, "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["ranking"][0]["strategy"] == "single_device"
     assert data["ranking"][0]["source"] == "measured"
     assert data["verdicts"][0]["headline"].startswith("do not distribute")
-    bad = subprocess.run([sys.executable, "-m", "harness.cli", "recommend", "--results",
-                          str(tmp_path), "--target", "bogus"],
-                         capture_output=True, text=True, timeout=120)
+    bad = stratbench("recommend", "--results",
+                          str(tmp_path), "--target", "bogus")
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.strip().count("\n") == 0 and "unknown target" in bad.stderr
 
@@ -379,8 +378,7 @@ def test_a_users_model_before_any_run_needs_a_run_or_a_declared_size(tmp_path):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True,
-                          text=True, timeout=900)
+    return stratbench(*args)
 
 
 @pytest.mark.heavy

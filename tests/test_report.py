@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import math
 import re
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
+from stratbench_cli import stratbench
 
 from reports import history
 from reports import verdict as vd
@@ -121,15 +120,13 @@ def test_strings_from_results_are_escaped(tmp_path):
 
 def test_report_cli_writes_one_file(two_runs, tmp_path):
     out = tmp_path / "out" / "r.html"
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "report", "--results",
-                           str(two_runs), "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = stratbench("report", "--results",
+                           str(two_runs), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == str(out)
     assert out.read_text().startswith("<!DOCTYPE html>")
-    bad = subprocess.run([sys.executable, "-m", "harness.cli", "report", "--results",
-                          str(tmp_path / "nothing")], capture_output=True, text=True,
-                         timeout=300)
+    bad = stratbench("report", "--results",
+                          str(tmp_path / "nothing"))
     assert bad.returncode == 2 and bad.stderr.startswith("stratbench: error: no results")
 
 
@@ -172,12 +169,10 @@ def test_bench_ends_with_recommend_and_report(tmp_path, monkeypatch):
 
 
 def test_fail_on_regression_exits_1_and_names_the_case(two_runs, tmp_path):
-    cmd = [sys.executable, "-m", "harness.cli", "report", "--results", str(two_runs),
-           "--out", str(tmp_path / "r.html")]
-    plain = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    cmd = ["report", "--results", str(two_runs), "--out", str(tmp_path / "r.html")]
+    plain = stratbench(*cmd)
     assert plain.returncode == 0, plain.stderr
-    strict = subprocess.run([*cmd, "--fail-on-regression"], capture_output=True, text=True,
-                            timeout=120)
+    strict = stratbench(*cmd, "--fail-on-regression")
     assert strict.returncode == 1
     assert "regression: torch/ddp/mlp:S/local/2 20.00 ms vs 10.00 ms" in strict.stderr
     assert (tmp_path / "r.html").is_file()  # the report is still written

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from stratbench_cli import stratbench
 
 from harness.core.errors import SpecError
 from harness.sim.model.layered import Layer, LayeredModel, Layout, check_layout, stage_layers
@@ -152,11 +151,10 @@ def test_memory_per_device_follows_the_layout():
 
 
 def test_simulate_cli_takes_a_layout_and_refuses_a_bad_one_in_one_line():
-    ok = subprocess.run([sys.executable, "-m", "harness.cli", "simulate", "--topology",
+    ok = stratbench("simulate", "--topology",
                          "preset:dgx_h100_ib,hosts=2", "--workers", "16", "--workload",
                          "gpt3_175b", "--stages", "4", "--tensor-parallel", "2",
-                         "--global-batch", "16", "--json"],
-                        capture_output=True, text=True, timeout=120)
+                         "--global-batch", "16", "--json")
     assert ok.returncode == 0, ok.stderr
     (row,) = json.loads(ok.stdout)
     assert (row["data_parallel"], row["pipeline_stages"], row["tensor_parallel"]) == (2, 4, 2)
@@ -167,9 +165,9 @@ def test_simulate_cli_takes_a_layout_and_refuses_a_bad_one_in_one_line():
     assert row["step_time_median_s"] > 0  # still timed: how long it would take
     for args in (["--stages", "5"], ["--stages", "2", "--microbatches", "3"],
                  ["--tensor-parallel", "16"], ["--stages", "3"]):
-        bad = subprocess.run([sys.executable, "-m", "harness.cli", "simulate", "--topology",
+        bad = stratbench("simulate", "--topology",
                               "preset:dgx_h100_ib,hosts=2", "--workers", "16", "--workload",
-                              "gpt2_xl", *args], capture_output=True, text=True, timeout=120)
+                              "gpt2_xl", *args)
         assert bad.returncode == 2 and bad.stdout == "", bad.stdout
         assert bad.stderr.strip().count("\n") == 0 and bad.stderr.startswith("stratbench:")
 
