@@ -161,7 +161,7 @@ def test_a_share_is_read_on_the_cluster_the_sweep_ran_on(data):
     assert math.isclose(read.efficiency, share, rel_tol=1e-6), (read.efficiency, share)
 
 
-RECOMMEND_DATA = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-24-recommend"
+RECOMMEND_DATA = Path(__file__).parent.parent / "validation" / "2026-11-24-recommend"
 
 
 @pytest.mark.heavy

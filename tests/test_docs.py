@@ -23,3 +23,15 @@ def test_the_validation_tables_are_what_their_commands_print(device_comparison, 
     that moves a figure; each section is its command's output."""
     assert (ROOT / "docs" / "VALIDATION.md").read_text() == validation.render(
         device_comparison=device_comparison, layout_picks=layout_picks)
+
+
+def test_the_simulator_doc_is_a_reference_and_docs_hold_no_dated_history():
+    """docs/ says what is; what changed when is CHANGELOG.md's (a dataset's folder name, such
+    as validation/2026-11-24, is a name, not history)."""
+    import re
+
+    assert len((ROOT / "docs" / "SIMULATOR.md").read_text().splitlines()) < 600
+    dated = re.compile(r"(?<![\w/-])20\d\d-\d\d-\d\d(?![\w/-])")
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        found = [line for line in doc.read_text().splitlines() if dated.search(line)]
+        assert found == [], (doc.name, found[:3])

@@ -378,7 +378,7 @@ def test_a_racked_sweep_places_as_a_scheduler_and_equals_simulate_of_that_placem
     from harness.commands.simulate import simulate_emulated
     from harness.recommend.recommender import recommend_from_store
 
-    checked_in = REPO / "docs" / "validation" / "2026-11-24-recommend"
+    checked_in = REPO / "validation" / "2026-11-24-recommend"
     links = MeasuredLinks(hosts=6, bandwidth_bytes_s=125e6, rtt_s=1e-4, burst_bytes=0,
                           uplink_bytes_s=150e6 / 8, rack_rtt_s=2e-4, built=(2, 2, 2))
     assert emulated_topology(placed(links, 2)).startswith("switch:n=2")

@@ -1,5 +1,5 @@
 """recommend's prediction of an emulated cluster, before any run on it, against the runs made
-afterwards (checked-in data, docs/validation/2026-11-24-recommend; docs/SIMULATOR.md)."""
+afterwards (checked-in data, validation/2026-11-24-recommend; docs/SIMULATOR.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from harness.recommend.ranking_check import format_check, ranking_check
 
-DATA = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-24-recommend"
+DATA = Path(__file__).parent.parent / "validation" / "2026-11-24-recommend"
 CLUSTER = "netns:hosts=4,rate=250mbit"
 
 

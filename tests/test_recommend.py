@@ -215,7 +215,7 @@ def test_from_store_and_cli_json(tmp_path):
     assert bad.stderr.strip().count("\n") == 0 and "unknown target" in bad.stderr
 
 
-CHECKED_IN = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-24-recommend"
+CHECKED_IN = Path(__file__).parent.parent / "validation" / "2026-11-24-recommend"
 
 
 def test_a_workload_too_small_to_distribute_gets_one_device_and_why():

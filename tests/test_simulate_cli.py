@@ -161,7 +161,7 @@ def test_an_emulated_cluster_is_simulated_as_validate_predicts_its_runs(tmp_path
 
     from harness.validate.score import validate_steps
 
-    wire_data = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-25-wire"
+    wire_data = Path(__file__).parent.parent / "validation" / "2026-11-25-wire"
     data = tmp_path / "wire"
     shutil.copytree(wire_data, data)
     steps = validate_steps(ResultsStore(data))
@@ -197,7 +197,7 @@ def test_tf_and_torch_on_a_slow_cluster_differ_by_what_their_runs_differ_by(tmp_
     from results.store import load
 
     data = tmp_path / "steps"
-    shutil.copytree(Path(__file__).parent.parent / "docs" / "validation" / "2026-11-25-steps",
+    shutil.copytree(Path(__file__).parent.parent / "validation" / "2026-11-25-steps",
                     data)
     runs = load(data)
     runs = runs[(runs["status"] == "ok") & (runs["workload"] == "mlp") & (runs["size"] == "M")]

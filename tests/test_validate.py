@@ -344,7 +344,7 @@ def test_tf_time_off_the_link_fills_the_links_bucket(tmp_path):
     assert table.loc[4096, "predicted_s"] == pytest.approx(0.4e-3)  # 0.33 ms of wire hidden
 
 
-VALIDATION_DATA = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-24"
+VALIDATION_DATA = Path(__file__).parent.parent / "validation" / "2026-11-24"
 
 
 def test_the_documented_validation_reproduces_from_its_checked_in_data(monkeypatch):
@@ -548,7 +548,7 @@ def test_racks_the_emulator_split_unevenly_are_leaves_of_those_hosts():
     assert placed(links, 3).racks == 1
 
 
-PIPELINE_DATA = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-25-pipeline"
+PIPELINE_DATA = Path(__file__).parent.parent / "validation" / "2026-11-25-pipeline"
 
 
 def test_the_documented_pipeline_validation_reproduces_from_its_checked_in_data(monkeypatch):
@@ -565,7 +565,7 @@ def test_the_documented_pipeline_validation_reproduces_from_its_checked_in_data(
     assert round(pipeline["error"].abs().median(), 3) == 0.133
 
 
-WIRE_DATA = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-25-wire"
+WIRE_DATA = Path(__file__).parent.parent / "validation" / "2026-11-25-wire"
 
 
 def test_the_simulators_bytes_follow_the_wire_on_the_checked_in_runs(monkeypatch):
@@ -586,7 +586,7 @@ def test_the_simulators_bytes_follow_the_wire_on_the_checked_in_runs(monkeypatch
     assert wire["error"].abs().median() <= 0.05
 
 
-STEPS_DATA = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-25-steps"
+STEPS_DATA = Path(__file__).parent.parent / "validation" / "2026-11-25-steps"
 
 
 def test_step_times_per_strategy_reproduce_from_their_checked_in_runs(monkeypatch):
@@ -696,7 +696,7 @@ def load_case_id(path: Path) -> str:
     return str(pq.read_table(path).column("case_id")[0])
 
 
-SPARSE_DATA = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-26-sparse"
+SPARSE_DATA = Path(__file__).parent.parent / "validation" / "2026-11-26-sparse"
 
 
 def test_sparse_step_times_reproduce_from_their_checked_in_runs(monkeypatch):
@@ -728,7 +728,7 @@ def test_sparse_step_times_reproduce_from_their_checked_in_runs(monkeypatch):
     assert (errors.max() <= 0.30).all(), errors.max()
 
 
-RACKED_DATA = Path(__file__).parent.parent / "docs" / "validation" / "2026-11-27-racked"
+RACKED_DATA = Path(__file__).parent.parent / "validation" / "2026-11-27-racked"
 RACKED_CLUSTERS = ("netns:hosts=5,rate=150mbit,racks=2,uplink=100mbit",  # 3 + 2 hosts
                    "netns:hosts=4,rate=400mbit,racks=2,uplink=100mbit",  # 2 + 2
                    "netns:hosts=3,rate=300mbit,racks=2,uplink=150mbit")  # 2 + 1

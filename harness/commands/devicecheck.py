@@ -89,7 +89,7 @@ The GEMMs behind the corpus rows, measured: `python -m harness.validate.gemm_sha
 --list` prints every GEMM the device model times for a system's published runs (dgx_h100_ib by
 default), `python -m harness.measure.gemm_step --shapes FILE` times each on a GPU (torch only)
 and `python -m harness.validate.gemm_shapes --compare FILE` puts measured efficiency beside
-modelled, per shape and per row (docs/validation/campaign-gpu.sh runs both where simpy imports).
+modelled, per shape and per row (validation/campaign-gpu.sh runs both where simpy imports).
 A GEMM kernel's own costs (a system file's gemm_fixed and gemm_k_overhead) are fitted on
 OpenXLA's published per-shape H100 table: `python -m harness.validate.gemm_table`.
 """

@@ -43,7 +43,7 @@ def sections(device_comparison: tuple[dict[str, float], list[dict[str, Any]]] | 
         Section("GEMM table", "python -m harness.validate.gemm_table",
                 "OpenXLA's per-shape H100 GEMM table against the device model's GEMM time; "
                 "the kernel's two constants fitted on it.", gemm_table.report),
-        Section("Megatron-LM", "python -m harness.validate.megatron",
+        Section("Megatron-LM table", "python -m harness.validate.megatron",
                 "Megatron-LM's published table (Narayanan et al. 2021) against the "
                 "model-parallel step, one efficiency fitted on the smallest row.",
                 megatron.report),
