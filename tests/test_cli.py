@@ -10,7 +10,6 @@ from stratbench_cli import stratbench
 from harness.cli import main
 
 
-@pytest.mark.heavy
 def test_env_json_is_valid_json_and_nothing_else():
     proc = stratbench("env", "--json")
     assert proc.returncode == 0, proc.stderr

@@ -14,11 +14,10 @@ from stratbench_cli import stratbench
 
 from results import load
 
-pytestmark = pytest.mark.heavy
-
 FAST = ["--steps", "3", "--warmup", "1", "--repeats", "1", "--timeout", "120"]
 
 
+@pytest.mark.heavy
 def test_run_json_gives_rows_and_nothing_else_on_stdout(tmp_path):
     proc = stratbench("run", "--framework", "torch", "--strategy", "single_device",
                       "--strategy", "ddp", "--workload", "mlp:S", *FAST,
@@ -41,6 +40,7 @@ def test_unknown_workload_is_exit_code_2(tmp_path):
     assert proc.stderr.strip().startswith("stratbench: error: unknown workload family 'gan'")
 
 
+@pytest.mark.heavy
 def test_resume_after_a_kill_finishes_without_repeating_finished_cases(tmp_path):
     args = ["run", "--framework", "torch", "--strategy", "single_device", "--strategy", "ddp",
             "--strategy", "fsdp", "--workload", "mlp:S", *FAST, "--results", str(tmp_path)]
@@ -72,6 +72,7 @@ def test_resume_without_an_earlier_run_is_a_clear_error(tmp_path):
     assert "no earlier run" in proc.stderr
 
 
+@pytest.mark.heavy
 def test_a_user_workload_from_a_file_runs_through_the_pipeline(tmp_path):
     fixture = os.path.join(os.path.dirname(__file__), "fixtures", "user_workload.py")
     proc = stratbench("run", "--framework", "all", "--strategy", "single_device",

@@ -20,7 +20,6 @@ def test_8192_workers_two_level_100mb_allreduce_within_60_seconds(algorithm):
     assert row["wall_s"] <= 60.0
 
 
-@pytest.mark.heavy
 @pytest.mark.parametrize(("algorithm", "workers"),
                          [(a, 256 if a == "ring" else 512) for a in ALGORITHMS])
 def test_fast_equals_detailed_at_hundreds_of_workers(algorithm, workers):

@@ -140,7 +140,6 @@ def _write_many(root: str, writer: int, count: int) -> None:
         store.write_case(make_row(run_id, "contended", step_time_median_s=float(writer)))
 
 
-@pytest.mark.heavy
 def test_two_concurrent_writers_do_not_clobber_each_other(tmp_path):
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_write_many, args=(str(tmp_path), w, 40)) for w in (1, 2)]

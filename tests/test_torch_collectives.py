@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 from harness.launch.ports import free_ports
 
-pytestmark = pytest.mark.heavy
 RANKS = 4
 DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "int64": np.int64}
 

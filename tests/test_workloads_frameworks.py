@@ -66,7 +66,6 @@ def test_param_counts_match_across_frameworks_and_spec(family, size):
     _check_params(get_spec(family, size))
 
 
-@pytest.mark.heavy
 @pytest.mark.parametrize("family", FAMILIES)
 def test_large_param_counts_match_across_frameworks_and_spec(family):
     _check_params(get_spec(family, "L"))
