@@ -282,7 +282,7 @@ class WorkloadSpec:
         """``rows_touched`` as independent draws, each touching the same fraction f of the
         rows: 1 - (1 - f)^draws, an upper bound where ids are skewed (they repeat more).
         What a parameter-server worker pulls back (``pull_bytes``) is read this way: on
-        the checked-in wire runs (docs/validation/2026-11-25-wire) recsys:S's asynchronous
+        the checked-in wire runs (validation/2026-11-25-wire) recsys:S's asynchronous
         workers' bytes are then 2% and 8% under the wire on 3 and 4 hosts, and 12% and 22%
         under by the Zipf count of their union."""
         sparse = self._sparse_fraction
