@@ -22,6 +22,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from harness.core.strategies import WEIGHT_TOLERANCE
+from harness.core.units import finite_number
 from reports import history as hist
 from reports import verdict as vd
 from reports.plots import Series, chart
@@ -39,23 +40,19 @@ def _env() -> Environment:
     env = Environment(loader=PackageLoader("reports", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
     env.filters["num"] = _num
-    env.filters["ms"] = lambda v: _num(v * 1e3 if _finite(v) else v)
-    env.filters["pct"] = lambda v: f"{v:+.0%}" if _finite(v) else "-"
-    env.filters["pct0"] = lambda v: f"{v:.0%}" if _finite(v) else "-"
+    env.filters["ms"] = lambda v: _num(v * 1e3 if finite_number(v) else v)
+    env.filters["pct"] = lambda v: f"{v:+.0%}" if finite_number(v) else "-"
+    env.filters["pct0"] = lambda v: f"{v:.0%}" if finite_number(v) else "-"
     env.filters["margin"] = lambda v: (f"{v:+.1%}" if abs(v) < 0.1 else f"{v:+.0%}"
-                                       ) if _finite(v) else "-"
+                                       ) if finite_number(v) else "-"
     env.filters["duration"] = _duration
-    env.filters["usd"] = lambda v: vd.usd(v) if _finite(v) else "-"
+    env.filters["usd"] = lambda v: vd.usd(v) if finite_number(v) else "-"
     env.filters["bytes"] = _bytes
     return env
 
 
-def _finite(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _num(v: Any) -> str:
-    if not _finite(v):
+    if not finite_number(v):
         return "-" if v is None or isinstance(v, float) else str(v)
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
@@ -63,11 +60,11 @@ def _num(v: Any) -> str:
 def _duration(v: Any) -> str:
     from harness.core.units import format_duration
 
-    return format_duration(v) if _finite(v) else "-"
+    return format_duration(v) if finite_number(v) else "-"
 
 
 def _bytes(v: Any) -> str:
-    if not _finite(v):
+    if not finite_number(v):
         return "-"
     for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
         if v >= scale:

@@ -1098,3 +1098,37 @@ def test_an_expert_imbalance_slows_the_step_never_the_flops():
 def test_a_bad_imbalance_is_one_line(text, message):
     with pytest.raises(WorkloadError, match=re.escape(message)):
         dims_of(text)
+
+
+@pytest.mark.parametrize("verb", ["simulate", "recommend"])
+def test_a_system_file_is_read_once_per_command(tmp_path, monkeypatch, verb):
+    """A system is parsed once into its record, which every consumer then receives: however
+    many stages read it (the topology, the calibration, the device model, the published
+    check, the price), the file is opened once per command."""
+    import builtins
+
+    from harness.sim.systems import preset
+
+    path = tmp_path / "ours.json"
+    path.write_text(Path(A100).read_text().replace('"dgx_a100"', '"ours"'))
+    opened: list[str] = []
+    real_open, real_read = builtins.open, Path.read_text
+
+    def counting_open(file, *args, **kwargs):
+        if str(file).endswith("ours.json"):
+            opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    def counting_read(self, *args, **kwargs):
+        if self.name == "ours.json":
+            opened.append(str(self))
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    monkeypatch.setattr(Path, "read_text", counting_read)
+    preset._load_file.cache_clear()  # as a fresh command finds it
+    args = (("simulate", "--system", str(path), "--workers", "32") if verb == "simulate" else
+            ("recommend", "--system", str(path), "--results", str(tmp_path / "none")))
+    proc = stratbench(*args, "--workload", "gpt2_xl", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert len(opened) == 1, opened

@@ -381,7 +381,6 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return stratbench(*args)
 
 
-@pytest.mark.heavy
 @pytest.mark.parametrize("factory, baseline, name", [
     ("torch_workload", "single_device", "tiny-torch"),
     ("keras_application", "one_device", "mobilenet_v2-0.35"),  # keras.applications, no weights

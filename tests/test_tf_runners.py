@@ -116,7 +116,6 @@ def test_on_emulated_hosts_every_task_runs_in_its_host_and_listens_on_its_addres
 
 # --- real runs ---------------------------------------------------------------------------
 
-@pytest.mark.heavy
 def test_every_tf_strategy_ends_in_a_row_with_timing_and_correctness(store, tmp_path):
     rows = execute(_cases(["all"]), store, "r1")
     by = {r.strategy: r for r in rows}
@@ -156,7 +155,6 @@ def test_every_tf_strategy_ends_in_a_row_with_timing_and_correctness(store, tmp_
     assert not case_processes(), "a case left processes behind"
 
 
-@pytest.mark.heavy
 def test_recsys_parameter_server_pushes_only_the_touched_embedding_rows(store):
     (row,) = execute(_cases(["parameter_server"], "recsys:S"), store, "r2")
     assert row.status == "ok", row.reason
@@ -193,7 +191,6 @@ def test_a_frozen_peer_fails_the_case_through_tf_failure_detection_not_the_deadl
     assert not case_processes()
 
 
-@pytest.mark.heavy
 def test_an_advertised_tpu_that_is_not_there_ends_as_a_failed_row_that_names_it(
         store, monkeypatch):
     monkeypatch.setenv("TPU_NAME", "stratbench-no-such-tpu")  # the workers inherit it
@@ -269,7 +266,6 @@ def test_a_killed_parameter_server_task_ends_the_case_failed_naming_it(store, ro
     assert not case_processes()
 
 
-@pytest.mark.heavy
 def test_keras_fit_trains_where_keras_3_can_and_says_why_where_it_cannot(store):
     """`run --tf-loop fit`: one_device, mirrored and central_storage train with model.fit and
     end at one device's weights (the sparse embedding of recsys included); Keras 3 cannot fit

@@ -14,8 +14,6 @@ from harness.run.execute import execute
 from harness.run.plan import plan, resolve_workloads
 from results import ResultsStore, load, load_steps
 
-pytestmark = pytest.mark.heavy
-
 
 def _cases(names: list[str], workload: str = "mlp:S", steps: int = 4, **kw) -> list[Case]:
     choice = dataclasses.replace(resolve_workloads([workload])[0], batch=16)
@@ -72,6 +70,7 @@ def test_recsys_parameter_server_moves_fewer_bytes_than_all_reduce(store):
     assert len(extra["ps_pull_rows_mean"]) == 2 and min(extra["ps_pull_rows_mean"]) > 0
 
 
+@pytest.mark.heavy
 def test_a_killed_worker_ends_as_a_failed_row_and_the_run_goes_on(store, tmp_path):
     crash = Case(framework="torch", strategy="ddp", workload="mlp:S", cluster="local",
                  replicas=2, steps=50, warmup=1, repeats=1, timeout_s=60,
@@ -85,6 +84,7 @@ def test_a_killed_worker_ends_as_a_failed_row_and_the_run_goes_on(store, tmp_pat
     assert not case_processes()
 
 
+@pytest.mark.heavy
 def test_a_hung_case_times_out_and_is_killed(store):
     hang = Case(framework="torch", strategy="ddp", workload="mlp:S", cluster="local",
                 replicas=2, steps=50, warmup=1, repeats=1, timeout_s=8,

@@ -17,6 +17,13 @@ from harness.core.errors import SpecError
 from workloads.quantities import NUMBER, read_duration, read_number, read_size, scale
 
 
+def finite_number(value: object) -> bool:
+    """A real, finite number (a bool is not one): what a figure must be to be compared,
+    ranked or shown as a number rather than as missing."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
 def three_figures(value: float) -> str:
     """Three significant figures, and no e-notation from 1 up: '4.56', '123', '1,230'."""
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"

@@ -664,6 +664,3 @@ def bandwidth_bits(ctx: Context, target: Target) -> float:
     return NAN
 
 
-def finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value)

@@ -20,6 +20,7 @@ from typing import Any
 from harness.core.strategies import LAYOUT_STACKS
 from harness.core.units import (
     compare,
+    finite_number,
     format_count,
     format_duration,
     format_fraction,
@@ -55,17 +56,13 @@ class Goal:
         return ", ".join(parts)
 
 
-def _finite(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def usable(p: Point) -> bool:
     return (p["status"] == "ok" and bool(p.get("fits", True))
-            and _finite(p.get("train_time_s")) and p["train_time_s"] > 0)
+            and finite_number(p.get("train_time_s")) and p["train_time_s"] > 0)
 
 
 def meets(p: Point, goal: Goal) -> bool:
-    if goal.budget_usd is not None and not (_finite(p.get("cost_usd"))
+    if goal.budget_usd is not None and not (finite_number(p.get("cost_usd"))
                                             and p["cost_usd"] <= goal.budget_usd):
         return False
     return goal.deadline_s is None or p["train_time_s"] <= goal.deadline_s
@@ -77,11 +74,11 @@ def efficient(p: Point, goal: Goal) -> bool:
     eff = p.get("scaling_efficiency", NAN)
     if not p.get("baseline_fits", True):
         return True
-    return int(p["replicas"]) == 1 or not _finite(eff) or eff >= goal.min_efficiency
+    return int(p["replicas"]) == 1 or not finite_number(eff) or eff >= goal.min_efficiency
 
 
 def objective(p: Point, goal: Goal) -> tuple[float, float]:
-    cost = p["cost_usd"] if _finite(p.get("cost_usd")) else math.inf
+    cost = p["cost_usd"] if finite_number(p.get("cost_usd")) else math.inf
     if goal.deadline_s is not None and goal.budget_usd is None:
         return (cost, p["train_time_s"])
     return (p["train_time_s"], cost)
@@ -127,7 +124,7 @@ def nearest_miss(points: Sequence[Point], goal: Goal) -> Point | None:
     if not ok:
         return None
     if goal.budget_usd is not None:
-        return min(ok, key=lambda p: (p["cost_usd"] if _finite(p.get("cost_usd"))
+        return min(ok, key=lambda p: (p["cost_usd"] if finite_number(p.get("cost_usd"))
                                       else math.inf, p["train_time_s"]))
     return min(ok, key=lambda p: p["train_time_s"])
 
@@ -137,12 +134,12 @@ def pareto(points: Sequence[Point]) -> list[Point]:
     ok = [p for p in points if usable(p)]
     front = []
     for p in ok:
-        cost = p["cost_usd"] if _finite(p.get("cost_usd")) else 0.0
+        cost = p["cost_usd"] if finite_number(p.get("cost_usd")) else 0.0
         dominated = any(
             q is not p and q["train_time_s"] <= p["train_time_s"]
-            and (q["cost_usd"] if _finite(q.get("cost_usd")) else 0.0) <= cost
+            and (q["cost_usd"] if finite_number(q.get("cost_usd")) else 0.0) <= cost
             and (q["train_time_s"] < p["train_time_s"]
-                 or (q["cost_usd"] if _finite(q.get("cost_usd")) else 0.0) < cost)
+                 or (q["cost_usd"] if finite_number(q.get("cost_usd")) else 0.0) < cost)
             for q in ok)
         if not dominated:
             front.append(p)
@@ -201,7 +198,7 @@ def _error_text(p: Point) -> str:
     basis = p.get("validation_basis")
     if not (isinstance(basis, str) and basis):
         basis = "the simulator's median step error"
-    return (f"{p['source']}, ±{err:.0%} ({basis})" if _finite(err)
+    return (f"{p['source']}, ±{err:.0%} ({basis})" if finite_number(err)
             else f"{p['source']}, not yet validated")
 
 
@@ -212,7 +209,7 @@ def sureness(pick: Point, runner_up: Point | None) -> tuple[str, float]:
     margin = runner_up["train_time_s"] / pick["train_time_s"] - 1
     errors = [p.get("validation_error", NAN) for p in (pick, runner_up)
               if p["source"] != "measured"]
-    known = [e for e in errors if _finite(e)]
+    known = [e for e in errors if finite_number(e)]
     # both may be off, in opposite directions; a measured figure by run-to-run noise
     measured = any(p["source"] == "measured" for p in (pick, runner_up))
     noise = sum(known) + (MIN_CHANGE if measured else 0.0)
@@ -229,7 +226,7 @@ def sureness(pick: Point, runner_up: Point | None) -> tuple[str, float]:
 
 
 def _cost(p: Point) -> float:
-    return float(p["cost_usd"]) if _finite(p.get("cost_usd")) else NAN
+    return float(p["cost_usd"]) if finite_number(p.get("cost_usd")) else NAN
 
 
 def _brief(p: Point) -> dict[str, Any]:
@@ -275,7 +272,7 @@ def decided_by(pick: Point | None, points: Sequence[Point], goal: Goal) -> dict[
             return {"rule": "nothing_efficient", "numbers": limits, "baseline": None,
                     "option": _brief(miss)}
         numbers = limits | {"cost_over": _cost(miss) / goal.budget_usd
-                            if goal.budget_usd and _finite(_cost(miss)) else NAN,
+                            if goal.budget_usd and finite_number(_cost(miss)) else NAN,
                             "time_over": miss["train_time_s"] / goal.deadline_s
                             if goal.deadline_s else NAN}
         return {"rule": "over_limits", "numbers": numbers, "baseline": None,
@@ -337,7 +334,7 @@ def explain(decision: dict[str, Any]) -> str:
         if rule == "fastest_efficient":
             text = (f"the fastest option at a scaling efficiency of at least "
                     f"{n['min_efficiency']:.0%} ({eff:.0%} against its framework's one device)"
-                    if _finite(eff) else
+                    if finite_number(eff) else
                     "the fastest option (one device cannot hold the model, so no scaling "
                     "efficiency is judged)")
         else:
@@ -358,7 +355,7 @@ def explain(decision: dict[str, Any]) -> str:
     versus = ("one device" if decision.get("same_framework")
               else f"{base['label']}, the pick,")
     text = f"the fastest distributed option, {option['label']}, is {pace} than {versus}"
-    if _finite(n.get("cost_ratio", NAN)):
+    if finite_number(n.get("cost_ratio", NAN)):
         text += f" for {times_the(n['cost_ratio'], 'cost')}"
     if rule == "below_efficiency":
         text += (f", at a scaling efficiency of {option['scaling_efficiency']:.0%} against "
@@ -367,14 +364,14 @@ def explain(decision: dict[str, Any]) -> str:
         text += f", but {_missed(option, n)}"
     elif rule == "costlier_within_limits":
         text += f"; one device is the cheapest that meets the {_limits_text(n)}"
-    elif _finite(option["scaling_efficiency"]) and not decision.get("same_framework"):
+    elif finite_number(option["scaling_efficiency"]) and not decision.get("same_framework"):
         text += (f"; against {option['framework']}'s own one device its scaling efficiency "
                  f"is {option['scaling_efficiency']:.0%}")
     return text.rstrip(",")
 
 
 def _ratio(a: float, b: float) -> float:
-    return a / b if _finite(a) and _finite(b) and b > 0 else NAN
+    return a / b if finite_number(a) and finite_number(b) and b > 0 else NAN
 
 
 def _limits_text(n: dict[str, Any]) -> str:
@@ -388,11 +385,11 @@ def _missed(option: dict[str, Any], n: dict[str, Any]) -> str:
     against the deadline (the one wording of both rules that name a miss)."""
     parts = []
     budget, deadline = n.get("budget_usd"), n.get("deadline_s")
-    if budget and _finite(option["cost_usd"]) and option["cost_usd"] > budget:
+    if budget and finite_number(option["cost_usd"]) and option["cost_usd"] > budget:
         parts.append(f"costs {format_usd(option['cost_usd'])}, "
                      f"{compare(option['cost_usd'] / budget, 'over', 'under')} the budget of "
                      f"{format_usd(budget)}")
-    elif budget and not _finite(option["cost_usd"]):
+    elif budget and not finite_number(option["cost_usd"]):
         parts.append(f"has no price, so it cannot be held to the budget of "
                      f"{format_usd(budget)}")
     if deadline and option["train_time_s"] > deadline:
@@ -432,16 +429,16 @@ def verdict(workload: str, target: str, ranked: Sequence[Point], points: Sequenc
     headline = (f"{'do not distribute: ' if int(pick['replicas']) == 1 else 'use '}"
                 f"{_label(pick)}: {format_count(goal.samples)} samples in "
                 f"{format_duration(pick['train_time_s'])}"
-                + (f" for {format_usd(cost)}" if _finite(cost) else ""))
+                + (f" for {format_usd(cost)}" if finite_number(cost) else ""))
     why = explain(decision)
     if int(pick["replicas"]) > 1:
         reason = str(pick.get("reason") or "")
         eff = pick.get("scaling_efficiency", NAN)
-        if _finite(eff):  # the decision's sentence gave it already (why over 100% stays)
+        if finite_number(eff):  # the decision's sentence gave it already (why over 100% stays)
             reason = reason.replace(f"; scaling efficiency {eff:.0%}", "")
         why += f"; {reason}" if reason else ""
         single = [p for p in points if int(p["replicas"]) == 1 and usable(p)]
-        if single and _finite(cost) and _finite(single[0].get("cost_usd")) \
+        if single and finite_number(cost) and finite_number(single[0].get("cost_usd")) \
                 and single[0]["cost_usd"] < cost:
             why += (f"; one device is cheaper if you can wait: "
                     f"{format_duration(single[0]['train_time_s'])} for "
@@ -453,7 +450,7 @@ def verdict(workload: str, target: str, ranked: Sequence[Point], points: Sequenc
         why += (f"; {_label(faster)} would be "
                 f"{compare(faster['train_time_s'] / pick['train_time_s'], 'slower', 'faster')}"
                 f", but nothing here runs it")
-    if _finite(pick.get("mfu")):
+    if finite_number(pick.get("mfu")):
         why += (f"; MFU {format_fraction(pick['mfu'])} (model FLOPs over the devices' dense "
                 f"bf16 peak)")
     if runner_up is not None:

@@ -23,6 +23,7 @@ import pandas as pd
 
 from harness.core.errors import InputError
 from harness.core.project import Project, TargetGoal, resolved_workload
+from harness.core.units import finite_number
 from harness.measure.stats import MIN_CHANGE
 from harness.recommend.decide import run_name
 
@@ -84,24 +85,21 @@ def _flat(verdict: dict[str, Any]) -> dict[str, Any]:
     runner_up = ""
     if isinstance(other, dict):
         runner_up = (f"{run_name(other)} on {other.get('replicas')}"
-                     + (f", {margin:+.0%} time" if _finite(margin) else ""))
+                     + (f", {margin:+.0%} time" if finite_number(margin) else ""))
     return {"runner_up_text": runner_up, "status": verdict.get("status", "none"),
             "decided_by": json.dumps(verdict.get("decided_by"), default=str),
             "headline": verdict.get("headline", ""),
             "why": verdict.get("why", ""), "sure": verdict.get("sure", ""),
             "framework": str(pick.get("framework", "")), "strategy": str(pick.get("strategy", "")),
-            "replicas": int(pick.get("replicas") or 0) if _finite(pick.get("replicas")) else 0,
+            "replicas": (int(pick.get("replicas") or 0)
+                         if finite_number(pick.get("replicas")) else 0),
             "train_time_s": _num(pick.get("train_time_s")), "cost_usd": _num(pick.get("cost_usd")),
             "validation_error": _num(pick.get("validation_error")),
             "source": str(pick.get("source", ""))}
 
 
-def _finite(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _num(v: Any) -> float:
-    return float(v) if _finite(v) else math.nan
+    return float(v) if finite_number(v) else math.nan
 
 
 def store_verdicts(store: Any, run_id: str, project: Project, verdicts: list[dict[str, Any]],
@@ -250,8 +248,8 @@ def _moved(old: dict[str, Any], new: dict[str, Any]) -> str:
     if int(old["replicas"]) != int(new["replicas"]):
         return f"the device count was {old['replicas']}, now {new['replicas']}"
     t0, t1 = _num(old["train_time_s"]), _num(new["train_time_s"])
-    if _finite(t0) and _finite(t1) and t0 > 0:
-        err = max(MIN_CHANGE, abs(_num(new["validation_error"])) if _finite(
+    if finite_number(t0) and finite_number(t1) and t0 > 0:
+        err = max(MIN_CHANGE, abs(_num(new["validation_error"])) if finite_number(
             new["validation_error"]) else 0.0)
         rel = t1 / t0 - 1
         if abs(rel) > err:
