@@ -57,9 +57,10 @@ def sections(device_comparison: tuple[dict[str, float], list[dict[str, Any]]] | 
     ]
 
 
-def render(**computed: Any) -> str:
+def render(device_comparison: tuple[dict[str, float], list[dict[str, Any]]] | None = None,
+           layout_picks: list[layout_check.Pick] | None = None) -> str:
     parts = [HEADER]
-    for section in sections(**computed):
+    for section in sections(device_comparison, layout_picks):
         parts += [f"## {section.title}", "", f"{section.what} Written by `{section.command}`.",
                   "", "```text", section.text(), "```", ""]
     return "\n".join(parts)
