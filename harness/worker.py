@@ -14,9 +14,8 @@ import resource
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
 
-from harness.core.case import Case
+from harness.core.case import Case, Placement, WorkerReport
 from harness.launch.priority import realtime_priority
 
 # framework -> module holding `run(case, role, index, workdir) -> dict`
@@ -27,7 +26,7 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def _write_json(path: Path, data: WorkerReport | Placement) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)
@@ -57,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     realtime = bool(case.options.get("realtime")) and realtime_priority()
     runner = importlib.import_module(RUNNER_MODULES[case.framework])
     try:
-        report: dict[str, Any] = runner.run(case, role, index, report_path.parent)
+        report: WorkerReport = runner.run(case, role, index, report_path.parent)
     except Exception as exc:
         # The error goes to disk first: a framework thread may still crash the process
         # (TF was seen to end a survivor of a frozen peer with SIGSEGV while it printed).

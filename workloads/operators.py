@@ -129,7 +129,11 @@ def expert_sharded(op: Op, expert: int) -> Op:
     return replace(op, rows=op.rows * op.repeat / local, repeat=local)
 
 
-def to_records(ops: tuple[Op, ...]) -> list[dict[str, Any]]:
+#: An operator as a JSON-able record: its fields' own values (names, counts, sizes, flags).
+OpRecord = dict[str, str | int | float | bool]
+
+
+def to_records(ops: tuple[Op, ...]) -> list[OpRecord]:
     """Operators as JSON-able records (the fields that differ from the defaults)."""
     blank = Op("", GEMM)
     return [{f.name: getattr(op, f.name) for f in fields(Op)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from harness.core.strategies import Strategy
 
@@ -98,3 +98,91 @@ class CaseOptions:
     # blocks per pipeline stage ('1,2,1', '8x14' repeats, or 'ends'); default: equal runs
     # where the stages divide the blocks, else the shortfall off the first and last
     stage_layers: str | None = None
+
+
+class WireCounts(TypedDict):
+    """An emulated host's interface counters around the timed steps (measure.wire), per
+    host in the cluster's order."""
+
+    tx_bytes_per_step: list[float]
+    rx_bytes_per_step: list[float]
+    steps: int
+
+
+class ServerStats(TypedDict, total=False):
+    """What a torch parameter server says of its run (runners.torch_ps.ShardServer.stats);
+    the pull statistics only where a worker pulled after its first."""
+
+    updates: int
+    staleness_mean: float
+    staleness_max: int
+    shard_bytes: int
+    pull_span_mean: float
+    pull_rows_mean: float
+
+
+class ServerReport(ServerStats):
+    """A torch parameter server's own report, if it outlives its case (the launcher ends it)."""
+
+    role: str
+
+
+class RoundsSummary(TypedDict):
+    """A micro-benchmark point measured in interleaved rounds (measure.stats.summarize_rounds
+    says what each figure is)."""
+
+    time_s: float
+    fast_s: float
+    spread_rel: float
+
+
+class CommPoint(RoundsSummary):
+    """One collective at one size, timed by a `comm` case."""
+
+    op: str
+    bytes: int
+    world: int
+
+
+class Placement(TypedDict, total=False):
+    """Where a scheduler ran a task: on emulated hosts its host index; under Slurm what
+    Slurm said of it (runners.slurm_task.assume)."""
+
+    task: str
+    host: int
+    job_id: str | None
+    step_id: str | None
+    procid: int
+    node: str
+    address: str
+
+
+class WorkerReport(TypedDict, total=False):
+    """The JSON a worker process writes for its parent (harness.worker), pyperf's typed
+    worker report: each runner fills the keys its strategy measures, the worker adds
+    ``realtime``, ``peak_rss_bytes`` and ``pid``. A server that the case ends by killing
+    writes none."""
+
+    step_times_s: list[float]  # each timed step's wall time
+    losses: list[float]  # every step's loss, warm-up included
+    rank: int
+    world: int
+    replicas: int  # what ran where the hardware decides (a TPU's cores)
+    threads: int
+    grad_bytes: float
+    model_memory_bytes: float | None
+    bytes_pushed_per_step: float  # parameter servers and sharded tables: measured
+    bytes_sent_per_step: float  # model parallelism: the stage's tensors
+    bytes_sent_method: str
+    bubble_fraction: float
+    replica_copies_max_diff: float
+    timing: str  # what a step's time spans
+    weights: str  # the .npz of the final weights
+    wire: WireCounts
+    servers: list[ServerStats]
+    points: list[CommPoint]
+    # strategy-specific facts for the row's ``extra`` column, free-form JSON by the schema
+    details: dict[str, Any]
+    realtime: bool
+    peak_rss_bytes: int
+    pid: int

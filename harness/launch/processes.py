@@ -16,9 +16,10 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import psutil
+
+from harness.core.case import Placement, WorkerReport
 
 POLL_S = 0.05
 TAIL_CHARS = 2000
@@ -43,7 +44,7 @@ class ProcessSpec:
 class Outcome:
     spec: ProcessSpec
     returncode: int | None
-    report: dict[str, Any] | None
+    report: WorkerReport | None
     stderr_tail: str
 
 
@@ -53,7 +54,7 @@ class GroupResult:
     reason: str
     outcomes: list[Outcome]
     wall_s: float
-    placements: list[dict[str, Any]] = field(default_factory=list)  # where a scheduler ran them
+    placements: list[Placement] = field(default_factory=list)  # where a scheduler ran them
 
 
 def _kill_tree(proc: subprocess.Popen[bytes]) -> None:

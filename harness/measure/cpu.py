@@ -10,7 +10,6 @@ stops it after the last.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 
 class CpuMeter:
@@ -25,7 +24,7 @@ class CpuMeter:
         if self.started is not None:
             self.used = time.process_time() - self.started
 
-    def report(self, steps: int) -> dict[str, Any]:
+    def report(self, steps: int) -> dict[str, float]:
         """{'cpu_s_per_step': seconds} or {} when nothing was timed."""
         if self.used is None or steps < 1:
             return {}

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.core.case import RoundsSummary
+
 
 @dataclass(frozen=True)
 class Summary:
@@ -65,7 +67,7 @@ def scaling_efficiency(throughput: float, replicas: int, baseline_throughput: fl
 
 
 def summarize_rounds(round_times_s: list[float],
-                     round_quartiles_s: list[float] | None = None) -> dict[str, float]:
+                     round_quartiles_s: list[float] | None = None) -> RoundsSummary:
     """A micro-benchmark point measured in interleaved rounds: the median round (`time_s`),
     the rounds' range relative to it (`spread_rel`: how noisy the machine was), and the
     uncontended time (`fast_s`): the median of the rounds' lower quartiles of single

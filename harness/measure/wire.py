@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from typing import Any
+
+from harness.core.case import WorkerReport
 
 ENV = "STRATBENCH_WIRE"
 
@@ -63,7 +64,7 @@ class WireMeter:
         if self.links and self.before is not None:
             self.after = read(self.links)
 
-    def report(self, steps: int) -> dict[str, Any]:
+    def report(self, steps: int) -> WorkerReport:
         """{'wire': {'tx_bytes_per_step': [per host], 'rx_bytes_per_step': [...]}} or {}."""
         if self.before is None or self.after is None or steps < 1:
             return {}

@@ -17,16 +17,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Final
 
 import numpy as np
 import pandas as pd
 
-from harness.core.case import Case
+from harness.core.case import Case, Placement, WireCounts, WorkerReport
 from harness.core.strategies import (
     FIT_UNAVAILABLE,
     STRATEGIES,
     WEIGHT_TOLERANCE,
+    Strategy,
     weights_agree,
 )
 from harness.launch import netns, slurm
@@ -74,7 +75,7 @@ def unavailable_reason(case: Case, cluster: Where = None) -> str | None:
     return None
 
 
-def strategy_of(case: Case) -> Any:
+def strategy_of(case: Case) -> Strategy:
     return next(s for s in STRATEGIES
                 if s.framework == case.framework and s.name == case.strategy)
 
@@ -92,7 +93,7 @@ def _max_weight_diff(a_path: str, b_path: str) -> float:
         return max(float(np.max(np.abs(a[k] - b[k]))) if a[k].size else 0.0 for k in a.files)
 
 
-def _bytes_sent(case: Case, exchange: str, report: dict[str, Any]) -> tuple[float, str]:
+def _bytes_sent(case: Case, exchange: str, report: WorkerReport) -> tuple[float, str]:
     """What one replica sends per step: measured where the runner counts it (parameter
     servers count the bytes they push), else what the exchange algorithm sends."""
     if "bytes_pushed_per_step" in report:
@@ -189,16 +190,17 @@ class _Repeats:
     """What a case's repetitions reported: each step's slowest rank, and the last
     repetition's reports (the row's per-run facts are read off its first rank)."""
 
-    step_rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    reports: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # the steps table's rows: repeat, step, step_time_s, loss
+    step_rows: list[dict[str, int | float]] = dataclasses.field(default_factory=list)
+    reports: list[WorkerReport] = dataclasses.field(default_factory=list)
     rss: list[float] = dataclasses.field(default_factory=list)
     losses: list[float] = dataclasses.field(default_factory=list)
     weights: str | None = None
-    placed: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # where tasks ran
-    wires: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # bytes per host
+    placed: list[Placement] = dataclasses.field(default_factory=list)  # where tasks ran
+    wires: list[WireCounts] = dataclasses.field(default_factory=list)  # bytes per host
 
     @property
-    def first(self) -> dict[str, Any]:
+    def first(self) -> WorkerReport:
         return self.reports[0]
 
 
@@ -222,11 +224,10 @@ def execute_case(case: Case, run_id: str, workdir: Path,
         row.replicas, row.global_batch = case.replicas, case.global_batch
         case_file.write_text(case.to_json())  # the reference trains on that global batch
     _timing(row, case, got)
-    extra = _extra(row, case, cluster, got)
+    _extra(row, case, cluster, got)
     strat = strategy_of(case)
     if strat.weights_match and strat.exchange != "none" and got.weights:
-        _check_weights(row, extra, case, case_file, workdir, got.weights)
-    row.extra = extra
+        _check_weights(row, case, case_file, workdir, got.weights)
     return CaseOutcome(row, pd.DataFrame(got.step_rows))
 
 
@@ -271,15 +272,22 @@ def _timing(row: ResultRow, case: Case, got: _Repeats) -> None:
     row.loss_last = float(losses[-1]) if losses else math.nan
 
 
-def _extra(row: ResultRow, case: Case, cluster: Where, got: _Repeats) -> dict[str, Any]:
-    """The row's columns past the schema's (where tasks ran, memory, bytes, staleness)."""
+# a parameter server's figures (ServerStats) that a row keeps: the worst over its servers
+STALENESS: Final = ("staleness_mean", "staleness_max")
+PULLS: Final = ("pull_span_mean", "pull_rows_mean")  # and these, one per server
+
+
+def _extra(row: ResultRow, case: Case, cluster: Where, got: _Repeats) -> None:
+    """The row's columns past the schema's (where tasks ran, memory, bytes, staleness), in
+    its ``extra``."""
     first, reports, placed, wires = got.first, got.reports, got.placed, got.wires
     losses = got.losses
     strat = strategy_of(case)
-    extra: dict[str, Any] = {"threads_per_process": first.get("threads"),
-                             "per_replica_batch": case.per_replica_batch,
-                             "loss_decreased": bool(losses and losses[-1] < losses[0]),
-                             **first.get("details", {})}
+    extra = row.extra
+    extra.update({"threads_per_process": first.get("threads"),
+                  "per_replica_batch": case.per_replica_batch,
+                  "loss_decreased": bool(losses and losses[-1] < losses[0]),
+                  **first.get("details", {})})
     if isinstance(cluster, SlurmTarget) and placed:
         extra["slurm_job_ids"] = sorted({str(p["job_id"]) for p in placed})
         extra["slurm_nodes"] = sorted({str(p["node"]) for p in placed})
@@ -294,8 +302,8 @@ def _extra(row: ResultRow, case: Case, cluster: Where, got: _Repeats) -> dict[st
     bubbles = [float(r["bubble_fraction"]) for r in reports if "bubble_fraction" in r]
     if bubbles:  # each stage's idle fraction of the step, averaged over the stages
         extra["bubble_fraction"] = float(np.mean(bubbles))
-    gained = [float(r["model_memory_bytes"]) for r in reports
-              if r.get("model_memory_bytes") is not None]
+    gained = [float(rise) for r in reports
+              if (rise := r.get("model_memory_bytes")) is not None]
     row.model_memory_bytes = max(gained) if gained else math.nan
     if len(gained) > 1:  # each rank's rise: symmetric ranks that differ show allocator noise
         extra["model_memory_bytes_by_rank"] = gained
@@ -308,20 +316,21 @@ def _extra(row: ResultRow, case: Case, cluster: Where, got: _Repeats) -> dict[st
             float(b) for b in np.median([w["rx_bytes_per_step"] for w in wires], axis=0)]
         row.wire_bytes_per_step = float(np.mean(tx))
     for server in first.get("servers", []):
-        for key in ("staleness_mean", "staleness_max"):
+        for key in STALENESS:
             extra[key] = max(extra.get(key, 0), server[key])
         extra.setdefault("ps_shard_bytes", []).append(server["shard_bytes"])
         # per server, over the run's pulls after each worker's first: how many pushes a
         # pull spans and how many table rows it carries (the union it pulls)
-        for key in ("pull_span_mean", "pull_rows_mean"):
-            if key in server:
-                extra.setdefault(f"ps_{key}", []).append(server[key])
-    return extra
+        for key in PULLS:
+            if (value := server.get(key)) is not None:
+                extra.setdefault(f"ps_{key}", []).append(value)
 
 
-def _check_weights(row: ResultRow, extra: dict[str, Any], case: Case, case_file: Path,
-                   workdir: Path, weights: str) -> None:
-    """The largest weight difference from one device trained on the global batch."""
+def _check_weights(row: ResultRow, case: Case, case_file: Path, workdir: Path,
+                   weights: str) -> None:
+    """The largest weight difference from one device trained on the global batch, in the
+    row and its ``extra``."""
+    extra = row.extra
     ref = run_group([layout.reference(case, case_file)], workdir / "reference",
                     case.timeout_s)
     ref_weights = ref.outcomes[0].report.get("weights") if ref.outcomes[0].report else None

@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import os
 import socket
-from typing import Any
 
 import psutil
 
-from harness.core.case import Case
+from harness.core.case import Case, Placement
 
 TASKS_ENV = "STRATBENCH_SLURM_TASKS"  # harness.launch.slurm exports these two
 PORT_BASE_ENV = "STRATBENCH_SLURM_PORT_BASE"
@@ -62,7 +61,7 @@ def _tf_config(role: str, index: int) -> str:
     return json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
 
 
-def assume(case: Case) -> tuple[str, int, dict[str, Any]]:
+def assume(case: Case) -> tuple[str, int, Placement]:
     """This task's role and index, with its environment set; and what Slurm said of it."""
     procid = int(os.environ["SLURM_PROCID"])
     role, index = _tasks()[procid]
@@ -73,6 +72,7 @@ def assume(case: Case) -> tuple[str, int, dict[str, Any]]:
                       STRATBENCH_HOST=address)
     if case.framework == "tf" and case.strategy in TF_CLUSTER_STRATEGIES:
         os.environ["TF_CONFIG"] = _tf_config(role, index)
-    info = {"job_id": os.environ.get("SLURM_JOB_ID"), "step_id": os.environ.get("SLURM_STEP_ID"),
-            "procid": procid, "node": node, "address": address}
+    info: Placement = {"job_id": os.environ.get("SLURM_JOB_ID"),
+                       "step_id": os.environ.get("SLURM_STEP_ID"), "procid": procid,
+                       "node": node, "address": address}
     return role, index, info

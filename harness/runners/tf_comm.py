@@ -20,7 +20,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from harness.core.case import COMM_ROUNDS, Case
+from harness.core.case import COMM_ROUNDS, Case, CommPoint, WorkerReport
 from harness.core.strategies import library
 from harness.measure.stats import summarize_rounds
 
@@ -67,7 +67,7 @@ def _time(strategy: Any, fn: Any, iters: int) -> float:
     return (time.perf_counter() - start) / iters
 
 
-def run(case: Case, strategy: Any, rank: int) -> dict[str, Any]:
+def run(case: Case, strategy: Any, rank: int) -> WorkerReport:
     world = strategy.num_replicas_in_sync
     grid = [(name, int(nbytes)) for name in case.options.get("ops", OPS)
             if name in OPS  # a torch-only operation: nothing to time here
@@ -78,6 +78,7 @@ def run(case: Case, strategy: Any, rank: int) -> dict[str, Any]:
         for name, nbytes in grid:
             rounds[(name, nbytes)].append(
                 _time(strategy, compiled[(name, nbytes)], iterations(nbytes)))
-    points = [{"op": name, "bytes": nbytes, "world": world, **summarize_rounds(times)}
-              for (name, nbytes), times in rounds.items()]
+    points: list[CommPoint] = [
+        {"op": name, "bytes": nbytes, "world": world, **summarize_rounds(times)}
+        for (name, nbytes), times in rounds.items()]
     return {"step_times_s": [], "losses": [], "rank": rank, "points": points}

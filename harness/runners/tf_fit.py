@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from harness.core.case import LEARNING_RATE, Case
+from harness.core.case import LEARNING_RATE, Case, WorkerReport
 from harness.runners.tf_setup import _step_errors
 
 FIT_TIMING = ("per step: Keras fit's train function, from on_train_batch_begin to "
@@ -24,7 +24,7 @@ FIT_TIMING = ("per step: Keras fit's train function, from on_train_batch_begin t
 
 
 def train_fit(case: Case, strategy: Any, rank: int, global_batch: int,
-              workdir: Path) -> dict[str, Any]:
+              workdir: Path) -> WorkerReport:
     """`--tf-loop fit`: `model.compile` + `model.fit` under the strategy, as TensorFlow's
     distribution guide trains; the same model, data, optimizer and global-batch mean loss as
     the custom loop, so the weights must end where one device's do."""
@@ -65,8 +65,7 @@ def train_fit(case: Case, strategy: Any, rank: int, global_batch: int,
     means = timer.means
     losses = [means[0], *((k + 1) * means[k] - k * means[k - 1] for k in range(1, len(means)))]
     path = workdir / f"weights-tf-{case.strategy}-fit-{rank}.npz"
-    arrays: dict[str, Any] = tw.weights(model)
-    np.savez(path, **arrays)
+    np.savez(path, allow_pickle=False, **tw.weights(model))
     return {"step_times_s": timer.times[case.warmup:], "losses": losses, "rank": rank,
             "world": strategy.num_replicas_in_sync,
             "threads": tf.config.threading.get_intra_op_parallelism_threads(),

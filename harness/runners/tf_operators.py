@@ -22,7 +22,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from workloads.operators import Op, conv, elementwise, embedding, gemm, to_records
+from workloads.operators import Op, OpRecord, conv, elementwise, embedding, gemm, to_records
 
 _SKIP = {"Const", "Placeholder", "ReadVariableOp", "VarHandleOp", "Identity", "IdentityN",
          "NoOp", "Shape", "Reshape", "Squeeze", "ExpandDims", "StopGradient", "Size", "Rank",
@@ -80,7 +80,7 @@ def _op(op: Any, batch: float) -> Op | None:
     return elementwise(kind, values / batch) if values else None
 
 
-def trace_operators(forward: Any, batch_size: int) -> list[dict[str, Any]]:
+def trace_operators(forward: Any, batch_size: int) -> list[OpRecord]:
     """The forward of ``forward()`` (a closure over the model and a batch of ``batch_size``
     samples), traced once, as per-sample operator records (JSON-able)."""
     graph = tf.function(forward).get_concrete_function().graph

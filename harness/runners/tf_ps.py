@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from harness.core.case import LEARNING_RATE, Case
+from harness.core.case import LEARNING_RATE, Case, WorkerReport
 from harness.measure.stats import OVERLAP_ROUNDS
 from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
@@ -35,7 +35,7 @@ def _shard_variables(variable: Any) -> list[Any]:
     return list(getattr(inner, "variables", [inner]))
 
 
-def _serve(case: Case, role: str, index: int) -> dict[str, Any]:
+def _serve(case: Case, role: str, index: int) -> WorkerReport:
     """A parameter-server cluster's worker or ps task: a gRPC server until it is killed."""
     from harness.runners import tf_workload as tw
 
@@ -47,7 +47,7 @@ def _serve(case: Case, role: str, index: int) -> dict[str, Any]:
     return {}
 
 
-def train_parameter_server(case: Case, workdir: Path) -> dict[str, Any]:
+def train_parameter_server(case: Case, workdir: Path) -> WorkerReport:
     """The chief: ParameterServerStrategy + ClusterCoordinator, variables in K shards."""
     from harness.runners import tf_workload as tw
 

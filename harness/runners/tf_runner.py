@@ -27,13 +27,20 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from harness.core.case import LEARNING_RATE, REFERENCE_ROLES, Case, reference_threads
+from harness.core.case import (
+    LEARNING_RATE,
+    REFERENCE_ROLES,
+    Case,
+    WorkerReport,
+    reference_threads,
+)
 from harness.core.strategies import strategy as find_strategy
 from harness.measure.cpu import CpuMeter
 from harness.measure.stats import OVERLAP_ROUNDS
 from harness.measure.stats import overlap as measured_overlap
 from harness.measure.wire import WireMeter
 from harness.runners.tf_setup import (
+    StrategyDetails,
     _collective_timeout,
     _configure,
     _multi_worker_strategy,
@@ -42,6 +49,7 @@ from harness.runners.tf_setup import (
     _tpu_strategy,
     cores,
 )
+from workloads.operators import OpRecord
 
 
 def _distribute(strategy: Any, batch: Any, replicas: int) -> Any:
@@ -145,7 +153,7 @@ def measure_overlap(strategy: Any, workload: Any, model: Any, variables: list[An
 
 
 def train_sync(case: Case, strategy: Any, rank: int, global_batch: int,
-               workdir: Path, save_weights: bool) -> dict[str, Any]:
+               workdir: Path, save_weights: bool) -> WorkerReport:
     """The timed loop of every synchronous strategy and of the one-device reference."""
     import keras
 
@@ -196,24 +204,23 @@ def train_sync(case: Case, strategy: Any, rank: int, global_batch: int,
                if case.strategy in OVERLAP_PROBED and replicas > 1 and times else {})
     if case.strategy == "multi_worker_mirrored" and replicas > 1:
         _leave_together(rank, replicas, _collective_timeout(case))
-    report: dict[str, Any] = {"step_times_s": times, "losses": losses, "rank": rank,
-                              "world": replicas, "threads": tf.config.threading
-                              .get_intra_op_parallelism_threads(),
-                              "grad_bytes": tw.weight_bytes(model),
-                              "timing": "per step: strategy.run + reduce of the loss, until "
-                                        "the loss is on the host", **meter.report(len(times)),
-                              "details": {**overlap, **cpu.report(len(times))}}
+    report: WorkerReport = {"step_times_s": times, "losses": losses, "rank": rank,
+                            "world": replicas, "threads": tf.config.threading
+                            .get_intra_op_parallelism_threads(),
+                            "grad_bytes": tw.weight_bytes(model),
+                            "timing": "per step: strategy.run + reduce of the loss, until "
+                                      "the loss is on the host", **meter.report(len(times)),
+                            "details": {**overlap, **cpu.report(len(times))}}
     if replicas > 1 and case.strategy in ("mirrored", "central_storage"):
         report["replica_copies_max_diff"] = _replica_copies_diff(model)
     if save_weights:
         path = workdir / f"weights-tf-{case.strategy}-{rank}.npz"
-        arrays: dict[str, Any] = tw.weights(model)
-        np.savez(path, **arrays)
+        np.savez(path, allow_pickle=False, **tw.weights(model))
         report["weights"] = str(path)
     return report
 
 
-def _operators(case: Case) -> list[dict[str, Any]]:
+def _operators(case: Case) -> list[OpRecord]:
     """The model as operators (runners/tf_operators.py): what a described device's compute
     is modelled from."""
     from harness.runners.tf_operators import trace_operators
@@ -242,7 +249,7 @@ def _fresh_forward(case: Case) -> tuple[Any, Any]:
     return model, lambda: tw.scaled_loss(workload, model, batch, case.global_batch)
 
 
-def _run_tpu(case: Case, workdir: Path) -> dict[str, Any]:
+def _run_tpu(case: Case, workdir: Path) -> WorkerReport:
     """Every core of the TPU is a replica; the per-replica batch stays the case's."""
     _configure(1)
     strategy, details = _tpu_strategy()
@@ -253,12 +260,12 @@ def _run_tpu(case: Case, workdir: Path) -> dict[str, Any]:
     return _with_details(report, details)
 
 
-def _with_details(report: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
+def _with_details(report: WorkerReport, details: StrategyDetails) -> WorkerReport:
     report["details"] = {**details, **report.pop("details", {})}
     return report
 
 
-def run(case: Case, role: str, index: int, workdir: Path) -> dict[str, Any]:
+def run(case: Case, role: str, index: int, workdir: Path) -> WorkerReport:
     if case.strategy not in ("multi_worker_mirrored", "parameter_server", "comm"):
         os.environ.pop("TF_CONFIG", None)  # a stray cluster must not change a local case
     if role in REFERENCE_ROLES:  # one device, global batch: the correctness baseline

@@ -18,12 +18,16 @@ from typing import Any
 import tensorflow as tf
 
 from harness.core.case import Case
+from workloads.operators import OpRecord
 
 INTER_OP_THREADS = 2
 LOGICAL_DEVICE_NOTE = ("replicas are logical CPU devices of one process that share the same "
                        "{cores} cores: the timing measures the strategy's overhead and the run "
                        "checks correctness, not scaling")
 COLLECTIVES = ("RING", "NCCL", "AUTO")
+#: What a strategy object says of itself for the row's ``extra`` (devices, collective, TPU
+#: cores), and for one_device the model as operators (tf_runner).
+StrategyDetails = dict[str, str | int | float | list[str] | list[OpRecord]]
 
 
 
@@ -70,12 +74,12 @@ def _cross_device_ops(case: Case) -> Any:
                      "reduction_to_one_device, hierarchical_copy)")
 
 
-def _single_process_strategy(case: Case) -> tuple[Any, dict[str, Any]]:
+def _single_process_strategy(case: Case) -> tuple[Any, StrategyDetails]:
     devices = [d.name for d in tf.config.list_logical_devices("CPU")][:case.replicas]
     if case.strategy == "one_device":
         return tf.distribute.OneDeviceStrategy(devices[0]), {"devices": devices}
-    details: dict[str, Any] = {"devices": devices, "logical_cpu_devices": len(devices),
-                               "note": LOGICAL_DEVICE_NOTE.format(cores=cores())}
+    details: StrategyDetails = {"devices": devices, "logical_cpu_devices": len(devices),
+                                "note": LOGICAL_DEVICE_NOTE.format(cores=cores())}
     if case.strategy == "mirrored":
         strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=_cross_device_ops(case))
         ops = getattr(strategy.extended, "_cross_device_ops", None)  # what TF picked
@@ -110,7 +114,7 @@ def _patient_coordination(cluster: dict[str, list[str]], timeout_s: float) -> No
             name=job, num_tasks=len(cluster[job])) for job in jobs])
 
 
-def _multi_worker_strategy(case: Case) -> tuple[Any, dict[str, Any]]:
+def _multi_worker_strategy(case: Case) -> tuple[Any, StrategyDetails]:
     collective = str(case.options.get("collective", "RING")).upper()
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r} (choose from "
@@ -130,7 +134,7 @@ class TPUUnreachableError(RuntimeError):
     """The environment names a TPU that TPUClusterResolver cannot attach to."""
 
 
-def _tpu_strategy() -> tuple[Any, dict[str, Any]]:
+def _tpu_strategy() -> tuple[Any, StrategyDetails]:
     """Attach to the TPU the environment names: TPU_NAME (a Cloud TPU node or Colab's
     address), else the chips of this TPU VM ('local')."""
     name = os.environ.get("TPU_NAME", "" if "COLAB_TPU_ADDR" in os.environ else "local")

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
-from harness.core.case import COMM_ROUNDS, Case
+from harness.core.case import COMM_ROUNDS, Case, CommPoint, WorkerReport
 from harness.core.strategies import library
 from harness.measure.stats import summarize_rounds
 
@@ -98,7 +98,7 @@ def _round(fn: Any, iters: int) -> tuple[float, float]:
     return median, quartile
 
 
-def run(case: Case, rank: int) -> dict[str, Any]:
+def run(case: Case, rank: int) -> WorkerReport:
     world = case.replicas
     grid = [(name, int(nbytes)) for name in case.options.get("ops", OPS)
             for nbytes in case.options["sizes"]]
@@ -119,7 +119,7 @@ def run(case: Case, rank: int) -> dict[str, Any]:
     finally:
         if uses_rpc:
             rpc.shutdown()  # waits for every rank's calls
-    points = [{"op": name, "bytes": nbytes, "world": world,
+    points: list[CommPoint] = [{"op": name, "bytes": nbytes, "world": world,
                **summarize_rounds([m for m, _ in got], [q for _, q in got])}
               for (name, nbytes), got in rounds.items()]
     return {"step_times_s": [], "losses": [], "rank": rank, "points": points}

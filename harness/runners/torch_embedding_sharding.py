@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from harness.core.case import LEARNING_RATE, Case
+from harness.core.case import LEARNING_RATE, Case, WorkerReport
 from harness.core.sharding import ShardPlan, plan_shards
 from harness.measure.stats import OVERLAP_ROUNDS
 from harness.measure.stats import overlap as measured_overlap
@@ -35,6 +35,7 @@ from harness.measure.wire import WireMeter
 from harness.runners import torch_workload as tw
 from workloads import torch_models as models
 from workloads.configs import RecsysConfig
+from workloads.data import Batch
 
 
 def _all_to_all(send: torch.Tensor, send_counts: list[int], recv_counts: list[int],
@@ -162,7 +163,7 @@ def _all_reduce_dense(params: list[torch.nn.Parameter], world: int) -> int:
 
 
 def _step(spec: Any, model: Any, tables: ShardedTables, dense_params: list[Any],
-          optimizer: torch.optim.Optimizer, batch: dict[str, Any], world: int) -> float:
+          optimizer: torch.optim.Optimizer, batch: Batch, world: int) -> float:
     b = models.to_tensors(batch)
     optimizer.zero_grad(set_to_none=True)
     pooled = tables.lookup(b["ids"])
@@ -175,7 +176,7 @@ def _step(spec: Any, model: Any, tables: ShardedTables, dense_params: list[Any],
 
 
 def measure_overlap(spec: Any, model: Any, tables: ShardedTables, dense_params: list[Any],
-                    batch: dict[str, Any], world: int, step_s: float) -> dict[str, float]:
+                    batch: Batch, world: int, step_s: float) -> dict[str, float]:
     """The step's compute alone (the dense layers forward and backward on rows already
     fetched) and its exchange alone (the lookup's two all-to-alls, the gradients' one with
     zeros, the dense all-reduce), each the median of a few rounds; overlap as for DDP. Weights
@@ -200,7 +201,7 @@ def measure_overlap(spec: Any, model: Any, tables: ShardedTables, dense_params: 
     return measured_overlap(compute, moved, step_s)
 
 
-def run(case: Case, rank: int, workdir: Path) -> dict[str, Any]:
+def run(case: Case, rank: int, workdir: Path) -> WorkerReport:
     spec = tw.spec(case)
     world = case.replicas
     config = getattr(spec, "config", None)
@@ -215,7 +216,7 @@ def run(case: Case, rank: int, workdir: Path) -> dict[str, Any]:
                for step in range(case.total_steps)]
     moved: list[int] = []
 
-    def timed(batch: dict[str, Any]) -> tuple[float, float]:
+    def timed(batch: Batch) -> tuple[float, float]:
         start = time.perf_counter()
         value = _step(spec, model, tables, dense_params, optimizer, batch, world)
         moved.append(tables.bytes_moved)
@@ -227,7 +228,7 @@ def run(case: Case, rank: int, workdir: Path) -> dict[str, Any]:
     overlap = (measure_overlap(spec, model, tables, dense_params, batches[-1], world,
                                float(np.median(times))) if times else {})
     dense_bytes = sum(p.numel() * p.element_size() for p in dense_params)
-    report: dict[str, Any] = {
+    report: WorkerReport = {
         "step_times_s": times, "losses": losses, "rank": rank, "world": world,
         "threads": torch.get_num_threads(),
         "grad_bytes": dense_bytes + sum(rows * tables.dim * 4 for rows in plan.table_rows),

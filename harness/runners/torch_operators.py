@@ -26,7 +26,16 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from workloads.operators import ATTENTION, Op, conv, elementwise, embedding, gemm, to_records
+from workloads.operators import (
+    ATTENTION,
+    Op,
+    OpRecord,
+    conv,
+    elementwise,
+    embedding,
+    gemm,
+    to_records,
+)
 
 _ATTENTION = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
               "_scaled_dot_product_flash_attention_for_cpu",
@@ -95,7 +104,7 @@ class _Recorder(TorchDispatchMode):
 
 
 def trace_operators(model: torch.nn.Module, forward: Any, batch_size: int
-                    ) -> list[dict[str, Any]]:
+                    ) -> list[OpRecord]:
     """One forward of ``forward()`` (a closure over the model and a batch of
     ``batch_size`` samples) as per-sample operator records (JSON-able)."""
     del model  # traced through the closure; named for the reader

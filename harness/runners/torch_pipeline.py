@@ -25,7 +25,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from harness.core.case import LEARNING_RATE, Case
+from harness.core.case import LEARNING_RATE, Case, WorkerReport
 from harness.core.layout import Layout
 from harness.measure import memory
 from harness.measure.wire import WireMeter
@@ -78,7 +78,7 @@ class _Busy:
         return timed
 
 
-def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
+def run(case: Case, index: int, workdir: Path) -> WorkerReport:
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
     layout = Layout.from_columns(case.options, case.replicas) or Layout(stages=case.replicas)
@@ -142,7 +142,7 @@ def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
             if id(p) in names}  # the last stage's head copy is the embedding's twin
     gathered: list[Any] = [None] * stages if index == 0 else []
     dist.gather_object(mine, gathered if index == 0 else None, dst=0)
-    report: dict[str, Any] = {
+    report: WorkerReport = {
         **meter.report(len(times)),
         "step_times_s": times, "losses": losses, "rank": index, "world": stages,
         "threads": torch.get_num_threads(),

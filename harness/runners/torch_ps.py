@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.distributed.rpc as rpc
 
-from harness.core.case import LEARNING_RATE, Case
+from harness.core.case import LEARNING_RATE, Case, ServerReport, ServerStats, WorkerReport
 from harness.core.sharding import assign_shards
 from harness.measure.stats import OVERLAP_ROUNDS
 from harness.measure.stats import overlap as measured_overlap
@@ -120,7 +120,7 @@ class ShardServer:
             fut.set_result(self.version)
         return done
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> ServerStats:
         with self.lock:
             s = self.staleness
             return {"updates": self.version, "staleness_mean": float(np.mean(s)) if s else 0.0,
@@ -171,7 +171,7 @@ def _rpc_push(worker: int, grads: list[Grad], probe: bool = False
     return _server().push(worker, grads, probe)
 
 
-def _rpc_stats() -> dict[str, Any]:
+def _rpc_stats() -> ServerStats:
     return _server().stats()
 
 
@@ -199,7 +199,7 @@ def _layout(case: Case) -> tuple[int, int]:
     return shards, case.replicas
 
 
-def run_server(case: Case, index: int) -> dict[str, Any]:
+def run_server(case: Case, index: int) -> ServerReport:
     global _SERVER
     shards, workers = _layout(case)
     spec = tw.spec(case)
@@ -282,7 +282,7 @@ def measure_overlap(spec: tw.Workload, model: torch.nn.Module, batch: Any,
     return measured_overlap(compute, moved, step_s)
 
 
-def run_worker(case: Case, index: int, workdir: Path) -> dict[str, Any]:
+def run_worker(case: Case, index: int, workdir: Path) -> WorkerReport:
     shards, workers = _layout(case)
     spec = tw.spec(case)
     torch.manual_seed(case.seed)
@@ -324,12 +324,12 @@ def run_worker(case: Case, index: int, workdir: Path) -> dict[str, Any]:
         server_stats = [rpc.rpc_sync(s, _rpc_stats) for s in servers] if index == 0 else []
     finally:
         rpc.shutdown()
-    report: dict[str, Any] = {"step_times_s": times, "losses": losses, "rank": index,
-                              "world": workers, "threads": torch.get_num_threads(),
-                              "bytes_pushed_per_step": float(np.median(pushed)) if pushed
-                              else 0.0, "servers": server_stats, **meter.report(len(times)),
-                              "details": {**overlap, **(
-                                  {"updates": "sparse rows"} if tw.sparse_updates(spec) else {})}}
+    report: WorkerReport = {"step_times_s": times, "losses": losses, "rank": index,
+                            "world": workers, "threads": torch.get_num_threads(),
+                            "bytes_pushed_per_step": float(np.median(pushed)) if pushed
+                            else 0.0, "servers": server_stats, **meter.report(len(times)),
+                            "details": {**overlap, **(
+                                {"updates": "sparse rows"} if tw.sparse_updates(spec) else {})}}
     if index == 0:
         path = workdir / f"weights-{case.strategy}-0.npz"
         np.savez(path, **{n: p.detach().numpy().copy() for n, p in params.items()})
@@ -337,7 +337,8 @@ def run_worker(case: Case, index: int, workdir: Path) -> dict[str, Any]:
     return report
 
 
-def run(case: Case, role: str, index: int, workdir: Path) -> dict[str, Any]:
+def run(case: Case, role: str, index: int, workdir: Path
+        ) -> WorkerReport | ServerReport:
     torch.set_num_threads(1)
     if role == "ps":
         return run_server(case, index)

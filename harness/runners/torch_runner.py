@@ -23,6 +23,8 @@ from harness.core.case import (
     LOCAL_REPLICAS,
     REFERENCE_ROLES,
     Case,
+    ServerReport,
+    WorkerReport,
     reference_threads,
 )
 from harness.measure import memory
@@ -170,12 +172,12 @@ def _timed_split(spec: tw.Workload, model: torch.nn.Module, batch: Any) -> dict[
 
 
 def measure_split(case: Case, model: torch.nn.Module, spec: tw.Workload, batch: Any,
-                  sparse: bool) -> dict[str, Any]:
+                  sparse: bool) -> dict[str, str | dict[str, float]]:
     """The one-device step split where strategies differ (harness.sim.systems.compute.ComputeSplit):
     a parameter-server worker computes forward and backward only and its servers apply the
     update; DDP and FSDP update every row on every worker. A sparse baseline also times the
     same model with dense tables, which is what DDP and FSDP compute."""
-    out: dict[str, Any] = {"updates": "sparse rows" if sparse else "dense",
+    out: dict[str, str | dict[str, float]] = {"updates": "sparse rows" if sparse else "dense",
                            "compute_split": _timed_split(spec, model, batch)}
     if sparse:
         out["dense_compute_split"] = _timed_split(spec, tw.build(spec, case.seed), batch)
@@ -183,7 +185,7 @@ def measure_split(case: Case, model: torch.nn.Module, spec: tw.Workload, batch: 
 
 
 def train(case: Case, rank: int, world: int, batch_per_rank: int,
-          workdir: Path, save_weights: bool, distributed: bool = True) -> dict[str, Any]:
+          workdir: Path, save_weights: bool, distributed: bool = True) -> WorkerReport:
     """The timed loop shared by every synchronous torch strategy (and the reference)."""
     spec = tw.spec(case)
     torch.manual_seed(case.seed)
@@ -207,30 +209,30 @@ def train(case: Case, rank: int, world: int, batch_per_rank: int,
         case, rank, batches, lambda batch: tw.timed_step(spec, model, optimizer, batch), meter)
     gained = memory.peak_since(resident, was_reset)  # before the probe's gradient copy
     probe = PROBES.get(case.strategy) if distributed and world > 1 and times else None
-    overlap: dict[str, Any] = (probe(case, model, spec, batches[-1], float(np.median(times)))
-                               if probe else {})
+    report: WorkerReport = {"step_times_s": times, "losses": losses, "rank": rank,
+                            "world": world, "threads": torch.get_num_threads(),
+                            "grad_bytes": tw.grad_bytes(model), "model_memory_bytes": gained,
+                            **meter.report(len(times)),
+                            "details": dict(probe(case, model, spec, batches[-1],
+                                                  float(np.median(times))) if probe else {})}
+    details = report["details"]  # then the split, the operators and the CPU time
     if times and case.strategy == "single_device" and distributed:  # not the reference's
-        overlap.update(measure_split(case, model, spec, batches[-1], sparse))
+        details.update(measure_split(case, model, spec, batches[-1], sparse))
         # the model as operators: what a described device's compute is modelled from
         from harness.runners.torch_operators import saved_activation_bytes, trace_operators
 
         last = batches[-1]
         try:
-            overlap["operators"] = trace_operators(model, lambda: tw.loss(spec, model, last),
+            details["operators"] = trace_operators(model, lambda: tw.loss(spec, model, last),
                                                    batch_per_rank)
             # and what it keeps for backward: a described device's memory reads it
-            overlap["activation_bytes_per_sample"] = saved_activation_bytes(
+            details["activation_bytes_per_sample"] = saved_activation_bytes(
                 model, lambda: tw.loss(spec, model, last), batch_per_rank)
         except Exception as exc:  # the record is optional; the measured run stands
-            overlap["operators_error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            details["operators_error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
     elif tw.sparse_updates(spec):
-        overlap["updates"] = "sparse rows" if sparse else "dense"
-    report: dict[str, Any] = {"step_times_s": times, "losses": losses, "rank": rank,
-                              "world": world, "threads": torch.get_num_threads(),
-                              "grad_bytes": tw.grad_bytes(model),
-                              "model_memory_bytes": gained,
-                              **meter.report(len(times)),
-                              "details": {**overlap, **cpu.report(len(times))}}
+        details["updates"] = "sparse rows" if sparse else "dense"
+    details.update(cpu.report(len(times)))
     # gathering full weights is a collective under FSDP: every rank takes part
     weights = _full_weights(case, model) if distributed else {
         n: p.detach().cpu().numpy().copy() for n, p in model.named_parameters()}
@@ -241,7 +243,8 @@ def train(case: Case, rank: int, world: int, batch_per_rank: int,
     return report
 
 
-def run(case: Case, role: str, index: int, workdir: Path) -> dict[str, Any]:
+def run(case: Case, role: str, index: int, workdir: Path
+        ) -> WorkerReport | ServerReport:
     if role in REFERENCE_ROLES:  # one device, global batch: the correctness baseline
         torch.set_num_threads(reference_threads(role, _threads(case)))
         return train(case, 0, 1, case.global_batch, workdir, save_weights=True,

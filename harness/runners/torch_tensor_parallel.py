@@ -26,7 +26,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from harness.core.case import LEARNING_RATE, Case
+from harness.core.case import LEARNING_RATE, Case, WorkerReport
 from harness.core.layout import Layout
 from harness.measure import memory
 from harness.measure.wire import WireMeter
@@ -96,12 +96,12 @@ def _parallelize(model: nn.Module, config: TransformerConfig, ranks: int) -> Non
 
 
 def _full_weights(model: nn.Module, config: TransformerConfig, ranks: int
-                  ) -> dict[str, Any]:
+                  ) -> dict[str, np.ndarray]:
     """Every weight whole and in one device's layout (collectives: every rank calls this)."""
     from torch.distributed.tensor import DTensor
 
     inverse = np.argsort(qkv_order(config.d_model, config.heads, ranks))
-    out: dict[str, Any] = {}
+    out: dict[str, np.ndarray] = {}
     for name, p in model.named_parameters():
         value = (p.full_tensor() if isinstance(p, DTensor) else p).detach().numpy().copy()
         if ".attn_qkv." in name:
@@ -110,7 +110,7 @@ def _full_weights(model: nn.Module, config: TransformerConfig, ranks: int
     return out
 
 
-def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
+def run(case: Case, index: int, workdir: Path) -> WorkerReport:
     ranks = case.replicas
     spec, config = tw.transformer(case)
     torch.manual_seed(case.seed)
@@ -136,7 +136,7 @@ def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
             times.append(elapsed)
         losses.append(value)
     meter.stop()
-    report: dict[str, Any] = {
+    report: WorkerReport = {
         **meter.report(len(times)),
         "step_times_s": times, "losses": losses, "rank": index, "world": ranks,
         "threads": torch.get_num_threads(), "grad_bytes": model_bytes,
@@ -154,7 +154,7 @@ def run(case: Case, index: int, workdir: Path) -> dict[str, Any]:
     weights = _full_weights(model, config, ranks)
     if index == 0:
         path = workdir / "weights-tensor_parallel-0.npz"
-        np.savez(path, **weights)
+        np.savez(path, allow_pickle=False, **weights)
         report["weights"] = str(path)
     dist.barrier()
     return report
