@@ -10,14 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.sim import parse_topology
+from harness.sim.network.topology import Topology
 from harness.sim.step.async_ps import (
     EXPLICIT_WORKERS,
     INEXACT_NOTE,
     MEAN_FIELD_NOTE,
     representative_shards,
     representatives,
-    simulate_async_ps,
 )
+from harness.sim.step.async_ps import simulate_async_ps as simulate_deployed
+from harness.sim.step.result import StepResult
+from workloads.execution import PsDeployment
 from workloads.spec import WorkloadSpec
 
 PROFILE = WorkloadSpec(params=25_000_000, step_time_s=0.1)
@@ -30,6 +33,15 @@ TOPOLOGIES = (
     "switch:n=64,bw=25Gbit,lat=5us",
 )
 BOUND = 0.02
+
+
+def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec, *,
+                      shards: int | None = None, colocated: bool = False,
+                      shard_weights: list[float] | None = None, **run: object) -> StepResult:
+    """The asynchronous step with its servers' deployment given as loose options."""
+    ps = PsDeployment(shards=shards, colocated=colocated,
+                      shard_weights=None if shard_weights is None else tuple(shard_weights))
+    return simulate_deployed(topology, workers, profile, ps=ps, **run)  # type: ignore[arg-type]
 
 
 def shard_setups() -> st.SearchStrategy[dict]:

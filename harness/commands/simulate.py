@@ -782,6 +782,7 @@ def _print_data_parallel(o: SimulateOptions, topology: str, calib: Any, read_as:
     """Each data-parallel or parameter-server strategy's step."""
     from harness.core.strategies import library
     from harness.sim import simulate
+    from workloads.execution import PsDeployment
 
     names = _strategy_names(o.strategies, o.framework)
     if o.precision is not None or o.framework is not None or o.channels_last is not None:
@@ -801,11 +802,13 @@ def _print_data_parallel(o: SimulateOptions, topology: str, calib: Any, read_as:
                              f"{o.workers} workers")
         prof = replace(prof, batch_size=per_replica)
 
+    deployment = PsDeployment(shards=o.ps_shards, colocated=o.ps_placement == "colocated",
+                              pull=library(o.framework or "torch").ps_pull)
+
     def run(c: Any) -> list[dict[str, Any]]:
         return simulate(topology, o.workers, names, prof, c, workload=o.workload,
                         stragglers=o.stragglers, straggler_factor=o.straggler_factor,
-                        ps_shards=o.ps_shards, ps_colocated=o.ps_placement == "colocated",
-                        ps_pull=library(o.framework or "torch").ps_pull)
+                        ps=deployment)
 
     if o.fit_step is not None:
         if len(expand(names)) != 1:

@@ -38,6 +38,7 @@ from harness.core.strategies import MODEL_PARALLEL, library
 from harness.core.strategies import strategy as find_strategy
 from harness.sim.model.sparse_traffic import torch_ps_traffic
 from harness.sim.systems.compute import ComputeSplit
+from workloads.execution import PsDeployment
 
 
 def simulated_as(framework: str, strategy: str) -> str | None:
@@ -131,12 +132,12 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
     topology = emulated_topology(links, (alpha, serial_beta),
                                lib.trips(model))
     processes = replicas
-    options: dict[str, Any] = {}
+    deployment = PsDeployment(pull=lib.ps_pull)
     if model.startswith("parameter_server"):
         if ps is None:
             return None
-        options = {"ps_shard_weights": ps.shard_bytes, "ps_colocated": ps.colocated,
-                   "ps_beside": ps.beside}
+        deployment = PsDeployment(shard_weights=tuple(ps.shard_bytes),
+                                  colocated=ps.colocated, beside=ps.beside, pull=lib.ps_pull)
         processes += len(ps.shard_bytes) + (record.extra_processes if record else 0)
         if framework == "torch" and model == "parameter_server":
             profile = dataclasses.replace(profile, ps_traffic=torch_ps_traffic(
@@ -152,10 +153,9 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
     stated = {"optimizer_s": split.apply_s * oversold} if split.apply_s else {}
     (row,) = simulate(topology, replicas, model, dataclasses.replace(
         profile, step_time_s=compute, **stated), None, library="gloo",
-        ps_pull=lib.ps_pull, runtime_s=runtime_s,
+        ps=deployment, runtime_s=runtime_s,
         exchange_share=exchange_share / link_share if collective and exchange_share else 1.0,
-        oneway_share=1.0 / link_share if collective else 1.0,
-        **options)
+        oneway_share=1.0 / link_share if collective else 1.0)
     row.update(topology=topology, model=model, framework=framework, strategy=strategy,
                link_share=link_share if collective else 1.0,
                exchange_share=exchange_share if collective and exchange_share else None)

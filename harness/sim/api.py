@@ -45,6 +45,7 @@ from harness.sim.step.strategies import (
 )
 from harness.sim.systems import calibration as cal
 from harness.sim.systems.spec import parse_topology
+from workloads.execution import DEFAULT_PS, PsDeployment
 from workloads.precision import FP32, Precision
 from workloads.spec import WorkloadSpec
 
@@ -69,10 +70,7 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
              profile: WorkloadSpec | None = None,
              calibration: cal.Calibration | None = None, *, workload: str | None = None,
              stragglers: int = 0, straggler_factor: float = 1.0, mode: str = "fast",
-             ps_shards: int | None = None, ps_colocated: bool = False,
-             ps_beside: Sequence[int] | None = None,
-             ps_shard_weights: Sequence[float] | None = None,
-             library: str = "nccl", ps_pull: str = "changed",
+             ps: PsDeployment = DEFAULT_PS, library: str = "nccl",
              runtime_s: float = 0.0, exchange_share: float = 1.0,
              oneway_share: float = 1.0) -> list[dict[str, Any]]:
     """Simulate one training step of each strategy; one results row per strategy.
@@ -84,8 +82,9 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
     ``calibration``: link and compute costs (e.g. measured ones); whatever it leaves out comes
     from the preset (``preset:NAME``: links, device speed, price) or the spec's own bandwidths
     and latencies. ``library``: nccl (GPUs) or gloo (CPUs, emulated hosts): whose collectives
-    the strategies run. ``ps_pull``: what a parameter-server worker pulls back, "changed"
-    rows or "whole" variables (TF's ParameterServerStrategy). ``runtime_s``: the framework
+    the strategies run. ``ps``: the parameter servers' deployment (shards, placement, and
+    what a worker pulls back: "changed" rows or "whole" variables, as TF's
+    ParameterServerStrategy). ``runtime_s``: the framework
     runtime's own time per synchronous step, where it was measured (harness/predict/step.py).
     ``exchange_share``: how much of the links an all-to-all reaches against the other
     collectives (embedding sharding's exchange; harness/calibrate/link_share.py), and
@@ -117,10 +116,7 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
         try:
             result = simulate_step(sim, topo, workers, profile, calib, stragglers=stragglers,
                                    straggler_factor=straggler_factor, mode=mode,
-                                   ps_shards=ps_shards, ps_colocated=ps_colocated,
-                                   ps_beside=ps_beside,
-                                   ps_shard_weights=ps_shard_weights, library=library,
-                                   ps_pull=ps_pull, runtime_s=runtime_s,
+                                   ps=ps, library=library, runtime_s=runtime_s,
                                    exchange_share=exchange_share,
                                    oneway_share=oneway_share)
         except TopologyError as exc:

@@ -48,6 +48,7 @@ from harness.sim.network.topology import (
 from harness.sim.schedules.ps import server_ranks
 from harness.sim.step.result import StepResult, worker_classes
 from harness.sim.systems.calibration import Calibration, compute_seconds
+from workloads.execution import DEFAULT_PS, PsDeployment
 from workloads.spec import WorkloadSpec
 
 Process = Generator[simpy.Event, object, None]
@@ -161,25 +162,17 @@ def reduction(topology: Topology, workers: int, most: int, weights: Sequence[flo
 
 
 def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
-                      calibration: Calibration | None = None, *, shards: int | None = None,
-                      colocated: bool = False, stragglers: int = 0,
+                      calibration: Calibration | None = None, *,
+                      ps: PsDeployment = DEFAULT_PS, stragglers: int = 0,
                       straggler_factor: float = 1.0, iterations: int = 16,
-                      max_explicit_workers: int | None = None,
-                      shard_weights: Sequence[float] | None = None,
-                      pull: str = "changed") -> StepResult:
+                      max_explicit_workers: int | None = None) -> StepResult:
     """Simulate ``iterations`` asynchronous steps per worker; see the module docstring."""
     started = time.perf_counter()
     if not 1 <= workers <= n_devices(topology):
         raise SpecError(f"workers={workers} must be from 1 to {n_devices(topology)}")
-    if shard_weights is not None:
-        shards = len(shard_weights)
-    k = shards if shards is not None else max(1, -(-workers // 8))
-    if k < 1 or (colocated and k > workers):
-        raise SpecError(f"ps shards={k} must be from 1 to "
-                        f"{workers if colocated else 'any number'}")
-    weights = [1.0] * k if shard_weights is None else [float(x) for x in shard_weights]
-    if min(weights) <= 0:
-        raise SpecError(f"shard weights {weights} must be positive")
+    colocated = ps.colocated
+    k = ps.shard_count(workers)
+    weights = list(ps.weights(workers))
     compute, source = compute_seconds(profile, calibration)
     classes = worker_classes(workers, stragglers, straggler_factor)
     if max_explicit_workers is None:
@@ -192,7 +185,7 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
     factors = [1.0] * (w - slow) + [float(straggler_factor)] * slow
     topo, devices, server_devices = _placed(topology, workers, w, k, groups, colocated)
     run = _run(topo, devices, server_devices, groups, sum(weights), profile, k, workers,
-               compute, factors, iterations, pull)
+               compute, factors, iterations, ps.pull)
     # throughput after the warm-up round: fast workers lap slow ones, as they would for real
     end, total = run.end, iterations * w
     rate = (total - w) / (end - run.window_start) if end > run.window_start else w / end

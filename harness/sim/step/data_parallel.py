@@ -71,6 +71,7 @@ from harness.sim.step.strategies import (
     fsdp_schedules,
 )
 from harness.sim.systems.calibration import Calibration, compute_seconds
+from workloads.execution import DEFAULT_PS, PsDeployment
 from workloads.spec import WorkloadSpec
 
 Process = Generator[simpy.Event, object, None]
@@ -115,21 +116,14 @@ class _Collectives:
 def simulate_step(strategy: str, topology: Topology, workers: int, profile: WorkloadSpec,
                   calibration: Calibration | None = None, *, stragglers: int = 0,
                   straggler_factor: float = 1.0, mode: str = "fast",
-                  ps_shards: int | None = None, ps_colocated: bool = False,
-                  ps_beside: Sequence[int] | None = None,
-                  ps_shard_weights: Sequence[float] | None = None,
-                  library: str = "nccl", ps_pull: str = "changed",
+                  ps: PsDeployment = DEFAULT_PS, library: str = "nccl",
                   runtime_s: float = 0.0, exchange_share: float = 1.0,
                   oneway_share: float = 1.0) -> StepResult:
     """Simulate one step of ``strategy`` (a simulator name) on the first ``workers`` devices.
 
     ``library``: whose collectives run them, "nccl" (GPUs) or "gloo" (CPUs, emulated hosts),
-    where they differ in bytes (gloo's reduce-scatter is an all-reduce). ``ps_pull``: what
-    a parameter-server worker pulls (WorkloadSpec.ps_bytes).
-
-    ``ps_shard_weights``: the parameter servers' relative shard sizes (one per shard; equal
-    shards when None), as a real run's greedy placement of whole tensors left them.
-    ``ps_beside``: the workers colocated servers sit beside, as a run placed them.
+    where they differ in bytes (gloo's reduce-scatter is an all-reduce). ``ps``: the
+    parameter servers' deployment (their shards, placement and what a worker pulls).
     ``runtime_s``: the framework runtime's own time per synchronous step beyond what the
     model times (RPC, Python bookkeeping, launch costs: harness/predict/step.py measures it on
     loopback), in series with the rest. ``exchange_share``: the links' share an all-to-all
@@ -145,10 +139,8 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
     if strategy == "parameter_server_async":
         from harness.sim.step.async_ps import simulate_async_ps
 
-        return simulate_async_ps(topology, workers, profile, calibration, shards=ps_shards,
-                                 colocated=ps_colocated, stragglers=stragglers,
-                                 straggler_factor=straggler_factor,
-                                 shard_weights=ps_shard_weights, pull=ps_pull)
+        return simulate_async_ps(topology, workers, profile, calibration, ps=ps,
+                                 stragglers=stragglers, straggler_factor=straggler_factor)
     for name, value in (("exchange_share", exchange_share), ("oneway_share", oneway_share)):
         if not (math.isfinite(value) and value > 0):
             raise SpecError(f"{name} {value} must be a positive number")
@@ -172,8 +164,7 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
         finish = _fsdp_step(env, topology, workers, profile, compute, classes, colls, library)
     elif strategy in ("parameter_server", "central_storage"):
         finish, colls, optimizer = _server_step(
-            env, strategy, topology, workers, profile, compute, classes, mode, ps_shards,
-            ps_colocated, ps_beside, ps_shard_weights, ps_pull)
+            env, strategy, topology, workers, profile, compute, classes, mode, ps)
         after = 0.0
     else:
         raise SpecError(f"unknown simulator strategy {strategy!r}")
@@ -211,16 +202,13 @@ def _class_totals(log: Sequence[CollectiveResult]) -> tuple[dict[str, float], di
 
 def _server_step(env: CountingEnvironment, strategy: str, topology: Topology, workers: int,
                  profile: WorkloadSpec, compute: float, classes: list[tuple[int, float]],
-                 mode: str, ps_shards: int | None, ps_colocated: bool,
-                 ps_beside: Sequence[int] | None, ps_shard_weights: Sequence[float] | None,
-                 ps_pull: str) -> tuple[Callable[[], float], _Collectives, float]:
+                 mode: str, ps: PsDeployment
+                 ) -> tuple[Callable[[], float], _Collectives, float]:
     """A synchronous parameter server's or central storage's round: its finish, the
     collectives it ran on, and the servers' update time (mid-exchange, none after it)."""
     colls = _Collectives(topology, mode)
-    colocated = ps_colocated or strategy == "central_storage"
-    if ps_shard_weights is not None and strategy == "parameter_server":
-        ps_shards = len(ps_shard_weights)
-    shards = 1 if strategy == "central_storage" else _shards(ps_shards, workers, colocated)
+    colocated = ps.colocated or strategy == "central_storage"
+    shards = 1 if strategy == "central_storage" else ps.shard_count(workers, colocated)
     if not colocated:
         colls = _Collectives(with_servers(topology, shards), mode,
                              [*range(workers), *_server_devices(topology, shards)])
@@ -230,15 +218,15 @@ def _server_step(env: CountingEnvironment, strategy: str, topology: Topology, wo
     if traffic is not None and len(traffic[0]) != shards:
         traffic = None
     nbytes = ((sum(traffic[0]), sum(traffic[1])) if traffic
-              else profile.ps_bytes(workers, ps_pull))
+              else profile.ps_bytes(workers, ps.pull))
     if strategy == "central_storage":
         push = back = phases(central_storage(workers))
     else:
-        push_weights, pull_weights = traffic or (ps_shard_weights, ps_shard_weights)
+        push_weights, pull_weights = traffic or (ps.shard_weights, ps.shard_weights)
         push = phases(ps_sync(workers, shards, colocated, weights=push_weights,
-                              beside=ps_beside))
+                              beside=ps.beside))
         back = phases(ps_sync(workers, shards, colocated, weights=pull_weights,
-                              beside=ps_beside))
+                              beside=ps.beside))
     # on the servers, mid-exchange: a round applies every worker's gradient (summed)
     optimizer = profile.optimizer_s * workers / shards
     finish = _ps_step(env, (push[0], back[1]), nbytes, compute, classes, colls, optimizer)
@@ -269,16 +257,6 @@ def accumulated_step(strategy: str, step_s: float, compute_s: float, optimizer_s
     if strategy in EXCHANGES_EVERY_MICROBATCH:
         return times * (step_s - optimizer_s) + optimizer_s
     return step_s + (times - 1) * (compute_s + add_s)
-
-
-def _shards(shards: int | None, workers: int, colocated: bool) -> int:
-    """Default: one parameter-server shard per 8 workers."""
-    k = shards if shards is not None else max(1, -(-workers // 8))
-    if k < 1 or (colocated and k > workers):
-        raise SpecError(f"ps shards={k} must be from 1 to "
-                        f"{workers if colocated else 'any number'}"
-                        + (" (one colocated server per worker at most)" if colocated else ""))
-    return k
 
 
 def _server_devices(topology: Topology, shards: int) -> list[int]:

@@ -1,0 +1,71 @@
+"""How a workload runs, apart from what it is (``workloads.spec``) and what a system measured
+(``harness.sim.systems.calibration``): the deployment's own choices.
+
+Here in the lowest layer so that the profile grammar, the simulator, the predictor and the
+commands all read one record.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from workloads.spec import PS_PULLS, WorkloadError, choices_message
+
+#: workers per parameter-server shard when no count is given
+WORKERS_PER_SHARD = 8
+
+
+@dataclass(frozen=True, kw_only=True)
+class PsDeployment:
+    """Where a parameter server's shards sit and what its workers pull back.
+
+    ``shards``: how many servers (None: one per ``WORKERS_PER_SHARD`` workers);
+    ``shard_weights``: their relative sizes, one per shard, as a real run's greedy placement
+    of whole tensors left them (None: equal shards; given, they fix the count);
+    ``colocated``: each server beside a worker rather than on a host of its own, ``beside``
+    the workers they sit beside where a run placed them; ``pull``: "changed" rows or "whole"
+    variables (TF's ParameterServerStrategy: ``WorkloadSpec.ps_bytes``).
+    """
+
+    shards: int | None = None
+    colocated: bool = False
+    beside: tuple[int, ...] | None = None
+    shard_weights: tuple[float, ...] | None = None
+    pull: str = "changed"
+
+    def __post_init__(self) -> None:
+        if self.pull not in PS_PULLS:
+            raise WorkloadError(choices_message("parameter-server pull", self.pull, PS_PULLS))
+        if self.shards is not None and self.shards < 1:
+            raise WorkloadError(f"ps shards={self.shards} must be >= 1")
+        if self.shard_weights is not None:
+            weights = tuple(float(x) for x in self.shard_weights)
+            if not weights or min(weights) <= 0 or not all(map(math.isfinite, weights)):
+                raise WorkloadError(f"shard weights {list(weights)} must be positive")
+            object.__setattr__(self, "shard_weights", weights)
+        if self.beside is not None:
+            object.__setattr__(self, "beside", tuple(int(x) for x in self.beside))
+
+    def shard_count(self, workers: int, colocated: bool | None = None) -> int:
+        """The servers for ``workers`` workers: one per weight, else as stated, else one per
+        ``WORKERS_PER_SHARD`` workers; colocated ones (``colocated``: where the strategy
+        decides, as central storage does) one per worker at most."""
+        colocated = self.colocated if colocated is None else colocated
+        k = (len(self.shard_weights) if self.shard_weights is not None
+             else self.shards if self.shards is not None
+             else max(1, -(-workers // WORKERS_PER_SHARD)))
+        if colocated and k > workers:
+            raise WorkloadError(f"ps shards={k} must be from 1 to {workers} (one colocated "
+                                f"server per worker at most)")
+        return k
+
+    def weights(self, workers: int) -> tuple[float, ...]:
+        """Each shard's relative size (equal where none are stated)."""
+        if self.shard_weights is not None:
+            return self.shard_weights
+        return (1.0,) * self.shard_count(workers)
+
+
+#: the deployment nothing states: one dedicated server per 8 workers, changed rows pulled
+DEFAULT_PS = PsDeployment()
