@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from statistics import median
-from typing import Any
+from typing import Any, TypedDict
 
 from harness.core.errors import SpecError
 from harness.core.layout import Layout, mechanisms_of
@@ -63,6 +63,75 @@ CORPUS = "device_training.json"
 OUT_OF_BOX_BOUND, FITTED_BOUND = 0.25, 0.10
 
 
+class Published(TypedDict, total=False):
+    """A published figure as its source prints it: ``value`` in ``unit`` over ``scope``;
+    FLOP/s rows name the authors' formula (``flops``), a ratio its ``baseline``."""
+
+    value: float
+    unit: str
+    scope: str
+    flops: str
+    baseline: float
+
+
+#: where a row comes from: the source's address, the quoted line and table header, the
+#: software, and what is uncertain about it (a list)
+Source = dict[str, str | list[str]]
+#: a stack's mechanisms as a layout search is given them (core.layout.MECHANISMS, and
+#: whether norms split along the sequence and attention can be recomputed alone)
+Mechanisms = dict[str, str | bool]
+
+
+class Lengths(TypedDict):
+    """A binning loader's sequence lengths: padded lengths per batch size and their shares."""
+
+    about: str
+    padded_at_batch: dict[str, list[float]]
+    share: list[float]
+
+
+class NamedStack(TypedDict):
+    """A stack the corpus names: the published run whose mechanisms it is."""
+
+    row: str
+    about: str
+
+
+class GainEntry(TypedDict, total=False):
+    """A ``gains`` entry of the corpus file, as ``Gain`` takes it."""
+
+    id: str
+    model: str
+    system: str
+    gpus: int
+    batch_per_gpu: int
+    recompute: str
+    baseline_precision: str
+    precision: str
+    published: Published
+    source: Source
+    baseline_gpus: int | None
+
+
+class Corpus(TypedDict, total=False):
+    """The corpus file (``published/device_training.json``) as parsed: its rows and the
+    notes, fits, stacks and length distributions they refer to."""
+
+    about: str
+    conventions: list[str]
+    assumed: list[str]
+    excluded: list[str]
+    fits: dict[str, str]
+    stacks: dict[str, NamedStack]
+    lengths: dict[str, Lengths]
+    # each a Row's fields as published (free-form JSON: Row takes them, the rest is extra);
+    # system_sources' also name the ``sets`` they fit and what they are ``relative_to``
+    system_sources: list[dict[str, Any]]
+    rows: list[dict[str, Any]]
+    misses: dict[str, dict[str, str]]
+    gains: list[GainEntry]
+
+
 @dataclass(frozen=True)
 class Row:
     id: str
@@ -74,8 +143,8 @@ class Row:
     batch_per_gpu: int
     accumulation: int
     optimizer: str
-    published: dict[str, Any]
-    source: dict[str, Any]
+    published: Published
+    source: Source
     seq: int | None = None
     channels_last: bool | None = None
     fused_attention: bool | None = None
@@ -108,7 +177,7 @@ class Row:
     # (padded length, share of micro-batches) where the loader bins sequences by length,
     # resolved from the file's ``lengths`` entry the row names (``padded_lengths``)
     padded: tuple[tuple[int, float], ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, str] = field(default_factory=dict)  # the entry's other keys (lengths)
 
     def __post_init__(self) -> None:
         if self.model_parallel and self.grad_accumulation in EAGER_GRADIENT:
@@ -211,17 +280,18 @@ def _authors_flops(row: Row, formula: str) -> float:
                             + 12 * square + 6 * dims.vocab / (n * h))
 
 
-def corpus() -> tuple[list[Row], dict[str, Any]]:
+def corpus() -> tuple[list[Row], Corpus]:
     """The rows and the file (its conventions, assumptions, exclusions and fit rows)."""
     text = (resources.files("harness.validate") / "published" / CORPUS).read_text("utf-8")
-    data = json.loads(text)
+    data: Corpus = json.loads(text)
     return [_row(r, data) for r in data["rows"]], data
 
 
-def _row(entry: dict[str, Any], data: dict[str, Any]) -> Row:
+def _row(entry: dict[str, Any], data: Corpus) -> Row:
     known = {f for f in Row.__dataclass_fields__ if f not in ("extra", "padded")}
     return Row(**{k: v for k, v in entry.items() if k in known},
-               padded=padded_lengths(entry, data.get("lengths", {})),
+               padded=padded_lengths(entry["id"], entry.get("lengths"),
+                                     entry["batch_per_gpu"], data.get("lengths", {})),
                extra={k: v for k, v in entry.items() if k not in known})
 
 
@@ -271,7 +341,7 @@ def row_by_id(row_id: str) -> Row:
     return row
 
 
-def stack_of(row: Row) -> dict[str, Any]:
+def stack_of(row: Row) -> Mechanisms:
     """The mechanisms ``row``'s authors ran, as a layout search is given a stack
     (``recommend``'s options): its layout's, and whether the stack splits norms along the
     sequence and can recompute selectively."""
@@ -280,7 +350,7 @@ def stack_of(row: Row) -> dict[str, Any]:
         "selective_recompute": row.selective_recompute}
 
 
-def named_stack(name: str) -> tuple[dict[str, Any], str]:
+def named_stack(name: str) -> tuple[Mechanisms, str]:
     """A stack by name (the corpus file's ``stacks``: each a published run whose
     mechanisms it is): (its mechanisms, what it is and which run). ValueError, one line,
     naming the choices."""
@@ -292,7 +362,7 @@ def named_stack(name: str) -> tuple[dict[str, Any], str]:
     return stack_of(row), f"{name}: {entry['about']} (as {row.id} ran)"
 
 
-def resolve_stack(stated: dict[str, Any]) -> dict[str, Any]:
+def resolve_stack(stated: Mechanisms) -> Mechanisms:
     """A project target's stack as the search takes it: the stack ``like`` names
     (``named_stack``), with the mechanisms stated beside it over it. ValueError, one line,
     for an unknown name."""
@@ -347,25 +417,25 @@ def row_ops(row: Row, seq: int | None = None) -> tuple[Op, ...]:
     return get_known(row.model).ops
 
 
-def padded_lengths(row: dict[str, Any], lengths: dict[str, Any]
-                   ) -> tuple[tuple[int, float], ...]:
-    """(padded length, share of micro-batches) of the length distribution a row names.
+def padded_lengths(row_id: str, name: str | None, batch_per_gpu: int,
+                   lengths: dict[str, Lengths]) -> tuple[tuple[int, float], ...]:
+    """(padded length, share of micro-batches) of the length distribution ``name`` that row
+    ``row_id`` names, at its batch per GPU.
 
     A binning loader (NVIDIA's LDDL) draws each micro-batch from one length bin, chosen with
     the bin's share of the data, and pads it to its longest sequence, so the padded length
     depends on the batch: the entry gives it per batch size. The mean step is the shares'
     weighted sum of the steps at those lengths, not the step at the mean length (attention's
     s² and the GEMMs' shapes are not linear in it)."""
-    name = row.get("lengths")
     if not name:
         return ()
     if name not in lengths:
-        raise SpecError(f"row {row['id']}: no length distribution {name!r}")
+        raise SpecError(f"row {row_id}: no length distribution {name!r}")
     entry = lengths[name]
-    padded = entry["padded_at_batch"].get(str(row["batch_per_gpu"]))
+    padded = entry["padded_at_batch"].get(str(batch_per_gpu))
     if padded is None:
-        raise SpecError(f"row {row['id']}: {name!r} has no padded lengths at batch "
-                        f"{row['batch_per_gpu']}")
+        raise SpecError(f"row {row_id}: {name!r} has no padded lengths at batch "
+                        f"{batch_per_gpu}")
     return tuple((round(length), share)
                  for length, share in zip(padded, entry["share"], strict=True))
 
@@ -536,7 +606,14 @@ def published_check(system: str, precision: str | None = None) -> PublishedCheck
     return PublishedCheck(system, precision, len(rows), median(errors), max(errors))
 
 
-def _other_reading(row: Row, predicted: float) -> dict[str, Any] | None:
+class OtherReading(TypedDict):
+    """A FLOP/s row's fitted error under its formula's other reading."""
+
+    formula: str
+    fitted_error: float
+
+
+def _other_reading(row: Row, predicted: float) -> OtherReading | None:
     """The fitted error had the published FLOP/s been counted by the formula's other reading
     (the authors did not say which): how much the comparison moves with the assumption."""
     formula = row.published.get("flops")
@@ -589,8 +666,8 @@ class Gain:
     recompute: str
     baseline_precision: str
     precision: str
-    published: dict[str, Any]
-    source: dict[str, Any]
+    published: Published
+    source: Source
     baseline_gpus: int | None = None  # the baseline's GPUs where they differ
 
     @property
@@ -608,10 +685,17 @@ class Gain:
                            fused_attention=True, recompute=self.recompute).step_time_s
 
 
-def compare_gains() -> list[dict[str, Any]]:
+#: a published ratio beside the simulator's (``compare_gains``), from precision@GPUs to
+#: precision@GPUs (``from`` is a keyword: the functional form)
+GainRecord = TypedDict("GainRecord", {"id": str, "gpus": int, "published": float,
+                                      "predicted": float, "error": float, "from": str,
+                                      "to": str})
+
+
+def compare_gains() -> list[GainRecord]:
     """Each published ratio beside the simulator's, out of the box."""
     _, data = corpus()
-    out = []
+    out: list[GainRecord] = []
     for entry in data.get("gains", []):
         gain = Gain(**entry)
         before = gain.baseline_gpus or gain.gpus
@@ -624,7 +708,7 @@ def compare_gains() -> list[dict[str, Any]]:
     return out
 
 
-def format_gains(records: list[dict[str, Any]]) -> str:
+def format_gains(records: list[GainRecord]) -> str:
     lines = ["per-GPU throughput ratios, precision@GPUs to precision@GPUs (out of the box, at "
              "the system file's cited efficiencies):",
              f"{'row':<48}{'from':>10}{'to':>10}{'published':>11}{'predicted':>11}"

@@ -19,7 +19,7 @@ import json
 import math
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, TypedDict
 
 from harness.core.layout import Layout
 from harness.sim.model.layered import LayeredModel
@@ -80,10 +80,47 @@ class Row:
         return self.flops_per_iteration / (self.tflops_per_gpu * 1e12 * self.gpus)
 
 
-def table() -> tuple[list[Row], dict[str, Any]]:
+class Configuration(TypedDict):
+    """The script the authors published with the table, its lines per row, how to read it."""
+
+    source: str
+    script_lines: dict[str, str]
+    read_as: list[str]
+
+
+class Table(TypedDict):
+    """The table file as parsed: each row's values under ``columns``, with its source."""
+
+    source: str
+    url: str
+    system: str
+    stated: list[str]
+    assumed: list[str]
+    columns: list[str]
+    configuration: Configuration
+    rows: list[list[Any]]  # a Row's fields in ``columns`` order
+
+
+class Record(TypedDict):
+    """One row of the table beside its simulated step (``compare``)."""
+
+    params_billion: float
+    layout: str
+    gpus: int
+    batch: int
+    published_tflops: float
+    predicted_tflops: float
+    error: float
+    step_s: float
+    published_step_s: float
+    fitted_here: bool
+    assumed: str
+
+
+def table() -> tuple[list[Row], Table]:
     """The rows and the file's source, stated and assumed notes."""
     text = (resources.files("harness.validate") / "published" / TABLE).read_text("utf-8")
-    data = json.loads(text)
+    data: Table = json.loads(text)
     rows = [Row(**dict(zip(data["columns"], values, strict=True))) for values in data["rows"]]
     return rows, data
 
@@ -98,14 +135,14 @@ def predict_step(row: Row, efficiency: float, system: str = "dgx_a100",
                        efficiency, fused_attention=False, recompute="full").step_time_s
 
 
-def compare(system: str = "dgx_a100") -> tuple[float, list[dict[str, Any]]]:
+def compare(system: str = "dgx_a100") -> tuple[float, list[Record]]:
     """(the fitted efficiency, one record per row): calibrated on the first row only."""
     rows, _ = table()
     first = rows[0]
     first_model = layered(first.workload, PRECISION)
     efficiency = fit_efficiency(lambda e: predict_step(first, e, system, first_model),
                                 first.published_step_s())
-    out = []
+    out: list[Record] = []
     for row in rows:
         step = predict_step(row, efficiency, system)
         predicted = row.flops_per_iteration / (step * row.gpus) / 1e12
@@ -120,7 +157,7 @@ def compare(system: str = "dgx_a100") -> tuple[float, list[dict[str, Any]]]:
     return efficiency, out
 
 
-def format_comparison(efficiency: float, records: list[dict[str, Any]]) -> str:
+def format_comparison(efficiency: float, records: list[Record]) -> str:
     lines = [f"A100 matmul efficiency fitted on the {records[0]['params_billion']}B row: "
              f"{efficiency:.1%} of 312 TFLOP/s; every other constant fixed",
              f"{'params':>8} {'layout':<66}{'GPUs':>6}{'published':>11}{'predicted':>11}"
