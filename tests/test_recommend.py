@@ -502,7 +502,8 @@ def test_verdicts_name_strategies_that_run_on_the_targets_devices(target, device
     """A user acts on a framework's strategy that runs on their devices, not on a simulator
     name: on GPUs never TPUStrategy; on TPUs only strategies that train on TPUs; the
     simulator's name beside as what was simulated."""
-    from harness.core.strategies import TPU_STACK, strategy
+    from harness.core.stacks import MAXTEXT
+    from harness.core.strategies import strategy
 
     frame = recommend(pd.DataFrame(), workloads=["resnet50", "gpt2_xl"], targets=[target],
                       device=device)
@@ -513,7 +514,7 @@ def test_verdicts_name_strategies_that_run_on_the_targets_devices(target, device
             continue
         named = [part.strip() for part in str(row["runs_as"]).split(" or ") if part.strip()]
         for label in named:
-            if label == TPU_STACK:  # a sharded model on TPUs
+            if label == MAXTEXT.name:  # a sharded model on TPUs
                 assert kind == "tpu", (row["strategy"], label)
                 continue
             framework, _, rest = label.partition(" ")
@@ -542,7 +543,7 @@ def test_a_model_sharded_on_tpus_is_answered_with_the_stack_that_shards_it_there
     sharded = frame[(frame["framework"] == "sim") & frame["strategy"].isin(["fsdp"])
                     | frame["strategy"].str.contains("pipeline|tensor")]
     assert not sharded.empty and set(sharded["runs_as"]) == {"MaxText (JAX)"}
-    from harness.core.strategies import stacks_running
+    from harness.core.stacks import stacks_running
 
     assert stacks_running(["data", "pipeline", "context"], "tpu") == (
         "MaxText (JAX)", "MaxText (JAX) ici_data_parallelism, ici_pipeline_parallelism, "

@@ -263,55 +263,6 @@ def exchange_kind(framework: str, name: str) -> str:
 NAMED_ONLY = (*MODEL_PARALLEL,
               *(s.name for s in STRATEGIES if s.exchange == "embedding"))
 
-#: Parallel dimensions the simulator models that no runner here runs, and the training stacks
-#: that run them on GPUs, each with the option that sets the degree (Megatron-LM's
-#: megatron/training/arguments.py; torchtitan's [parallelism] config): a layout with one of
-#: them is what a user runs in such a stack, and the answer names it so.
-STACKS_FOR: Mapping[str, tuple[tuple[str, str], ...]] = MappingProxyType({
-    "context": (("Megatron-Core", "--context-parallel-size"),
-                ("torchtitan", "--parallelism.context_parallel_degree")),
-    "expert": (("Megatron-Core", "--expert-model-parallel-size"),
-               ("torchtitan", "--parallelism.expert_parallel_degree")),
-})
-
-
-#: The stack that shards a model on TPUs, where no runner here does (TF's TPUStrategy
-#: replicates it whole): MaxText (JAX), each parallel degree one axis of its device mesh,
-#: set within a slice as below (across slices, the dcn_ keys of the same names), per
-#: MaxText/configs/base.yml at 315ebb5 (AI-Hypercomputer/maxtext: mesh_axes data, stage,
-#: fsdp, context, tensor, expert; ici_*_parallelism).
-TPU_STACK = "MaxText (JAX)"
-TPU_MESH_AXES: Mapping[str, str] = MappingProxyType({
-    "data": "ici_data_parallelism", "fsdp": "ici_fsdp_parallelism",
-    "pipeline": "ici_pipeline_parallelism", "tensor": "ici_tensor_parallelism",
-    "tensor_parallel": "ici_tensor_parallelism", "context": "ici_context_parallelism",
-    "expert": "ici_expert_parallelism"})
-
-
-#: Stacks that run many layouts of one model: what tells their candidates apart is the
-#: layout, not the stack's name.
-LAYOUT_STACKS = frozenset({TPU_STACK, *(name for stacks in STACKS_FOR.values()
-                                        for name, _ in stacks)})
-
-
-def stacks_running(dims: Sequence[str], device: str) -> tuple[str, str]:
-    """(the stacks that run every one of ``dims`` on ``device``s, in words; how to set
-    them): ('', '') where none of ``dims`` needs another stack, or none runs them there.
-    On TPUs every split and sharded data axis needs one (``TPU_STACK``)."""
-    if device == TPU:
-        axes = list(dict.fromkeys(TPU_MESH_AXES[d] for d in dims if d in TPU_MESH_AXES))
-        if not axes or dims == ["data"]:
-            return "", ""
-        return TPU_STACK, f"{TPU_STACK} {', '.join(axes)}"
-    needed = [d for d in dims if d in STACKS_FOR]
-    if not needed or device != GPU:
-        return "", ""
-    names = [name for name, _ in STACKS_FOR[needed[0]]]
-    options = "; ".join(f"{name} {', '.join(dict(STACKS_FOR[d])[name] for d in needed)}"
-                        for name in names)
-    return " or ".join(names), options
-
-
 #: `run --tf-loop`: TensorFlow's two ways to train under a strategy.
 TF_LOOPS = ("custom", "fit")
 #: Why Keras 3's `model.fit` cannot train under these strategies on TF 2.21 (checked here,

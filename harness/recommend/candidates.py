@@ -79,7 +79,8 @@ def runs_as(model: str, device: str, hosts: int = 1, zero: int = 0,
     simulated. ``zero``: how the layout's data axis holds model state (3: sharded, so its
     data-parallel part is FSDP, not DDP). ``framework``: a user's model is code in one
     framework, so only its strategies run it (no other stack)."""
-    from harness.core.strategies import STACKS_FOR, TPU, running, stacks_running
+    from harness.core.stacks import needs_stack, stacks_running
+    from harness.core.strategies import TPU, running
 
     if framework is not None:
         return " or ".join(s.label for s in running(model, device, hosts)
@@ -88,7 +89,7 @@ def runs_as(model: str, device: str, hosts: int = 1, zero: int = 0,
                           or "+" in model):
         # a sharded model on TPUs: no runner here splits one there (TPUStrategy replicates)
         return stacks_running(model.split("+"), device)[0]
-    if any(dim in STACKS_FOR for dim in model.split("+")):
+    if needs_stack(model.split("+")):
         # context and expert parallelism: run by other stacks (Megatron-Core, torchtitan),
         # not by a runner here
         return stacks_running(model.split("+"), device)[0]

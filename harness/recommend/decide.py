@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.core.strategies import LAYOUT_STACKS
+from harness.core.stacks import LAYOUT_STACKS
 from harness.core.units import (
     compare,
     finite_number,

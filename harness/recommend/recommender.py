@@ -33,7 +33,8 @@ from harness.calibrate.links import probed_networks
 from harness.calibrate.workload import row_names, workload_facts
 from harness.core.errors import InputError
 from harness.core.layout import mechanisms_in_words
-from harness.core.strategies import GPU, WEIGHT_TOLERANCE, exchange_kind, stacks_running
+from harness.core.stacks import stacks_running
+from harness.core.strategies import GPU, WEIGHT_TOLERANCE, exchange_kind
 from harness.core.units import (
     compare,
     format_bytes,
