@@ -13,9 +13,11 @@ import functools
 import json
 import math
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, TypedDict, cast
 
 import pandas as pd
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -23,9 +25,16 @@ from markupsafe import Markup
 
 from harness.core.strategies import WEIGHT_TOLERANCE
 from harness.core.units import finite_number
+from harness.recommend.decide import run_name
+from harness.recommend.records import Answer, Recommendation, Verdict
+from harness.sim.rows import Scalar
 from reports import history as hist
 from reports import verdict as vd
 from reports.plots import Series, chart
+
+if TYPE_CHECKING:
+    from harness.core.project import Project
+    from harness.recommend.nightly import Card
 
 CROSSOVER_WORKERS = (2, 4, 8, 16, 32, 64)
 CROSSOVER_BANDWIDTHS_BITS = (1e8, 4e8, 1e9, 1e10, 2.5e10, 1e11)
@@ -34,6 +43,11 @@ DEFAULT_CROSSOVER_WORKLOADS = ("mlp:M", "recsys:S")
 CROSSOVER_FIXED_WORKERS = 8
 CROSSOVER_FIXED_BITS = 1e10
 CROSSOVER_COMPUTE_S = 0.02
+
+
+#: a cell of a results table as the template reads it (a run's ``extra``: its JSON object)
+Cell = Scalar | dict[str, Scalar]
+Row = dict[str, Cell]
 
 
 def _env() -> Environment:
@@ -72,7 +86,7 @@ def _bytes(v: Any) -> str:
     return f"{v:.0f} B"
 
 
-def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+def _records(frame: pd.DataFrame) -> list[Row]:
     if frame is None or frame.empty:
         return []
     return [{str(k): v for k, v in r.items()} for r in frame.to_dict("records")]
@@ -84,53 +98,77 @@ def _name(w: Any, s: Any) -> str:
     return workload_name(str(w), s)
 
 
-def recommendations(root: Path) -> dict[str, Any]:
+class RecommendationContext(TypedDict):
+    """What the report's template reads of the recommender's answer."""
+
+    groups: list[Group]
+    rec_error: str
+    rec_missing: list[str]
+    rec_rows: int
+    verdicts: Sequence[Verdict | vd.CardView]
+    leads: Sequence[Verdict | vd.CardView]
+    curves: list[Markup]
+
+
+class Group(TypedDict):
+    workload: str
+    target: str
+    rows: list[Row]
+
+
+class CardsContext(TypedDict):
+    """A project's verdict cards, as the template reads them."""
+
+    verdicts: list[vd.CardView]
+    leads: list[vd.CardView]
+    project_name: str
+    project_run: str
+
+
+def recommendations(root: Path) -> RecommendationContext:
     """The recommender's table grouped per (workload, target), its verdicts (the report's
     first screen) and device-count curves; an input error becomes the section's note."""
     from harness.core.errors import InputError
-    from harness.recommend.recommender import DEFAULT_SAMPLES, recommend_from_store
+    from harness.recommend.recommender import recommend_from_store
 
     try:
-        frame = recommend_from_store(root)
+        answer = recommend_from_store(root)
     except InputError as exc:
-        return {"groups": [], "rec_error": str(exc), "rec_missing": [], "rec_rows": 0,
-                "verdicts": [], "leads": [], "curves": []}
-    return recommendation_context(frame, DEFAULT_SAMPLES)
+        return RecommendationContext(groups=[], rec_error=str(exc), rec_missing=[], rec_rows=0,
+                                     verdicts=[], leads=[], curves=[])
+    return recommendation_context(answer)
 
 
-def recommendation_context(frame: pd.DataFrame, samples: float) -> dict[str, Any]:
-    groups = [{"workload": w, "target": t, "rows": _records(g)}
+def recommendation_context(answer: Recommendation) -> RecommendationContext:
+    frame = answer.table()
+    groups = [Group(workload=str(w), target=str(t), rows=_records(g))
               for (w, t), g in frame.groupby(["workload", "target"], sort=False)]
-    verdicts = vd.verdicts(frame, samples)
-    return {"groups": groups, "rec_error": "", "rec_missing": list(frame.attrs.get("missing", [])),
-            "rec_rows": len(frame), "verdicts": verdicts, "leads": vd.leads(verdicts),
-            "curves": vd.curve_plots(frame)}
+    verdicts = list(answer.verdicts)
+    return RecommendationContext(groups=groups, rec_error="", rec_missing=list(answer.missing),
+                                 rec_rows=len(frame), verdicts=verdicts,
+                                 leads=vd.leads(verdicts), curves=vd.curve_plots(answer))
 
 
-def project_recommendations(root: Path, project: Any) -> dict[str, Any]:
+def project_recommendations(root: Path, project: Project) -> RecommendationContext:
     """The recommender's tables and curves for the project's workloads on its targets, each
     under its target's goal: the report of a project shows nothing of the default suite."""
     from harness.core.errors import InputError
     from harness.recommend import nightly
-    from harness.recommend.recommender import COLUMNS, stored_inputs
+    from harness.recommend.recommender import stored_inputs
     from results.store import load
 
     measured, tables = load(root), stored_inputs(root)
-    frames, missing = [], []
+    answers: list[Answer] = []
+    missing = []
     for workload, goal in project.cards():
         try:
-            frames.append(nightly.card_frame(measured, tables, project, workload, goal))
+            answers += nightly.card_answer(measured, tables, project, workload, goal).answers
         except InputError as exc:  # the card says why
             missing.append(str(exc))
-    frame = (pd.concat(frames, ignore_index=True) if frames
-             else pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS}))
-    frame.attrs = {"missing": missing,
-                   "verdicts": [v for f in frames for v in f.attrs.get("verdicts", [])],
-                   "sweep": [r for f in frames for r in f.attrs.get("sweep", [])]}
-    return recommendation_context(frame, project.samples)
+    return recommendation_context(Recommendation(tuple(answers), tuple(missing)))
 
 
-def project_scope(project: Any) -> tuple[set[str], set[str]]:
+def project_scope(project: Project) -> tuple[set[str], set[str]]:
     """(the row names of the project's workloads as runs store them, its clusters as runs
     name them): what a project's report keeps of the measured tables."""
     from harness.core.clusters import parse_cluster
@@ -259,14 +297,24 @@ def _compute_s(measured: pd.DataFrame, workload: str) -> float:
     return float(ok["step_time_median_s"].median()) if not ok.empty else CROSSOVER_COMPUTE_S
 
 
-def crossover(measured: pd.DataFrame) -> tuple[list[Markup], list[dict[str, Any]]]:
+@dataclass(frozen=True)
+class CrossoverNote:
+    """Where a parameter server beats the ring all-reduce for one workload."""
+
+    workload: str
+    compute_s: float
+    sparsity: float
+    ps_wins_at: str
+
+
+def crossover(measured: pd.DataFrame) -> tuple[list[Markup], list[CrossoverNote]]:
     """All-reduce (ring) against a parameter server on a switch: step time against workers
     (at 10 Gbit/s) and against bandwidth (8 workers), simulated here (cheap)."""
     from harness.calibrate.workload import workload_facts
     from harness.sim import simulate
 
     plots: list[Markup] = []
-    notes: list[dict[str, Any]] = []
+    notes: list[CrossoverNote] = []
     for workload in crossover_workloads(measured):
         compute = _compute_s(measured, workload)
         facts = workload_facts(workload)
@@ -276,7 +324,7 @@ def crossover(measured: pd.DataFrame) -> tuple[list[Markup], list[dict[str, Any]
                 ) -> dict[str, float]:
             rows = simulate(f"switch:n={n},bw={bits:.0f}bit,lat=30us", n,
                             list(CROSSOVER_STRATEGIES), profile, workload=name)
-            return {r["strategy"]: float(r["step_time_median_s"]) for r in rows}
+            return {r.strategy: float(r.step_time_median_s) for r in rows}
 
         by_n = {n: run(n, CROSSOVER_FIXED_BITS) for n in CROSSOVER_WORKERS}
         by_bw = {b: run(CROSSOVER_FIXED_WORKERS, b) for b in CROSSOVER_BANDWIDTHS_BITS}
@@ -293,9 +341,8 @@ def crossover(measured: pd.DataFrame) -> tuple[list[Markup], list[dict[str, Any]
                            xlabel="Gbit/s", ylabel="step s", logx=True, logy=True))
         wins = [n for n, t in by_n.items() if t.get("parameter_server", math.inf)
                 < t.get("allreduce_ring", math.inf)]
-        notes.append({"workload": workload, "compute_s": compute,
-                      "sparsity": facts.sparsity,
-                      "ps_wins_at": ", ".join(str(n) for n in wins) or "none"})
+        notes.append(CrossoverNote(workload, compute, facts.sparsity,
+                                   ", ".join(str(n) for n in wins) or "none"))
     return plots, notes
 
 
@@ -326,7 +373,7 @@ def history_plots(h: pd.DataFrame) -> list[Markup]:
     return plots
 
 
-def project_cards(root: Path, project: Any) -> dict[str, Any]:
+def project_cards(root: Path, project: Project) -> CardsContext:
     """A project's verdict cards, in its file's order: as the latest bench run of the project
     stored them (with what changed since the night before), else computed now."""
     from harness.recommend import nightly
@@ -340,30 +387,26 @@ def project_cards(root: Path, project: Any) -> dict[str, Any]:
         mine = mine[mine["project"] == project.fingerprint()]
     if not mine.empty:
         latest = mine[mine["run_id"] == mine["run_id"].max()].sort_values("position")
-        cards = [{str(k): v for k, v in r.items()} for r in latest.to_dict("records")]
+        cards = [cast("Card", r) for r in latest.to_dict("records")]
         stored = str(latest["run_id"].iloc[0])
     else:
         cards, stored = nightly.project_verdicts(root, project), ""
-    out = []
-    for c in cards:
-        v = vd.normalize(c)
-        v.update(changed=bool(c.get("changed") is True), change=str(c.get("change") or ""),
-                 runner_up_text=str(c.get("runner_up_text") or ""),
-                 **{k: vd.text(c.get(k)) for k in ("edit", "edit_change", "input_change")})
-        out.append(v)
-    return {"verdicts": out, "leads": out, "project_name": project.name,
-            "project_run": stored}
+    out = [vd.CardView.of(c) for c in cards]
+    return CardsContext(verdicts=out, leads=out, project_name=project.name,
+                        project_run=stored)
 
 
-def dense_baseline_note(row: dict[str, Any], records: list[dict[str, Any]]) -> str:
+def dense_baseline_note(row: Row, records: list[Row]) -> str:
     """What a multi-replica run of an embedding model is measured against, where its run's
     one-device baseline updated every table row each step (runs from before the sparse
     baseline, or a framework's that does): its efficiency would look far better than
     against the touched-rows training a user runs on one device (recsys:L, torch: 604 ms
     dense against 8.8 ms sparse)."""
-    if int(row.get("replicas") or 1) < 2 or not _has_tables(f"{row['workload']}:{row['size']}"):
+    if int(cast(float, row.get("replicas") or 1)) < 2 \
+            or not _has_tables(f"{row['workload']}:{row['size']}"):
         return ""
-    base = [b for b in records if b["run_id"] == row["run_id"] and int(b["replicas"]) == 1
+    base = [b for b in records if b["run_id"] == row["run_id"]
+            and int(cast(float, b["replicas"])) == 1
             and b["framework"] == row["framework"] and b["workload"] == row["workload"]
             and b["size"] == row["size"]]
     extra = base[0].get("extra") if base else None
@@ -386,7 +429,7 @@ def _has_tables(workload: str) -> bool:
         return False
 
 
-def build_report(root: str | os.PathLike[str], project: Any = None) -> str:
+def build_report(root: str | os.PathLike[str], project: Project | None = None) -> str:
     """The report's HTML for the results under ``root`` (reads only); a project's verdict
     cards lead it where one is given."""
     from harness.recommend.recommender import DEFAULT_SAMPLES, validation_errors
@@ -404,9 +447,10 @@ def build_report(root: str | os.PathLike[str], project: Any = None) -> str:
     comm = _in_scope(load_table_safe(root, "comm"), scope)
     validation = _in_scope(latest_validation(root), scope)
     if project is not None:
-        rec = project_recommendations(root, project) | project_cards(root, project)
+        rec: dict[str, object] = {**project_recommendations(root, project),
+                                  **project_cards(root, project)}
     else:
-        rec = recommendations(root)
+        rec = {**recommendations(root)}
     run_id, manifest = manifest_items(root)
     h = hist.history(measured)
     # a what-if on a generic switch: the default suite's, not a project's targets
@@ -423,7 +467,7 @@ def build_report(root: str | os.PathLike[str], project: Any = None) -> str:
     context = {
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "root": str(root), **rec, "samples": DEFAULT_SAMPLES,
-        "brief": vd.brief, "source_text": vd.source_text, "run_name": vd.run_name,
+        "brief": vd.brief, "source_text": vd.source_text, "run_name": run_name,
         "manifest_run": run_id, "manifest": manifest,
         "measured": measured_records,
         "mismatches": [r for r in measured_records if r["weights_mismatch"]],
@@ -444,7 +488,7 @@ def build_report(root: str | os.PathLike[str], project: Any = None) -> str:
 
 
 def write_report(root: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
-                 project: Any = None) -> Path:
+                 project: Project | None = None) -> Path:
     """Build the report and write it atomically; default ``<root>/report.html``."""
     from results.store import write_atomic
 

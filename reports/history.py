@@ -15,11 +15,13 @@ measurement's own uncertainty, and be large enough to matter. An improvement is 
 from __future__ import annotations
 
 import math
-from typing import Any
+import os
+from typing import Any, TypedDict
 
 import pandas as pd
 
 from harness.measure.stats import MIN_CHANGE
+from harness.sim.rows import Scalar
 
 K = 3.0
 MIN_REL = MIN_CHANGE
@@ -37,13 +39,22 @@ def _f(v: Any) -> float:
     return out
 
 
+class Comparison(TypedDict):
+    """A run against the runs of its case before it (a history row's last columns)."""
+
+    base_s: float
+    threshold_s: float
+    change: float
+    verdict: str  # first, ok, regression, improvement; '-' where this run has no median
+
+
 def compare(median: float, ci_width: float, earlier: list[tuple[float, float]]
-            ) -> dict[str, Any]:
+            ) -> Comparison:
     """``earlier``: (median, ci width) of earlier runs. Returns base, threshold and verdict."""
     meds = [m for m, _ in earlier if math.isfinite(m)]
     if not meds or not math.isfinite(median):
-        return {"base_s": math.nan, "threshold_s": math.nan, "change": math.nan,
-                "verdict": "first" if not meds else "-"}
+        return Comparison(base_s=math.nan, threshold_s=math.nan, change=math.nan,
+                          verdict="first" if not meds else "-")
     base = float(pd.Series(meds).median())
     spread = max(meds) - min(meds) if len(meds) > 1 else 0.0
     widths = [w for _, w in earlier if math.isfinite(w)] + (
@@ -55,8 +66,8 @@ def compare(median: float, ci_width: float, earlier: list[tuple[float, float]]
         verdict = "regression"
     elif -delta > threshold and median < base * (1 - MIN_REL):
         verdict = "improvement"
-    return {"base_s": base, "threshold_s": threshold, "change": median / base - 1,
-            "verdict": verdict}
+    return Comparison(base_s=base, threshold_s=threshold, change=median / base - 1,
+                      verdict=verdict)
 
 
 def history(measured: pd.DataFrame) -> pd.DataFrame:
@@ -68,14 +79,17 @@ def history(measured: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=[*cols, "base_s", "threshold_s", "change", "verdict"])
     ok = measured[(measured["status"] == "ok") &
                   (measured["source"].fillna("measured") == "measured")]
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Scalar]] = []
     for _, group in ok.groupby([ok["case_id"], ok["env_fingerprint"].fillna("")], sort=True):
         group = group.sort_values("run_id")
         earlier: list[tuple[float, float]] = []
         for r in group[cols].to_dict("records"):
             med = _f(r["step_time_median_s"])
             width = _f(r["step_time_ci95_high_s"]) - _f(r["step_time_ci95_low_s"])
-            rows.append({str(k): v for k, v in r.items()} | compare(med, width, earlier))
+            c = compare(med, width, earlier)
+            rows.append({str(k): v for k, v in r.items()} | {
+                "base_s": c["base_s"], "threshold_s": c["threshold_s"], "change": c["change"],
+                "verdict": c["verdict"]})
             earlier.append((med, width))
     return pd.DataFrame(rows)
 
@@ -88,7 +102,7 @@ def regressions(hist: pd.DataFrame) -> pd.DataFrame:
     return latest[latest["verdict"] == "regression"]
 
 
-def latest_regressions(root: Any) -> pd.DataFrame:
+def latest_regressions(root: str | os.PathLike[str]) -> pd.DataFrame:
     """Regressions among the latest runs of the results under ``root``: what the nightly
     job's ``--fail-on-regression`` exits on."""
     from results.store import load

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from harness.core.units import compare, format_fraction, format_ratio, times_the
 from harness.recommend.decide import Goal, acceptable, best_per_strategy, meets, runnable, verdict
+from harness.recommend.records import Candidate, Option
 
 FORBIDDEN = re.compile(r"(?<![\d.])1(\.0)?x\b|\d[eE][+-]?\d")
 PHRASE = re.compile(r"(under 1%|\d+%|[\d,]+(?:\.\d)?x) (slower|faster)")
@@ -47,24 +48,24 @@ STRATEGIES = ("single_device", "ddp", "fsdp", "parameter_server", "central_stora
 
 
 @st.composite
-def points(draw: Any) -> list[dict[str, Any]]:
+def points(draw: Any) -> list[Candidate]:
     out = []
     for _ in range(draw(st.integers(1, 8))):
         framework = draw(st.sampled_from(("torch", "tf", "sim")))
         strategy = draw(st.sampled_from(STRATEGIES))
         replicas = 1 if strategy == "single_device" else draw(st.sampled_from((2, 4, 8, 16)))
-        out.append({
-            "framework": framework, "strategy": strategy, "replicas": replicas,
-            "status": draw(st.sampled_from(("ok", "ok", "ok", "failed"))),
-            "fits": draw(st.booleans() | st.just(True)),
-            "train_time_s": draw(st.floats(1.0, 1e6)),
-            "cost_usd": draw(st.floats(0.01, 1e5) | st.just(math.nan)),
-            "scaling_efficiency": draw(st.floats(0.0, 1.2) | st.just(math.nan)),
-            "runs_as": draw(st.sampled_from(("", "torch ddp"))) if framework == "sim" else None,
-            "source": draw(st.sampled_from(("measured", "simulated"))),
-            "validation_error": draw(st.floats(0.0, 0.3) | st.just(math.nan)),
-            "reason": "its own reason"})
-    keys = [(p["framework"], p["strategy"], p["replicas"], p["train_time_s"]) for p in out]
+        out.append(Candidate(
+            framework=framework, strategy=strategy, replicas=replicas,
+            status=draw(st.sampled_from(("ok", "ok", "ok", "failed"))),
+            fits=draw(st.booleans() | st.just(True)),
+            train_time_s=draw(st.floats(1.0, 1e6)),
+            cost_usd=draw(st.floats(0.01, 1e5) | st.just(math.nan)),
+            scaling_efficiency=draw(st.floats(0.0, 1.2) | st.just(math.nan)),
+            runs_as=draw(st.sampled_from(("", "torch ddp"))) if framework == "sim" else None,
+            source=draw(st.sampled_from(("measured", "simulated"))),
+            validation_error=draw(st.floats(0.0, 0.3) | st.just(math.nan)),
+            reason="its own reason"))
+    keys = [(p.framework, p.strategy, p.replicas, p.train_time_s) for p in out]
     return [p for i, p in enumerate(out) if keys.index(keys[i]) == i]  # each one findable
 
 
@@ -91,11 +92,10 @@ def _phrase_agrees(sentence: str, ratio: float) -> None:
         assert abs(said - r) <= 0.05 * r + 1e-9, (sentence, ratio)
 
 
-def _find(table: list[dict[str, Any]], named: dict[str, Any]) -> dict[str, Any]:
-    same = [p for p in table if (p["framework"], p["strategy"], p["replicas"],
-                                 p["train_time_s"]) == (named["framework"], named["strategy"],
-                                                        named["replicas"],
-                                                        named["train_time_s"])]
+def _find(table: list[Candidate], named: Candidate | Option | None) -> Candidate:
+    assert named is not None
+    same = [p for p in table if (p.framework, p.strategy, p.replicas, p.train_time_s)
+            == (named.framework, named.strategy, named.replicas, named.train_time_s)]
     assert same, named
     return same[0]
 
@@ -105,63 +105,65 @@ def _find(table: list[dict[str, Any]], named: dict[str, Any]) -> dict[str, Any]:
 def test_every_decision_and_its_sentence_agree_with_the_table(table, goal):
     ranked = best_per_strategy(table, goal)
     v = verdict("w", "t", ranked, table, goal)
-    text = " ".join(str(v.get(k, "")) for k in ("headline", "why", "sure"))
+    text = " ".join((v.headline, v.why, v.sure))
     assert not FORBIDDEN.search(text), text
-    decision = v["decided_by"]
-    rule, numbers = decision["rule"], decision["numbers"]
-    option = decision.get("option")
-    if v["status"] == "ok":
-        pick = _find(table, v["pick"])
+    decision = v.decided_by
+    assert decision is not None
+    rule, numbers = decision.rule, decision.numbers
+    option = decision.option
+    if v.status == "ok":
+        pick = _find(table, v.pick)
         assert acceptable(pick, goal) and runnable(pick)
-        if v["runner_up"] is not None:
-            assert runnable(_find(table, v["runner_up"]))
+        if v.runner_up is not None:
+            assert runnable(_find(table, v.runner_up))
         if goal.budget_usd is not None:
-            assert pick["cost_usd"] <= goal.budget_usd
+            assert pick.cost_usd <= goal.budget_usd
         if goal.deadline_s is not None:
-            assert pick["train_time_s"] <= goal.deadline_s
+            assert pick.train_time_s <= goal.deadline_s
         # a faster layout nothing here runs is named as such, never picked
-        unrun = [p for p in table if p["status"] == "ok" and p["fits"] and not runnable(p)
-                 and p["train_time_s"] < pick["train_time_s"]]
-        assert ("but nothing here runs it" in v["why"]) == bool(unrun)
+        unrun = [p for p in table if p.status == "ok" and p.fits and not runnable(p)
+                 and p.train_time_s < pick.train_time_s]
+        assert ("but nothing here runs it" in v.why) == bool(unrun)
     if rule == "slower_than_one_device":
         chosen = _find(table, option)
-        assert int(pick["replicas"]) == 1 and int(chosen["replicas"]) > 1
-        assert chosen["train_time_s"] >= pick["train_time_s"]
-        assert numbers["time_ratio"] == chosen["train_time_s"] / pick["train_time_s"]
-        _phrase_agrees(v["why"], numbers["time_ratio"])
+        assert int(pick.replicas) == 1 and int(chosen.replicas) > 1
+        assert chosen.train_time_s >= pick.train_time_s
+        assert numbers.time_ratio == chosen.train_time_s / pick.train_time_s
+        _phrase_agrees(v.why, numbers.time_ratio)
     elif rule in ("below_efficiency", "over_limits_faster", "costlier_within_limits"):
         chosen = _find(table, option)
-        assert chosen["train_time_s"] < pick["train_time_s"]
-        _phrase_agrees(v["why"], numbers["time_ratio"])
+        assert chosen.train_time_s < pick.train_time_s
+        _phrase_agrees(v.why, numbers.time_ratio)
         if rule == "below_efficiency":
-            assert chosen["scaling_efficiency"] < goal.min_efficiency
-            assert f"{chosen['scaling_efficiency']:.0%} against" in v["why"]
-            assert f"below {goal.min_efficiency:.0%}" in v["why"]
+            assert chosen.scaling_efficiency < goal.min_efficiency
+            assert f"{chosen.scaling_efficiency:.0%} against" in v.why
+            assert f"below {goal.min_efficiency:.0%}" in v.why
         elif rule == "over_limits_faster":
             assert not meets(chosen, goal)
-            assert any(f"{what} the {limit}" in v["why"] for what, limit in (
+            assert any(f"{what} the {limit}" in v.why for what, limit in (
                 ("over", "budget"), ("held to", "budget"), ("past", "deadline")))
         else:
             assert meets(chosen, goal) and goal.budget_usd is None
     elif rule in ("fastest_efficient", "fastest_within_limits", "cheapest_within_deadline"):
-        assert option["label"] in v["headline"] and int(pick["replicas"]) > 1
-        if rule == "fastest_efficient" and math.isfinite(pick["scaling_efficiency"]):
-            assert pick["scaling_efficiency"] >= goal.min_efficiency
+        assert option is not None
+        assert option.label in v.headline and int(pick.replicas) > 1
+        if rule == "fastest_efficient" and math.isfinite(pick.scaling_efficiency):
+            assert pick.scaling_efficiency >= goal.min_efficiency
     elif rule == "over_limits":
-        assert v["status"] == "over_budget"
+        assert v.status == "over_budget"
         missed = _find(table, option)
         assert not meets(missed, goal)
-        over_budget = (goal.budget_usd is not None and math.isfinite(missed["cost_usd"])
-                       and missed["cost_usd"] > goal.budget_usd)
-        assert ("over the budget" in v["why"]) == over_budget, v["why"]
+        over_budget = (goal.budget_usd is not None and math.isfinite(missed.cost_usd)
+                       and missed.cost_usd > goal.budget_usd)
+        assert ("over the budget" in v.why) == over_budget, v.why
     elif rule == "nothing_efficient":
         missed = _find(table, option)
-        assert missed["scaling_efficiency"] < goal.min_efficiency and not goal.constrained
-        assert f"{missed['scaling_efficiency']:.0%} against" in v["why"]
+        assert missed.scaling_efficiency < goal.min_efficiency and not goal.constrained
+        assert f"{missed.scaling_efficiency:.0%} against" in v.why
     elif rule in ("no_option", "does_not_fit", "only_simulated"):
-        assert v["status"] == "none"
+        assert v.status == "none"
         assert not any(acceptable(p, goal) for p in table)
     else:
         assert rule == "only_one_device", rule
-        assert not any(runnable(p) and p["status"] == "ok" and p["fits"]
-                       and int(p["replicas"]) > 1 for p in table)
+        assert not any(runnable(p) and p.status == "ok" and p.fits
+                       and int(p.replicas) > 1 for p in table)

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from stratbench_cli import stratbench
 
 from harness.core.errors import SpecError
-from harness.sim import simulate_layout
+from harness.sim import LayoutRow, simulate_layout
 from harness.sim.model.layered import Layout
-from harness.sim.model.memory import model_parallel_memory
+from harness.sim.model.memory import Memory, model_parallel_memory
 from harness.sim.model.structure import layered
 from harness.sim.schedules.pipeline import run_pipeline, stage_order
 from harness.sim.systems.preset import load_preset
@@ -82,7 +82,7 @@ def test_a_hand_written_system_file_reads_as_the_builtin_preset(tmp_path):
             for p in (path, "dgx_a100")]
     for key in ("step_time_median_s", "memory_per_device_bytes", "bytes_per_step",
                 "cost_per_million_samples_usd"):
-        assert rows[0][key] == pytest.approx(rows[1][key], rel=1e-12), key
+        assert getattr(rows[0], key) == pytest.approx(getattr(rows[1], key), rel=1e-12), key
 
 
 def test_simulate_and_recommend_give_the_same_figures_for_the_file_and_the_preset(tmp_path):
@@ -156,7 +156,7 @@ def test_how_a_system_was_read_says_per_device_and_per_host():
 
 # Precision --------------------------------------------------------------------------------
 
-def _three_d(precision: str) -> dict:
+def _three_d(precision: str) -> LayoutRow:
     model = layered(MEGATRON_13B, PRECISIONS[precision])
     layout = Layout(data=2, stages=4, tensor=4, microbatches=8)
     return simulate_layout("preset:dgx_a100,hosts=4", model, layout, 32,
@@ -165,9 +165,9 @@ def _three_d(precision: str) -> dict:
 
 def test_bf16_halves_tensor_and_pipeline_bytes_and_activation_memory():
     fp32, bf16 = _three_d("fp32"), _three_d("bf16")
-    assert bf16["bytes_per_step"] == pytest.approx(fp32["bytes_per_step"] / 2, rel=1e-9)
-    assert bf16["memory_activations_bytes"] == pytest.approx(
-        fp32["memory_activations_bytes"] / 2, rel=1e-3)
+    assert bf16.bytes_per_step == pytest.approx(fp32.bytes_per_step / 2, rel=1e-9)
+    assert bf16.memory_activations_bytes == pytest.approx(
+        fp32.memory_activations_bytes / 2, rel=1e-3)
     model32, model16 = layered(MEGATRON_13B), layered(MEGATRON_13B, PRECISIONS["bf16"])
     for a, b in zip(model32.layers, model16.layers, strict=True):
         assert b.output_bytes_per_sample == a.output_bytes_per_sample / 2  # TP and PP bytes
@@ -185,7 +185,7 @@ def test_tensor_and_pipeline_traffic_halves_with_bf16_on_one_host():
     layout = Layout(data=1, stages=2, tensor=4, microbatches=4)
     rows = [simulate_layout("preset:dgx_a100,hosts=1", m, layout, 4, precision=p)
             for m, p in ((model32, PRECISIONS["fp32"]), (model16, PRECISIONS["bf16"]))]
-    assert rows[1]["bytes_per_step"] == pytest.approx(rows[0]["bytes_per_step"] / 2, rel=1e-9)
+    assert rows[1].bytes_per_step == pytest.approx(rows[0].bytes_per_step / 2, rel=1e-9)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
@@ -236,8 +236,8 @@ def test_interleaved_layout_simulates_with_a_smaller_bubble():
     rows = [simulate_layout("preset:dgx_h100_ib,hosts=8", model, layout, 16,
                             precision=PRECISIONS["bf16"], recompute="selective")
             for layout in (plain, replace(plain, schedule="interleaved", virtual=3))]
-    assert rows[1]["bubble_fraction"] < rows[0]["bubble_fraction"]
-    assert rows[1]["step_time_median_s"] < rows[0]["step_time_median_s"]
+    assert rows[1].bubble_fraction < rows[0].bubble_fraction
+    assert rows[1].step_time_median_s < rows[0].step_time_median_s
     with pytest.raises(SpecError, match="multiple of the stages"):
         simulate_layout("preset:dgx_h100_ib,hosts=8", model,
                         replace(plain, schedule="interleaved", virtual=3, microbatches=12), 12)
@@ -376,6 +376,7 @@ def test_a_racked_sweep_places_as_a_scheduler_and_equals_simulate_of_that_placem
     those hosts are."""
     from harness.calibrate.links import MeasuredLinks, emulated_topology, placed
     from harness.commands.simulate import simulate_emulated
+    from harness.predict.step import PredictedRow
     from harness.recommend.recommender import recommend_from_store
 
     checked_in = REPO / "validation" / "2026-11-24-recommend"
@@ -384,17 +385,18 @@ def test_a_racked_sweep_places_as_a_scheduler_and_equals_simulate_of_that_placem
     assert emulated_topology(placed(links, 2)).startswith("switch:n=2")
     assert "leaves=2+2" in emulated_topology(placed(links, 4))
     target = "netns:hosts=6,rate=1gbit,racks=3,uplink=150mbit"
-    frame = recommend_from_store(checked_in, workloads=["mlp:M"], targets=[target])
-    sweep = pd.DataFrame(frame.attrs["sweep"])
+    answer = recommend_from_store(checked_in, workloads=["mlp:M"], targets=[target])
+    sweep = answer.sweep_frame()
     for hosts, alone in ((2, "netns:hosts=2,rate=1gbit"),
                          (4, "netns:hosts=4,rate=1gbit,racks=2,uplink=150mbit")):
-        rows = {(r["framework"], r["strategy"].split(":")[-1]): r for r in simulate_emulated(
-            alone, hosts, "mlp:M", None, (), checked_in) if r["status"] == "ok"}
+        rows = {(r.framework, r.strategy.split(":")[-1]): r.row for r in simulate_emulated(
+            alone, hosts, "mlp:M", None, (), checked_in) if isinstance(r, PredictedRow)
+            and r.row.ok}
         points = sweep[(sweep["replicas"] == hosts) & (sweep["status"] == "ok")]
         assert len(points) and len(points) == len(rows)
         for p in points.to_dict("records"):
             assert p["throughput_samples_s"] == pytest.approx(
-                rows[(p["framework"], p["strategy"])]["throughput_samples_s"], rel=1e-9)
+                rows[(p["framework"], p["strategy"])].throughput_samples_s, rel=1e-9)
 
 
 # The recommender's new candidates -----------------------------------------------------------
@@ -402,16 +404,17 @@ def test_a_racked_sweep_places_as_a_scheduler_and_equals_simulate_of_that_placem
 def test_fsdp_with_checkpointing_is_a_fitting_candidate_for_gpt3_on_1024_h100s():
     from harness.recommend.recommender import recommend
 
-    frame = recommend(pd.DataFrame(), workloads=["gpt3_175b"],
-                      targets=["preset:dgx_h100_ib,hosts=128"])
-    sweep = pd.DataFrame(frame.attrs["sweep"])
+    answer = recommend(pd.DataFrame(), workloads=["gpt3_175b"],
+                       targets=["preset:dgx_h100_ib,hosts=128"])
+    frame = answer.table()
+    sweep = answer.sweep_frame()
     fsdp = frame[frame["strategy"] == "fsdp"].iloc[0]
     assert fsdp["layout"] == "every layer checkpointed" and bool(fsdp["fits"])
     assert fsdp["replicas"] == 1024 and fsdp["memory_per_device_bytes"] < 80e9
     at_1024 = sweep[(sweep["strategy"] == "fsdp") & (sweep["replicas"] == 1024)]
     assert set(at_1024["status"]) == {"ok", "unavailable"}  # checkpointed; plain does not fit
-    (verdict,) = frame.attrs["verdicts"]
-    assert verdict["status"] == "ok"  # an answer, not "nothing meets"
+    (verdict,) = answer.verdicts
+    assert verdict.status == "ok"  # an answer, not "nothing meets"
     split = frame[frame["exchange"] == "model_parallel"]
     assert split["fits"].any() and split["layout"].str.contains("sp").any()
 
@@ -419,10 +422,12 @@ def test_fsdp_with_checkpointing_is_a_fitting_candidate_for_gpt3_on_1024_h100s()
 def test_a_transformer_by_dimensions_recommends_like_a_known_model():
     from harness.recommend.recommender import recommend
 
-    frame = recommend(pd.DataFrame(), workloads=[MEGATRON_13B], targets=["preset:dgx_a100"])
-    (verdict,) = frame.attrs["verdicts"]
-    assert verdict["status"] == "ok" and verdict["workload"] == MEGATRON_13B
-    known = recommend(pd.DataFrame(), workloads=["llama3_8b"], targets=["preset:dgx_a100"])
+    answer = recommend(pd.DataFrame(), workloads=[MEGATRON_13B], targets=["preset:dgx_a100"])
+    frame = answer.table()
+    (verdict,) = answer.verdicts
+    assert verdict.status == "ok" and verdict.workload == MEGATRON_13B
+    known_answer = recommend(pd.DataFrame(), workloads=["llama3_8b"], targets=["preset:dgx_a100"])
+    known = known_answer.table()
     assert set(frame.columns) == set(known.columns)
 
 
@@ -502,17 +507,18 @@ def test_recommend_trains_llama3_405b_on_1024_hosts_with_its_mfu():
     (stages need not divide the 126 layers) and says its MFU."""
     from harness.recommend.recommender import recommend
 
-    frame = recommend(pd.DataFrame(), workloads=["llama3_405b"],
-                      targets=["preset:dgx_h100_ib,hosts=1024"], precision="bf16")
-    (verdict,) = frame.attrs["verdicts"]
-    assert verdict["status"] == "ok", verdict["why"]
+    answer = recommend(pd.DataFrame(), workloads=["llama3_405b"],
+                       targets=["preset:dgx_h100_ib,hosts=1024"], precision="bf16")
+    frame = answer.table()
+    (verdict,) = answer.verdicts
+    assert verdict.status == "ok", verdict.why
     pick = frame[frame["rank"] == 1].iloc[0]
     assert bool(pick["fits"]) and pick["memory_per_device_bytes"] < 80e9
-    assert 0.2 < pick["mfu"] < 0.8 and "MFU" in verdict["why"]
+    assert 0.2 < pick["mfu"] < 0.8 and "MFU" in verdict.why
     # a step of tens of seconds in ms as people write it (36,715): no e-notation
     from harness.recommend.recommender import format_table
 
-    table = format_table(frame)
+    table = format_table(answer)
     assert not re.search(r"\de[+-]\d", table) and re.search(r" \d{1,3},\d{3} ", table), table
     # the headroom the search kept is said beside what it assumed of the stack
     assert "(model-parallel layouts kept under 88% of a device's usable memory" in table
@@ -550,14 +556,15 @@ def test_the_405b_pick_keeps_the_headroom_published_runs_kept_and_is_metas_split
     def fastest(headroom):
         rows = layouts_at(model, target, 8192, 8192, None, None, usable, "adam", bf16,
                           headroom=headroom)
-        return min(rows, key=lambda r: float(r["step_time_median_s"]))
+        return min(rows, key=lambda r: float(r.step_time_median_s))
 
     roomy, tight = fastest(reach), fastest(1.0)
-    assert roomy["memory_per_device_bytes"] <= reach * usable
-    assert tight["memory_per_device_bytes"] > reach * usable
-    assert 1 <= roomy["step_time_median_s"] / tight["step_time_median_s"] < 1.04
-    assert "pp=16" in roomy["layout"] and "tp=8" in roomy["layout"]
-    assert "layers=7,8x14,7" in roomy["layout"]
+    assert roomy.memory_per_device_bytes <= reach * usable
+    assert tight.memory_per_device_bytes > reach * usable
+    assert 1 <= roomy.step_time_median_s / tight.step_time_median_s < 1.04
+    described = roomy.layout.describe()
+    assert "pp=16" in described and "tp=8" in described
+    assert "layers=7,8x14,7" in described
 
 
 def test_tensor_groups_divide_the_host():
@@ -664,18 +671,20 @@ def test_recommend_searches_every_layout_with_the_stack_a_user_states(tmp_path):
     from harness.recommend.recommender import format_table, recommend
 
     target = "preset:dgx_h100_ib,hosts=16"
-    plain = recommend(pd.DataFrame(), workloads=["llama3_70b"], targets=[target],
-                      precision="bf16")
-    overlapped = recommend(pd.DataFrame(), workloads=["llama3_70b"], targets=[target],
-                           precision="bf16",
-                           mechanisms={"tp_overlap": True, "param_gather_overlap": True})
+    plain_answer = recommend(pd.DataFrame(), workloads=["llama3_70b"], targets=[target],
+                             precision="bf16")
+    plain = plain_answer.table()
+    overlapped_answer = recommend(pd.DataFrame(), workloads=["llama3_70b"], targets=[target],
+                                  precision="bf16",
+                                  mechanisms={"tp_overlap": True, "param_gather_overlap": True})
+    overlapped = overlapped_answer.table()
     split = overlapped[overlapped["layout"].fillna("").str.contains("tp=[2-8]")]
     assert len(split) >= 3 and split["layout"].str.contains("tp overlap").all()
     assert not plain["layout"].fillna("").str.contains("overlap").any()
     best = [float(f[f["rank"] == 1].iloc[0]["step_time_s"]) for f in (plain, overlapped)]
     assert best[1] <= best[0]
-    assert "collectives waited for between the GEMMs (--tp-overlap)" in format_table(plain)
-    assert "collectives under the GEMMs (--tp-overlap)" in format_table(overlapped)
+    assert "collectives waited for between the GEMMs (--tp-overlap)" in format_table(plain_answer)
+    assert "collectives under the GEMMs (--tp-overlap)" in format_table(overlapped_answer)
     out = CliRunner().invoke(cli, ["recommend", "--workload", "llama3_70b", "--target", target,
                                     "--precision", "bf16", "--p2p", "blocking",
                                     "--grad-reduce", "after-backward",
@@ -718,19 +727,19 @@ def test_skipping_layouts_by_their_step_bound_gives_the_exhaustive_answer(worklo
     options = [(layout, how) for layout in mp.candidate_layouts(model, n, 8, n)
                for how in ("none", "full")]
     kept = mp._fastest_per_kind(options, model, target, n, None, None, "adam", bf16)
-    best: dict[str, dict] = {}
+    best: dict[str, LayoutRow] = {}
     for layout, how in options:
         row = simulate_layout(target.spec, model, layout, n, None, recompute=how,
                               precision=bf16)
         assert layout_step_bound(target.spec, model, layout, n, None, recompute=how,
-                                 precision=bf16) <= row["step_time_median_s"] * (1 + 1e-12)
+                                 precision=bf16) <= row.step_time_median_s * (1 + 1e-12)
         kind = layout_name(layout)
-        if kind not in best or row["step_time_median_s"] < best[kind]["step_time_median_s"]:
+        if kind not in best or row.step_time_median_s < best[kind].step_time_median_s:
             best[kind] = row
-    assert [(r["strategy"], r["layout"], r["recompute"]) for r in kept] == [
-        (r["strategy"], r["layout"], r["recompute"]) for r in best.values()]
-    assert [r["step_time_median_s"] for r in kept] == [
-        r["step_time_median_s"] for r in best.values()]
+    assert [(r.strategy, r.layout, r.recompute) for r in kept] == [
+        (r.strategy, r.layout, r.recompute) for r in best.values()]
+    assert [r.step_time_median_s for r in kept] == [
+        r.step_time_median_s for r in best.values()]
 
 
 # Context parallelism ------------------------------------------------------------------------------
@@ -738,16 +747,16 @@ def test_skipping_layouts_by_their_step_bound_gives_the_exhaustive_answer(worklo
 LONG = "transformer:layers=8,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=128256,seq=65536"
 
 
-def _long(context: int, comm: str = "ring", hosts: int = 1) -> dict:
+def _long(context: int, comm: str = "ring", hosts: int = 1) -> tuple[LayoutRow, Memory]:
+    """The step of a 64k-token sequence over ``context`` ranks, and its fullest device's
+    memory."""
     model = layered(LONG, PRECISIONS["bf16"])
     layout = Layout(data=8 * hosts // (8 * context), tensor=8, context=context,
                     context_comm=comm, sequence_parallel=True, zero=1,
                     microbatches=1)
-    return simulate_layout(f"preset:dgx_h100_ib,hosts={hosts}", model, layout,
-                           layout.data, None, recompute="full",
-                           precision=PRECISIONS["bf16"]) | {
-        "memory": model_parallel_memory(model, layout, 1, "adam", "full", PRECISIONS["bf16"],
-                                        True)}
+    return (simulate_layout(f"preset:dgx_h100_ib,hosts={hosts}", model, layout,
+                            layout.data, None, recompute="full", precision=PRECISIONS["bf16"]),
+            model_parallel_memory(model, layout, 1, "adam", "full", PRECISIONS["bf16"], True))
 
 
 def test_context_parallelism_splits_the_sequence_and_its_activations():
@@ -755,12 +764,12 @@ def test_context_parallelism_splits_the_sequence_and_its_activations():
     per C ranks takes about as long as a sequence per rank took (the K/V ring across hosts
     hides behind the attention), and the activations shrink C-fold."""
     one, two, four = _long(1, hosts=1), _long(2, hosts=2), _long(4, hosts=4)
-    assert "cp=2" in two["layout"] and "cp=4" in four["layout"]
-    for wide, c in ((two, 2), (four, 4)):
-        assert wide["memory"].activations == pytest.approx(one["memory"].activations / c)
+    assert "cp=2" in two[0].layout.describe() and "cp=4" in four[0].layout.describe()
+    for (wide, memory), c in ((two, 2), (four, 4)):
+        assert memory.activations == pytest.approx(one[1].activations / c)
         # per sequence, C ranks: the step of one rank's sequence, within the exchange's cost
-        assert wide["step_time_median_s"] == pytest.approx(one["step_time_median_s"] / c,
-                                                           rel=0.25)
+        assert wide.step_time_median_s == pytest.approx(one[0].step_time_median_s / c,
+                                                        rel=0.25)
 
 
 def test_on_nvidias_405b_cluster_the_pick_splits_the_sequence_as_nvidia_did():
@@ -777,15 +786,16 @@ def test_on_nvidias_405b_cluster_the_pick_splits_the_sequence_as_nvidia_did():
               if r.id == "nemo2409_llama31_405b_h100_576gpu_bf16"]
     bf16 = PRECISIONS["bf16"]
     target = "preset:dgx_h100_ib,hosts=72"
-    frame = recommend(pd.DataFrame(), workloads=[row.model], targets=[target],
-                      precision="bf16", global_batch=row.global_batch)
+    answer = recommend(pd.DataFrame(), workloads=[row.model], targets=[target],
+                       precision="bf16", global_batch=row.global_batch)
+    frame = answer.table()
     pick = frame[frame["rank"] == 1].iloc[0]
-    assert "cp=2" in pick["layout"] and "recomputed" not in pick["reason"]
+    assert "cp=2" in pick.layout and "recomputed" not in pick.reason
     theirs = replace(row.layout(), tp_overlap=False, param_gather_overlap=False)
     nvidia = simulate_layout(target, layered(row.model, bf16), theirs, row.global_batch,
                              None, precision=bf16)
-    assert nvidia["status"] == "ok"
-    assert pick["step_time_s"] <= 1.15 * nvidia["step_time_median_s"]
+    assert nvidia.ok
+    assert pick.step_time_s <= 1.15 * nvidia.step_time_median_s
 
 
 def test_the_layout_search_finds_the_published_layouts_or_faster(layout_picks):
@@ -815,30 +825,32 @@ def test_a_stack_without_selective_recomputation_is_never_given_it():
     from harness.recommend.layout_check import model_parallel_rows
     from harness.recommend.model_parallel import layouts_at
     from harness.recommend.targets import parse_targets
-    from harness.sim.systems.calibration import Calibration, from_preset, merge
+    from harness.sim.systems.calibration import from_preset
     from harness.validate.layout_step import system_spec
+    from workloads.execution import Execution
 
     (row,) = [r for r in model_parallel_rows() if r.id.startswith("bloom")]
     bf16 = PRECISIONS["bf16"]
     (target,) = parse_targets([system_spec(row.system, row.gpus)])
-    calibration = merge(from_preset(row.system), Calibration(fused_attention=False))
+    calibration = from_preset(row.system)
     memory = load_preset(row.system).device.usable_memory_bytes
 
     def recomputes(selective: bool) -> set[str]:
         stack = mechanisms_of(row.layout()) | {"sequence_parallel": False,
                                                "selective_recompute": selective}
         rows = layouts_at(layered(row.model, bf16), target, row.gpus, row.global_batch,
-                          calibration, None, memory, row.optimizer, bf16, stack)
-        return {r["recompute"] for r in rows if r.get("status") == "ok"}
+                          calibration, None, memory, row.optimizer, bf16, stack,
+                          execution=Execution(fused_attention=False))
+        return {r.recompute for r in rows if r.ok}
 
     assert "selective" in recomputes(True)
     assert "selective" not in recomputes(False)
 
 
 def test_ring_attention_hides_what_an_all_gather_exposes():
-    ring, gather = _long(4, "ring", hosts=4), _long(4, "all_gather", hosts=4)
-    assert "all_gather" in gather["layout"]
-    assert ring["step_time_median_s"] <= gather["step_time_median_s"]
+    (ring, _), (gather, _) = _long(4, "ring", hosts=4), _long(4, "all_gather", hosts=4)
+    assert "all_gather" in gather.layout.describe()
+    assert ring.step_time_median_s <= gather.step_time_median_s
 
 
 @pytest.mark.parametrize("workload, context, said", [
@@ -857,17 +869,18 @@ def test_a_131k_token_sequence_gets_context_parallel_candidates_with_time_and_me
     do and the options that set it, and can pick it (here it is the fastest)."""
     from harness.recommend.recommender import format_table, recommend
 
-    frame = recommend(pd.DataFrame(), workloads=[LONG.replace("seq=65536", "seq=131072")],
-                      targets=["preset:dgx_h100_ib,hosts=8"], precision="bf16")
+    answer = recommend(pd.DataFrame(), workloads=[LONG.replace("seq=65536", "seq=131072")],
+                       targets=["preset:dgx_h100_ib,hosts=8"], precision="bf16")
+    frame = answer.table()
     rows = frame[frame["layout"].fillna("").str.contains("cp=")]
     assert not rows.empty
     row = rows.iloc[0]
     assert row["step_time_s"] > 0 and 0 < row["memory_per_device_bytes"] < 80e9
     assert row["runs_as"] == "Megatron-Core or torchtitan" and 0 < row["mfu"] < 1
-    (verdict,) = frame.attrs["verdicts"]
-    assert verdict["status"] == "ok" and verdict["pick"]["strategy"].endswith("+context")
-    assert verdict["headline"].startswith("use Megatron-Core or torchtitan (simulated as sim/")
-    text = format_table(frame)
+    (verdict,) = answer.verdicts
+    assert verdict.status == "ok" and verdict.pick.strategy.endswith("+context")
+    assert verdict.headline.startswith("use Megatron-Core or torchtitan (simulated as sim/")
+    text = format_table(answer)
     assert "Megatron-Core --context-parallel-size" in text
     assert "torchtitan --parallelism.context_parallel_degree" in text
 
@@ -877,14 +890,16 @@ def test_a_131k_token_sequence_gets_context_parallel_candidates_with_time_and_me
 MIXTRAL = f"hf:{REPO / 'tests/fixtures/hf/mixtral_8x7b_config.json'},seq=4096"
 
 
-def _moe(expert: int, hosts: int = 8, tensor: int = 2) -> dict:
+def _moe(expert: int, hosts: int = 8, tensor: int = 2) -> tuple[LayoutRow, Memory]:
+    """Mixtral's step with its experts over ``expert`` ranks, and its fullest device's
+    memory."""
     model = layered(MIXTRAL, PRECISIONS["bf16"])
     layout = Layout(data=8 * hosts // tensor, tensor=tensor, expert=expert,
                     sequence_parallel=True, zero=1)
     row = simulate_layout(f"preset:dgx_h100_ib,hosts={hosts}", model, layout, layout.data,
                           None, recompute="full", precision=PRECISIONS["bf16"])
-    return row | {"memory": model_parallel_memory(model, layout, 1, "adam", "full",
-                                                  PRECISIONS["bf16"], True)}
+    return row, model_parallel_memory(model, layout, 1, "adam", "full", PRECISIONS["bf16"],
+                                      True)
 
 
 def test_expert_parallelism_shards_the_experts_and_pays_all_to_alls():
@@ -897,12 +912,12 @@ def test_expert_parallelism_shards_the_experts_and_pays_all_to_alls():
     block = model.blocks[0]
     assert held_params(block, 8) == pytest.approx(
         block.params - block.expert_params * 7 / 8)
-    one, eight = _moe(1), _moe(8)
-    assert "ep=8" in eight["layout"]
-    assert eight["memory"].params < one["memory"].params / 3
-    assert eight["memory"].activations == pytest.approx(one["memory"].activations)
+    (one, one_memory), (eight, eight_memory) = _moe(1), _moe(8)
+    assert "ep=8" in eight.layout.describe()
+    assert eight_memory.params < one_memory.params / 3
+    assert eight_memory.activations == pytest.approx(one_memory.activations)
     # the same gradients cross fewer bytes, the tokens cross more: the all-to-alls are there
-    assert eight["bytes_per_step"] != one["bytes_per_step"]
+    assert eight.bytes_per_step != one.bytes_per_step
 
 
 def test_a_rank_runs_its_local_experts_on_every_ranks_tokens():
@@ -959,8 +974,9 @@ def test_routed_experts_reduce_their_gradients_only_among_ranks_holding_them(mon
 def test_recommend_lists_an_expert_parallel_row_for_mixtral_on_8_hosts():
     from harness.recommend.recommender import recommend
 
-    frame = recommend(pd.DataFrame(), workloads=[MIXTRAL], targets=["preset:dgx_h100_ib,hosts=8"],
-                      precision="bf16")
+    answer = recommend(pd.DataFrame(), workloads=[MIXTRAL], targets=["preset:dgx_h100_ib,hosts=8"],
+                       precision="bf16")
+    frame = answer.table()
     rows = frame[frame["layout"].fillna("").str.contains("ep=")]
     assert not rows.empty
     row = rows.iloc[0]
@@ -1034,7 +1050,7 @@ def test_an_fp32_gradient_copy_adds_each_micro_batchs_cast_and_add():
     fused, copied = (Layout(data=1, tensor=8, microbatches=4, sequence_parallel=True,
                             grad_accumulation=how) for how in ("fused", "fp32_copy"))
     steps = [simulate_layout("preset:dgx_a100,hosts=1", model, layout, 4, None,
-                             precision=PRECISIONS["bf16"])["step_time_median_s"]
+                             precision=PRECISIONS["bf16"]).step_time_median_s
              for layout in (fused, copied)]
     a100 = load_preset("dgx_a100").device
     per_rank = model.params / 8
@@ -1060,7 +1076,7 @@ def test_the_expert_all_to_all_overlap_hides_it_and_refuses_where_megatron_does(
     model = layered(MIXTRAL_DIMS, PRECISIONS["bf16"])
     plain, hidden = (Layout(data=16, expert=8, ep_overlap=on) for on in (False, True))
     steps = [simulate_layout("preset:dgx_h100_ib,hosts=2", model, layout, 16, None,
-                             precision=PRECISIONS["bf16"])["step_time_median_s"]
+                             precision=PRECISIONS["bf16"]).step_time_median_s
              for layout in (plain, hidden)]
     assert steps[1] < steps[0]
     assert "ep overlap" in hidden.describe() and "ep overlap" not in plain.describe()
@@ -1084,7 +1100,7 @@ def test_an_expert_imbalance_slows_the_step_never_the_flops():
     assert skewed.blocks[0].expert_load == 1.5  # and it receives 1.5x in each all-to-all
     layout = Layout(data=8, expert=8)
     steps = [simulate_layout("preset:dgx_h100_ib,hosts=1", model, layout, 8, None,
-                             precision=PRECISIONS["bf16"])["step_time_median_s"]
+                             precision=PRECISIONS["bf16"]).step_time_median_s
              for model in (balanced, skewed)]
     assert steps[1] > steps[0] * 1.05
 

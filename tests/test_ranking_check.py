@@ -36,8 +36,6 @@ def test_prediction_hides_the_clusters_own_runs(tmp_path):
     import json
     import shutil
 
-    import pandas as pd
-
     from harness.recommend.recommender import recommend_from_store
 
     copy = tmp_path / "data"
@@ -46,8 +44,7 @@ def test_prediction_hides_the_clusters_own_runs(tmp_path):
         manifest = json.loads((run / "manifest.json").read_text())
         if any(n.get("cluster") == CLUSTER for n in manifest.get("networks", [])):
             shutil.rmtree(run)
-    frame = recommend_from_store(copy, workloads=["recsys:S"], targets=[CLUSTER])
-    sweep = pd.DataFrame(frame.attrs["sweep"])
+    sweep = recommend_from_store(copy, workloads=["recsys:S"], targets=[CLUSTER]).sweep_frame()
     assert set(sweep["source"]) == {"measured", "predicted"}  # nothing measured there
     check = ranking_check(str(DATA), CLUSTER, ["recsys:S"])
     for r in check.to_dict("records"):

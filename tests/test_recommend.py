@@ -14,6 +14,7 @@ from stratbench_cli import stratbench
 
 from harness.core.errors import InputError
 from harness.recommend.recommender import (
+    StoredInputs,
     format_table,
     parse_targets,
     rank,
@@ -21,6 +22,7 @@ from harness.recommend.recommender import (
     recommend_from_store,
     validation_errors,
 )
+from harness.recommend.records import Candidate
 from harness.sim.model.memory import data_parallel_memory
 from results.schema import ResultRow
 from results.store import ResultsStore, load
@@ -68,7 +70,8 @@ def sim_rows(cluster: str = "preset:eth25_v100,hosts=4", workers: int = 32) -> p
 
 
 def test_measured_ranking_failed_last_and_labelled_measured():
-    frame = recommend(measured_frame(), workloads=["mlp:M"], targets=[NETNS])
+    answer = recommend(measured_frame(), workloads=["mlp:M"], targets=[NETNS])
+    frame = answer.table()
     assert list(frame["strategy"]) == ["single_device", "ddp", "fsdp", "parameter_server",
                                        "parameter_server_async"]
     assert list(frame["rank"]) == [1, 2, 3, 4, 5]
@@ -82,7 +85,8 @@ def test_measured_ranking_failed_last_and_labelled_measured():
 
 
 def test_sparse_workload_reason_names_the_bytes_the_server_saves():
-    frame = recommend(measured_frame(), workloads=["recsys:S"], targets=[NETNS])
+    answer = recommend(measured_frame(), workloads=["recsys:S"], targets=[NETNS])
+    frame = answer.table()
     assert frame.iloc[1]["strategy"] == "parameter_server"
     reason = frame.iloc[1]["reason"]
     assert reason.startswith("embedding gradients touch 2% of rows")
@@ -99,46 +103,47 @@ def test_memory_per_device_sharding_rules():
 
 def test_rank_puts_what_does_not_fit_below_what_fits():
     def cand(strategy, exchange, tput):
-        return {"framework": "sim", "strategy": strategy, "exchange": exchange, "replicas": 8,
-                "status": "ok", "status_reason": "", "step_time_s": 64 * 8 / tput,
-                "throughput_samples_s": tput, "scaling_efficiency": 0.9,
-                "comm_fraction": 0.1, "bytes_per_worker": 1e9, "params": 2e9, "sparsity": 1.0,
-                "source": "simulated", "validation_error": math.nan,
-                "device_memory_bytes": 16e9, "price_per_device_hour": 2.0}
+        return Candidate(framework="sim", strategy=strategy, exchange=exchange, replicas=8,
+                         step_time_s=64 * 8 / tput, throughput_samples_s=tput,
+                         scaling_efficiency=0.9, comm_fraction=0.1, bytes_per_worker=1e9,
+                         params=2e9, source="simulated", device_memory_bytes=16e9,
+                         price_per_device_hour=2.0)
 
     ranked = rank([cand("allreduce_ring", "allreduce", 1000.0),
-                   cand("fsdp", "sharded", 800.0)], samples=1e6, price=None)
-    assert [r["strategy"] for r in ranked] == ["fsdp", "allreduce_ring"]
-    assert ranked[0]["fits"] and not ranked[1]["fits"]
-    assert ranked[1]["reason"].startswith("does not fit: needs 32 GB per device")
-    assert "the device has 16 GB" in ranked[1]["reason"]
-    assert ranked[0]["reason"].startswith("shards parameters, gradients and optimizer state")
+                   cand("fsdp", "sharded", 800.0)], samples=1e6, price=None).ranked
+    assert [r.strategy for r in ranked] == ["fsdp", "allreduce_ring"]
+    assert ranked[0].fits and not ranked[1].fits
+    assert str(ranked[1].reason).startswith("does not fit: needs 32 GB per device")
+    assert "the device has 16 GB" in str(ranked[1].reason)
+    assert str(ranked[0].reason).startswith("shards parameters, gradients and optimizer state")
     # cost: 1e6 samples / 800 samples/s = 1250 s, x 8 devices x $2/h
-    assert ranked[0]["train_time_s"] == pytest.approx(1250.0)
-    assert ranked[0]["cost_usd"] == pytest.approx(1250 / 3600 * 8 * 2.0)
+    assert ranked[0].train_time_s == pytest.approx(1250.0)
+    assert ranked[0].cost_usd == pytest.approx(1250 / 3600 * 8 * 2.0)
 
 
 def test_preset_targets_sweep_device_counts_reusing_stored_simulations():
     validation = pd.DataFrame({"kind": ["step", "step", "step", "collective"],
                                "error": [0.1, -0.3, 0.2, 0.9]})
-    frame = recommend(measured_frame(), workloads=["mlp:M"],
-                      targets=["preset:eth25_v100,hosts=4"], samples=1e7,
-                      simulated=sim_rows(), validation=validation, price=99.0)
+    answer = recommend(measured_frame(), workloads=["mlp:M"],
+                       targets=["preset:eth25_v100,hosts=4"], samples=1e7,
+                       stored=StoredInputs(simulated=sim_rows(), validation=validation),
+                       price=99.0)
+    frame = answer.table()
     assert set(frame["source"]) == {"simulated"}
     assert frame["target"].iloc[0] == "preset:eth25_v100,hosts=4"
     assert set(frame["price_per_device_hour"]) == {3.06}  # the preset's price, not the user's
     spread = frame[frame["strategy"] != "single_device"]  # one device: no network simulated
     assert spread["validation_error"].tolist() == pytest.approx([0.2] * len(spread))
-    sweep = pd.DataFrame(frame.attrs["sweep"])
+    sweep = answer.sweep_frame()
     assert sorted(set(sweep["replicas"])) == [1, 2, 4, 8, 16, 32]  # within a host, then hosts
     stored = sweep[(sweep["replicas"] == 32) & (sweep["strategy"] == "allreduce_ring")].iloc[0]
     assert stored["train_time_s"] == pytest.approx(1e7 / (64 * 32 / 0.010))  # the stored row
     assert stored["cost_usd"] == pytest.approx(stored["train_time_s"] * 32 / 3600 * 3.06)
     top = frame.iloc[0]
     assert top["device_memory_bytes"] == 16e9  # V100 16GB
-    verdict = frame.attrs["verdicts"][0]
-    assert verdict["status"] == "ok" and verdict["pick"]["strategy"] == top["strategy"]
-    headline = verdict["headline"]
+    verdict = answer.verdicts[0]
+    assert verdict.status == "ok" and verdict.pick.strategy == top["strategy"]
+    headline = verdict.headline
     assert headline.startswith("do not distribute") or (headline.startswith("use ")
                                                         and "sim/" in headline)
     assert validation_errors(validation) == {"step": pytest.approx(0.2),
@@ -153,28 +158,31 @@ def test_simulated_rows_carry_their_own_strategys_validation_error():
     errors = validation_errors(validation)
     assert errors["step:allreduce_ring"] == pytest.approx(0.05)
     assert errors["step:parameter_server"] == pytest.approx(0.4)
-    frame = recommend(measured_frame(), workloads=["mlp:M"],
-                      targets=["preset:eth25_v100,hosts=4"], simulated=sim_rows(),
-                      validation=validation).set_index("strategy")
+    answer = recommend(measured_frame(), workloads=["mlp:M"],
+                       targets=["preset:eth25_v100,hosts=4"],
+                       stored=StoredInputs(simulated=sim_rows(), validation=validation))
+    frame = answer.table().set_index("strategy")
     assert frame.loc["allreduce_ring", "validation_error"] == pytest.approx(0.05)
     assert frame.loc["parameter_server", "validation_error"] == pytest.approx(0.4)
     assert frame.loc["fsdp", "validation_error"] == pytest.approx(0.3)  # all steps' median
 
 
 def test_user_price_applies_to_measured_targets():
-    frame = recommend(measured_frame(), workloads=["mlp:M"], targets=[NETNS], price=2.0,
-                      samples=1e6)
+    answer = recommend(measured_frame(), workloads=["mlp:M"], targets=[NETNS], price=2.0,
+                       samples=1e6)
+    frame = answer.table()
     ddp = frame[frame["strategy"] == "ddp"].iloc[0]
     assert ddp["cost_usd"] == pytest.approx(1e6 / (128 / 0.30) * 2 / 3600 * 2.0)
-    assert "$" in format_table(frame)
+    assert "$" in format_table(answer)
 
 
 def test_preset_hosts_expand_and_missing_simulations_run():
     targets = parse_targets(["preset:dgx_h100_ib,hosts=1|2", "local"])
     assert [(t.kind, t.devices) for t in targets] == [("topology", 8), ("topology", 16),
                                                       ("measured", 1)]
-    frame = recommend(pd.DataFrame(), workloads=["recsys:S"],
-                      targets=["preset:dgx_h100_ib,hosts=1"])
+    answer = recommend(pd.DataFrame(), workloads=["recsys:S"],
+                       targets=["preset:dgx_h100_ib,hosts=1"])
+    frame = answer.table()
     assert len(frame) >= 4 and set(frame["source"]) == {"simulated"}
     assert frame["cost_usd"].notna().all()  # the preset's price per device-hour
 
@@ -199,7 +207,8 @@ def test_from_store_and_cli_json(tmp_path):
     store.start_run({"memory_bytes": 8e9}, run_id="r1")
     for r in measured_frame().to_dict("records"):
         store.write_case(ResultRow.from_dict(r))
-    frame = recommend_from_store(tmp_path, workloads=["mlp:M"], targets=[NETNS])
+    answer = recommend_from_store(tmp_path, workloads=["mlp:M"], targets=[NETNS])
+    frame = answer.table()
     assert frame.iloc[0]["device_memory_bytes"] == 8e9  # this machine's RAM, one replica
     assert frame.iloc[1]["device_memory_bytes"] == 4e9  # shared by two
     proc = stratbench("recommend", "--results",
@@ -219,61 +228,62 @@ CHECKED_IN = Path(__file__).parent.parent / "validation" / "2026-11-24-recommend
 
 
 def test_a_workload_too_small_to_distribute_gets_one_device_and_why():
-    frame = recommend_from_store(CHECKED_IN, workloads=["mlp:S"],
-                                 targets=["netns:hosts=4,rate=250mbit"])
-    (verdict,) = frame.attrs["verdicts"]
-    assert verdict["status"] == "ok" and verdict["pick"]["replicas"] == 1
-    assert verdict["headline"].startswith("do not distribute")
-    assert "the fastest distributed option" in verdict["why"]
+    answer = recommend_from_store(CHECKED_IN, workloads=["mlp:S"],
+                                  targets=["netns:hosts=4,rate=250mbit"])
+    (verdict,) = answer.verdicts
+    assert verdict.status == "ok" and verdict.pick.replicas == 1
+    assert verdict.headline.startswith("do not distribute")
+    assert "the fastest distributed option" in verdict.why
     # what decided: slower than the pick, another framework's one device, named as such
-    assert verdict["decided_by"]["rule"] == "slower_than_one_device"
-    assert "slower than tf/one_device on 1 device, the pick," in verdict["why"]
+    assert verdict.decided_by.rule == "slower_than_one_device"
+    assert "slower than tf/one_device on 1 device, the pick," in verdict.why
 
 
 def test_a_tiny_model_on_gpus_is_timed_by_its_kernel_launches_not_its_flops():
     """mlp:S's FLOPs take nanoseconds on an H100; its step is its kernels' launches (the
     device model's floor), so no candidate steps faster than one device's launch-bound
     step, and the verdict weighs the exchange against that step."""
-    frame = recommend_from_store(CHECKED_IN, workloads=["mlp:S"],
-                                 targets=["preset:dgx_h100_ib,hosts=2"])
-    (verdict,) = frame.attrs["verdicts"]
-    sweep = pd.DataFrame(frame.attrs["sweep"])
+    answer = recommend_from_store(CHECKED_IN, workloads=["mlp:S"],
+                                  targets=["preset:dgx_h100_ib,hosts=2"])
+    (verdict,) = answer.verdicts
+    sweep = answer.sweep_frame()
     ok = sweep[sweep["status"] == "ok"]
     step = 64 * ok["replicas"] / ok["throughput_samples_s"]  # batch 64 per replica
     single = step[ok["replicas"] == 1].min()
     assert single >= 100e-6  # 26 kernels of 5 us: not the 145 ns its FLOPs would take
     assert (step >= 100e-6 * 0.999).all()  # forward and backward's 20 launches, every layout
-    assert verdict["status"] == "ok" and "scaling efficiency" in verdict["why"]
+    assert verdict.status == "ok" and "scaling efficiency" in verdict.why
 
 
 def test_described_cluster_with_a_budget_answers_device_count_time_cost_reason_error():
     target = "two_level:hosts=6,gpus=4,intra=300GB/s,inter=25Gbit"
     validation = pd.DataFrame({"kind": ["step"] * 2, "model": ["allreduce_ring"] * 2,
                                "error": [0.05, -0.07]})
-    frame = recommend(load(CHECKED_IN), workloads=["mlp:M"], targets=[target], budget=50.0,
-                      validation=validation)
-    (verdict,) = frame.attrs["verdicts"]
-    assert verdict["status"] == "ok" and verdict["constraint"] == "budget $50.00"
-    pick = verdict["pick"]
-    assert pick["replicas"] in (1, 2, 4, 8, 16, 24) and pick["cost_usd"] <= 50
-    assert math.isfinite(pick["train_time_s"]) and pick["reason"]
+    answer = recommend(load(CHECKED_IN), workloads=["mlp:M"], targets=[target], budget=50.0,
+                       stored=StoredInputs(validation=validation))
+    frame = answer.table()
+    (verdict,) = answer.verdicts
+    assert verdict.status == "ok" and verdict.constraint == "budget $50.00"
+    pick = verdict.pick
+    assert pick.replicas in (1, 2, 4, 8, 16, 24) and pick.cost_usd <= 50
+    assert math.isfinite(pick.train_time_s) and pick.reason
     ring = frame[frame["strategy"] == "allreduce_ring"].iloc[0]
     assert ring["validation_error"] == pytest.approx(0.06)
-    sweep = pd.DataFrame(frame.attrs["sweep"])
+    sweep = answer.sweep_frame()
     assert sorted(set(sweep["replicas"])) == [1, 2, 4, 8, 16, 24]  # whole hosts past one
     assert sweep["pareto"].any() and sweep["picked"].sum() == len(frame)
-    text = format_table(frame)
+    text = format_table(answer)
     assert text.startswith(f"mlp:M on {target} (budget $50.00)\n  -> use ")
 
 
 def test_budget_and_deadline_pick_and_refuse():
     target = "two_level:hosts=6,gpus=4,intra=300GB/s,inter=25Gbit"
     measured = load(CHECKED_IN)
-    cheap = recommend(measured, workloads=["mlp:M"], targets=[target], deadline_s=3600 * 24)
-    (verdict,) = cheap.attrs["verdicts"]  # a whole day: the cheapest that makes it
-    sweep = pd.DataFrame(cheap.attrs["sweep"])
+    cheap_answer = recommend(measured, workloads=["mlp:M"], targets=[target], deadline_s=3600 * 24)
+    (verdict,) = cheap_answer.verdicts  # a whole day: the cheapest that makes it
+    sweep = cheap_answer.sweep_frame()
     in_time = sweep[(sweep["train_time_s"] <= 86400) & (sweep["status"] == "ok")]
-    assert verdict["pick"]["cost_usd"] == pytest.approx(in_time["cost_usd"].min())
+    assert verdict.pick.cost_usd == pytest.approx(in_time["cost_usd"].min())
     with pytest.raises(InputError, match=r"nothing meets the budget \$0.00.*over the budget"):
         recommend(measured, workloads=["mlp:M"], targets=[target], budget=1e-4)
     with pytest.raises(InputError, match="does not fit"):
@@ -285,11 +295,11 @@ def test_budget_and_deadline_pick_and_refuse():
 
 
 def test_known_model_is_recommended_with_no_results_at_all():
-    frame = recommend(pd.DataFrame(), workloads=["resnet50"],
-                      targets=["preset:dgx_h100_ib,hosts=1|2"])
-    verdicts = frame.attrs["verdicts"]
-    assert [v["status"] for v in verdicts] == ["ok", "ok"]
-    assert all(v["pick"]["source"] == "simulated" for v in verdicts)
+    answer = recommend(pd.DataFrame(), workloads=["resnet50"],
+                       targets=["preset:dgx_h100_ib,hosts=1|2"])
+    verdicts = answer.verdicts
+    assert [v.status for v in verdicts] == ["ok", "ok"]
+    assert all(v.pick.source == "simulated" for v in verdicts)
 
 
 def test_catalog_models_need_no_framework(tmp_path):
@@ -336,8 +346,9 @@ def test_emulated_links_are_the_probed_ones_and_unshaped_is_not_40_gbit():
 
 
 def test_a_workload_never_run_here_takes_this_machines_measured_flop_rate():
-    frame = recommend(load(CHECKED_IN), workloads=["mlp:L"],
-                      targets=["two_level:hosts=2,gpus=4,intra=300GB/s,inter=25Gbit"])
+    answer = recommend(load(CHECKED_IN), workloads=["mlp:L"],
+                       targets=["two_level:hosts=2,gpus=4,intra=300GB/s,inter=25Gbit"])
+    frame = answer.table()
     notes = set(frame["compute_note"])
     assert len(notes) == 1 and "mlp:M at" in notes.pop()  # the same family, measured here
     one = frame[frame["strategy"] == "single_device"].iloc[0]
@@ -366,10 +377,11 @@ def test_a_users_model_before_any_run_needs_a_run_or_a_declared_size(tmp_path):
         "import user_workload\n"
         "def make():\n"
         "    return replace(user_workload.torch_workload(), name='declared', params=74)\n")
-    frame = recommend(pd.DataFrame(), workloads=[f"{declared}:make"],
-                      targets=["preset:dgx_h100_ib,hosts=1"])
-    (verdict,) = frame.attrs["verdicts"]
-    assert verdict["status"] == "ok" and verdict["pick"]["source"] == "simulated"
+    answer = recommend(pd.DataFrame(), workloads=[f"{declared}:make"],
+                       targets=["preset:dgx_h100_ib,hosts=1"])
+    frame = answer.table()
+    (verdict,) = answer.verdicts
+    assert verdict.status == "ok" and verdict.pick.source == "simulated"
     # a user's torch module: only torch's strategies run it, never TensorFlow's
     named = [label for r in frame.to_dict("records") if r["framework"] == "sim"
              and isinstance(r.get("runs_as"), str) for label in r["runs_as"].split(" or ")
@@ -438,15 +450,16 @@ def test_a_model_no_device_holds_gets_the_model_parallel_layout_that_fits():
     no data-parallel strategy fits but FSDP with every layer checkpointed, so the answer is a
     pipeline/tensor layout that does, named with its degrees, memory per device and
     bubble."""
-    frame = recommend(pd.DataFrame(), workloads=["gpt2_xl"],
-                      targets=["preset:eth25_v100,hosts=4"])
-    (verdict,) = frame.attrs["verdicts"]
-    assert verdict["status"] == "ok"
+    answer = recommend(pd.DataFrame(), workloads=["gpt2_xl"],
+                       targets=["preset:eth25_v100,hosts=4"])
+    frame = answer.table()
+    (verdict,) = answer.verdicts
+    assert verdict.status == "ok"
     top = frame.iloc[0]
     assert top["exchange"] == "model_parallel" and bool(top["fits"])
     assert "pp=" in top["layout"] and top["memory_per_device_bytes"] <= 16e9
     assert top["reason"].startswith("split, as one replica does not fit a device")
-    assert f"[{top['layout']}]" in verdict["headline"]
+    assert f"[{top['layout']}]" in verdict.headline
     data_parallel = frame[frame["exchange"] != "model_parallel"]
     fitting = data_parallel[data_parallel["fits"]]
     assert set(fitting["strategy"]) == {"fsdp"}
@@ -475,7 +488,8 @@ def test_a_run_whose_weights_did_not_match_one_device_says_so_first():
                         & (measured["workload"] == "mlp")][0]
     measured.at[ps, "extra"] = {"weights_match": False}
     measured.at[ps, "max_weight_diff"] = 3.7e-4
-    frame = recommend(measured, workloads=["mlp:M"], targets=[NETNS])
+    answer = recommend(measured, workloads=["mlp:M"], targets=[NETNS])
+    frame = answer.table()
     reasons = dict(zip(frame["strategy"], frame["reason"], strict=True))
     assert reasons["parameter_server"].startswith(
         "weights ended 3.7e-04 from one device's (tolerance 1e-04)")
@@ -505,8 +519,9 @@ def test_verdicts_name_strategies_that_run_on_the_targets_devices(target, device
     from harness.core.stacks import MAXTEXT
     from harness.core.strategies import strategy
 
-    frame = recommend(pd.DataFrame(), workloads=["resnet50", "gpt2_xl"], targets=[target],
-                      device=device)
+    answer = recommend(pd.DataFrame(), workloads=["resnet50", "gpt2_xl"], targets=[target],
+                       device=device)
+    frame = answer.table()
     sims = frame[frame["framework"] == "sim"]
     assert not sims.empty
     for _, row in sims.iterrows():
@@ -520,10 +535,10 @@ def test_verdicts_name_strategies_that_run_on_the_targets_devices(target, device
             framework, _, rest = label.partition(" ")
             for name in rest.split(" + "):
                 assert kind in strategy(framework, name).devices, (row["strategy"], label)
-    verdicts = frame.attrs["verdicts"]
+    verdicts = answer.verdicts
     assert verdicts
     for verdict in verdicts:
-        text = " ".join(str(verdict.get(k, "")) for k in ("headline", "why"))
+        text = " ".join((verdict.headline, verdict.why))
         if kind == "gpu":
             assert "tf tpu" not in text, text
         if "sim/" in text and "sim/single_device" not in text:
@@ -534,12 +549,13 @@ def test_a_model_sharded_on_tpus_is_answered_with_the_stack_that_shards_it_there
     """No runner here shards a model on TPUs (TPUStrategy replicates it): a split or FSDP
     candidate there names MaxText and the mesh axes that set it, and the runner-up is
     another layout, not the same stack again."""
-    frame = recommend(pd.DataFrame(), workloads=["llama3_8b"], targets=["preset:tpu_v5p"],
-                      precision="bf16")
-    (verdict,) = frame.attrs["verdicts"]
-    assert verdict["status"] == "ok"
-    assert verdict["headline"].startswith("use MaxText (JAX) (simulated as sim/")
-    assert "next: MaxText (JAX) (simulated as sim/" in verdict["why"]
+    answer = recommend(pd.DataFrame(), workloads=["llama3_8b"], targets=["preset:tpu_v5p"],
+                       precision="bf16")
+    frame = answer.table()
+    (verdict,) = answer.verdicts
+    assert verdict.status == "ok"
+    assert verdict.headline.startswith("use MaxText (JAX) (simulated as sim/")
+    assert "next: MaxText (JAX) (simulated as sim/" in verdict.why
     sharded = frame[(frame["framework"] == "sim") & frame["strategy"].isin(["fsdp"])
                     | frame["strategy"].str.contains("pipeline|tensor")]
     assert not sharded.empty and set(sharded["runs_as"]) == {"MaxText (JAX)"}
@@ -552,19 +568,21 @@ def test_a_model_sharded_on_tpus_is_answered_with_the_stack_that_shards_it_there
 
 
 def test_a_gpu_clusters_simulated_all_reduce_names_ddp_not_tpustrategy():
-    frame = recommend(pd.DataFrame(), workloads=["resnet50"],
-                      targets=["two_level:hosts=6,gpus=4,intra=300GB/s,inter=25Gbit"],
-                      device="dgx_h100_ib")
+    answer = recommend(pd.DataFrame(), workloads=["resnet50"],
+                       targets=["two_level:hosts=6,gpus=4,intra=300GB/s,inter=25Gbit"],
+                       device="dgx_h100_ib")
+    frame = answer.table()
     hierarchical = frame[frame["strategy"] == "allreduce_hierarchical"]
     assert set(hierarchical["runs_as"]) == {"torch ddp"}
-    sweep = pd.DataFrame(frame.attrs["sweep"])
+    sweep = answer.sweep_frame()
     tf_loop = sweep[sweep["strategy"] == "allreduce_after_backward"]
     # MirroredStrategy all-reduces one host's GPUs; across hosts it is MultiWorkerMirrored
     assert set(tf_loop[tf_loop["replicas"] <= 4]["runs_as"]) == {
         "tf mirrored or tf multi_worker_mirrored"}
     assert set(tf_loop[tf_loop["replicas"] > 4]["runs_as"]) == {"tf multi_worker_mirrored"}
-    torus = recommend(pd.DataFrame(), workloads=["resnet50"],
-                      targets=["torus:dims=4x4,bw=50GB/s,lat=1us"], device="tpu_v4_cube")
+    torus_answer = recommend(pd.DataFrame(), workloads=["resnet50"],
+                             targets=["torus:dims=4x4,bw=50GB/s,lat=1us"], device="tpu_v4_cube")
+    torus = torus_answer.table()
     assert set(torus[torus["strategy"] == "allreduce_hierarchical"]["runs_as"]) == {"tf tpu"}
 
 
@@ -573,13 +591,15 @@ def test_no_measured_label_without_a_run_of_that_workload_and_strategy():
     comes from another workload's speed, so it says 'estimated', never 'measured'."""
     measured = load(CHECKED_IN)
     assert not (measured["workload"] + ":" + measured["size"] == "mlp:L").any()
-    frame = recommend(measured, workloads=["mlp:L"], targets=["netns:hosts=4,rate=250mbit"])
-    sweep = pd.DataFrame(frame.attrs["sweep"])
+    answer = recommend(measured, workloads=["mlp:L"], targets=["netns:hosts=4,rate=250mbit"])
+    frame = answer.table()
+    sweep = answer.sweep_frame()
     assert "measured" not in set(sweep["source"])
     baselines = frame[frame["replicas"] == 1]
     assert len(baselines) and set(baselines["source"]) == {"estimated"}
     assert all("estimated from FLOPs" in note for note in baselines["compute_note"])
-    ran = recommend(measured, workloads=["mlp:M"], targets=["netns:hosts=4,rate=250mbit"])
+    ran_answer = recommend(measured, workloads=["mlp:M"], targets=["netns:hosts=4,rate=250mbit"])
+    ran = ran_answer.table()
     assert "measured" in set(ran[ran["replicas"] == 1]["source"])
 
 
@@ -611,12 +631,13 @@ def test_the_gradient_add_is_paid_where_the_device_model_times_the_step_only():
     from harness.sim.systems.calibration import Calibration, accumulation_add_seconds
     from harness.sim.systems.device_model import device_rate
     from harness.sim.systems.preset import load_preset
+    from workloads.execution import Execution
     from workloads.known import get_known
 
     device = load_preset("dgx_a100").device
-    calibration = Calibration(device=device, precision="tf32")
+    calibration = Calibration(device=device)
     spec = get_known("bert_large").spec()
-    add = accumulation_add_seconds(spec, calibration)
+    add = accumulation_add_seconds(spec, calibration, Execution(precision="tf32"))
     rate = device_rate(device, "tf32").bytes_per_s
     assert add == pytest.approx(3 * 4 * spec.params / rate, rel=0.01)
     assert accumulation_add_seconds(spec.at(step_time_s=0.1), calibration) == 0.0
@@ -629,11 +650,11 @@ def test_a_global_batch_is_every_data_parallel_candidates_step():
     once a step and FSDP with every micro-batch; a count that does not divide G has no
     data-parallel row."""
     def sweep(g: int) -> pd.DataFrame:
-        frame = recommend(pd.DataFrame(), workloads=["resnet50"],
-                          targets=["preset:dgx_a100,hosts=4"], global_batch=g)
-        (verdict,) = frame.attrs["verdicts"]
-        assert f"global batch {g}" in verdict["constraint"]
-        points = pd.DataFrame(frame.attrs["sweep"])
+        answer = recommend(pd.DataFrame(), workloads=["resnet50"],
+                           targets=["preset:dgx_a100,hosts=4"], global_batch=g)
+        (verdict,) = answer.verdicts
+        assert f"global batch {g}" in verdict.constraint
+        points = answer.sweep_frame()
         ok = points[points["status"] == "ok"]
         steps = ok[ok["strategy"] != "parameter_server_async"]  # no step: workers' own pace
         assert (steps["throughput_samples_s"] * steps["step_time_s"]).round(6).eq(g).all()
@@ -648,9 +669,8 @@ def test_a_global_batch_is_every_data_parallel_candidates_step():
     fsdp, fsdp16 = once.loc[("fsdp", 32)], sixteen.loc[("fsdp", 32)]
     assert fsdp16["comm_fraction"] * fsdp16["step_time_s"] == pytest.approx(
         16 * fsdp["comm_fraction"] * fsdp["step_time_s"])
-    odd = pd.DataFrame(recommend(pd.DataFrame(), workloads=["resnet50"],
-                                 targets=["preset:dgx_a100,hosts=4"],
-                                 global_batch=1000).attrs["sweep"])
+    odd = recommend(pd.DataFrame(), workloads=["resnet50"], targets=["preset:dgx_a100,hosts=4"],
+                    global_batch=1000).sweep_frame()
     assert set(odd[odd["strategy"] != "single_device"]["replicas"]) <= {2, 4, 8}
 
 
@@ -660,9 +680,8 @@ def test_a_sparse_model_accumulating_micro_batches_pushes_the_rows_they_all_touc
     exchange grows (the Zipf count: 0.9% of the gradient to 5.8%), where DDP's dense
     all-reduce stays one exchange of the same bytes and the same exposed time."""
     def sweep(g: int) -> pd.DataFrame:
-        points = pd.DataFrame(recommend(pd.DataFrame(), workloads=["recsys:M"],
-                                        targets=["preset:dgx_a100,hosts=4"],
-                                        global_batch=g).attrs["sweep"])
+        points = recommend(pd.DataFrame(), workloads=["recsys:M"],
+                           targets=["preset:dgx_a100,hosts=4"], global_batch=g).sweep_frame()
         return points[points["status"] == "ok"].set_index(["strategy", "replicas"])
 
     once, sixteen = sweep(32 * 128), sweep(16 * 32 * 128)
@@ -677,12 +696,10 @@ def test_a_sparse_model_accumulating_micro_batches_pushes_the_rows_they_all_touc
 
 
 def test_a_global_batch_is_every_layouts_step():
-    from harness.recommend.recommender import recommend as answer
-
     long = "transformer:layers=32,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=32000,seq=8192"
-    frame = answer(pd.DataFrame(), workloads=[long], targets=["preset:dgx_h100_ib,hosts=4"],
-                   precision="bf16", global_batch=64)
-    sweep = pd.DataFrame(frame.attrs["sweep"])
+    answer = recommend(pd.DataFrame(), workloads=[long], targets=["preset:dgx_h100_ib,hosts=4"],
+                       precision="bf16", global_batch=64)
+    sweep = answer.sweep_frame()
     split = sweep[sweep["strategy"].str.contains("pipeline|tensor")]
     assert not split.empty
     assert (split["throughput_samples_s"] * split["step_time_s"]).round(6).eq(64).all()
@@ -748,14 +765,16 @@ def test_a_described_gpu_carries_the_device_models_error_on_its_published_runs(
     assert check is not None and check.rows == len(errors) >= 5
     assert check.median_abs_error == pytest.approx(median(errors))
     assert check.worst_abs_error == pytest.approx(max(errors))
-    frame = recommend(pd.DataFrame(), workloads=["resnet50"],
-                      targets=["preset:dgx_h100_ib,hosts=1"], precision="bf16")
+    answer = recommend(pd.DataFrame(), workloads=["resnet50"],
+                       targets=["preset:dgx_h100_ib,hosts=1"], precision="bf16")
+    frame = answer.table()
     assert (frame["validation_error"] == check.median_abs_error).all()
-    (verdict,) = frame.attrs["verdicts"]
-    assert f"{len(errors)} published dgx_h100_ib bf16 runs" in verdict["sure"]
+    (verdict,) = answer.verdicts
+    assert f"{len(errors)} published dgx_h100_ib bf16 runs" in verdict.sure
     assert published_check("dgx_a100", "bf16") is None  # the corpus's A100 bf16 is Jean Zay's
-    unchecked = recommend(pd.DataFrame(), workloads=["resnet50"],
-                          targets=["preset:dgx_a100,hosts=1"], precision="bf16")
+    unchecked_answer = recommend(pd.DataFrame(), workloads=["resnet50"],
+                                 targets=["preset:dgx_a100,hosts=1"], precision="bf16")
+    unchecked = unchecked_answer.table()
     assert unchecked["validation_error"].isna().all()
 
 
@@ -763,14 +782,15 @@ def test_an_fsdp_efficiency_over_100_percent_says_why():
     """FSDP's devices each update a shard of the weights where one device updates them all,
     so its scaling efficiency can pass 100%: the answer says so rather than leave a user to
     doubt the number."""
-    frame = recommend(pd.DataFrame(), workloads=["gpt2_xl"], targets=["preset:l40s_eth,hosts=2"])
+    answer = recommend(pd.DataFrame(), workloads=["gpt2_xl"], targets=["preset:l40s_eth,hosts=2"])
+    frame = answer.table()
     fsdp = frame[(frame["strategy"] == "fsdp") & (frame["scaling_efficiency"] > 1.005)]
     assert not fsdp.empty
     assert all("over 100%: each device updates 1/" in r for r in fsdp["reason"])
-    (verdict,) = frame.attrs["verdicts"]
-    if verdict["pick"]["strategy"] == "fsdp":
-        assert "; over 100%: each device updates 1/16 of the weights" in verdict["why"]
-        assert "scaling efficiency 107%" not in verdict["why"]
+    (verdict,) = answer.verdicts
+    if verdict.pick.strategy == "fsdp":
+        assert "; over 100%: each device updates 1/16 of the weights" in verdict.why
+        assert "scaling efficiency 107%" not in verdict.why
 
 
 def test_a_torus_splits_tensors_within_one_ring_of_its_first_dimension():
@@ -781,9 +801,9 @@ def test_a_torus_splits_tensors_within_one_ring_of_its_first_dimension():
 
     (torus,) = parse_targets(["preset:tpu_v5p"])  # 4x4x8
     assert torus.per_host == 4
-    frame = recommend(pd.DataFrame(), workloads=["llama3_8b"], targets=["preset:tpu_v5p"],
-                      precision="bf16")
-    sweep = pd.DataFrame(frame.attrs["sweep"])
+    answer = recommend(pd.DataFrame(), workloads=["llama3_8b"], targets=["preset:tpu_v5p"],
+                       precision="bf16")
+    sweep = answer.sweep_frame()
     split = sweep[sweep["strategy"].str.contains("tensor")]
     degrees = {int(layout.split("tp=")[1].split(",")[0]) for layout in split["layout"]}
     assert not split.empty and degrees <= {2, 4}

@@ -1,19 +1,23 @@
-"""The HTML report: the verdict it leads with (from the recommender's attrs, or derived from
-its ranks), curves with hover values, history across runs with regressions flagged,
-escaping, self-containment."""
+"""The HTML report: the verdict it leads with (the recommender's own), curves with hover
+values, history across runs with regressions flagged, escaping, self-containment."""
 
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
+from typing import cast
 
 import pandas as pd
 import pytest
 from stratbench_cli import stratbench
 
+from harness.recommend.decide import sureness
+from harness.recommend.nightly import Card
+from harness.recommend.records import Answer, Candidate, Recommendation, SweepPoint, Verdict
 from reports import history
 from reports import verdict as vd
-from reports.build import build_report
+from reports.build import build_report, recommendation_context
 from reports.plots import Series, chart
 from results.schema import ResultRow
 from results.store import ResultsStore
@@ -185,132 +189,90 @@ COUNTS = (1, 2, 4, 8, 16)
 
 
 def _point(workload: str, target: str, fw: str, strategy: str, comm: float, n: int,
-           error: float) -> dict:
+           error: float) -> Candidate:
     """Time to train shrinks with devices until the exchange (comm x n of the step) wins."""
     step = 0.1 / n * (1 + comm * n * n / 4)
     time = SAMPLES / 256 * step
-    return {"workload": workload, "target": target, "framework": fw, "strategy": strategy,
-            "replicas": n, "status": "ok", "train_time_s": time,
-            "cost_usd": time * n / 3600 * PRICE, "scaling_efficiency": 0.1 / n / step,
-            "throughput_samples_s": 256 / step, "step_time_s": step,
-            "source": "simulated", "validation_error": error, "pareto": False,
-            "picked": False, "reason": f"exchange is {comm * n:.0%} of the step"}
+    return Candidate(framework=fw, strategy=strategy, replicas=n, train_time_s=time,
+                     cost_usd=time * n / 3600 * PRICE, scaling_efficiency=0.1 / n / step,
+                     throughput_samples_s=256 / step, step_time_s=step, source="simulated",
+                     validation_error=error, reason=f"exchange is {comm * n:.0%} of the step",
+                     memory_per_device_bytes=1e9, device_memory_bytes=8e10,
+                     price_per_device_hour=PRICE, train_source="extrapolated")
 
 
 def verdict_frame(workloads=("mlp:S", "recsys:S"), targets=("preset:dgx_h100_ib (16 devices)",
                                                              "local"), text: str = ""
-                  ) -> pd.DataFrame:
-    """A frame as harness.recommend.recommender.recommend() returns it with the new interface:
-    ranked rows per (workload, target), plus attrs['verdicts'] and attrs['sweep'] (plain dicts).
+                  ) -> Recommendation:
+    """An answer as harness.recommend.recommender.recommend() returns it: per (workload,
+    target) a verdict, each strategy at its best device count, and the sweep.
     ``text`` is appended to every string a verdict shows (escaping tests)."""
-    rows, verdicts, sweep = [], [], []
+    answers = []
     for w in workloads:
         for t in targets:
             points = [_point(w, t, fw, s, comm, n, 0.08 if s == "ddp" else math.nan)
                       for fw, s, comm in STRATEGIES for n in COUNTS]
-            best = {}
+            best: dict[tuple[str, str], Candidate] = {}
             for p in points:
-                key = (p["framework"], p["strategy"])
-                if key not in best or p["train_time_s"] < best[key]["train_time_s"]:
+                key = (p.framework, p.strategy)
+                if key not in best or p.train_time_s < best[key].train_time_s:
                     best[key] = p
-            ranked = sorted(best.values(), key=lambda p: p["train_time_s"])
+            ranked = sorted(best.values(), key=lambda p: p.train_time_s)
+            chosen = {id(p) for p in ranked}  # each strategy's chosen count; the pick first
+            ranked = [replace(p, rank=i) for i, p in enumerate(ranked, 1)]
             pick, runner_up = ranked[0], ranked[1]
-            for p in ranked:  # each strategy's chosen device count; the pick is the first
-                p["picked"] = p["pareto"] = True
-            for i, p in enumerate(ranked, 1):
-                rows.append({**p, "rank": i, "fits": True, "comm_fraction": math.nan,
-                             "memory_per_device_bytes": 1e9, "device_memory_bytes": 8e10,
-                             "price_per_device_hour": PRICE, "train_source": "extrapolated"})
-            sweep += [{k: p[k] for k in ("workload", "target", "framework", "strategy",
-                                         "replicas", "status", "train_time_s", "cost_usd",
-                                         "scaling_efficiency", "throughput_samples_s",
-                                         "source", "validation_error", "pareto", "picked")}
-                      for p in points]
-            margin = runner_up["train_time_s"] / pick["train_time_s"] - 1
-            keys = ("framework", "strategy", "replicas", "train_time_s", "cost_usd",
-                    "step_time_s", "throughput_samples_s", "scaling_efficiency", "source",
-                    "validation_error", "reason")
-            verdicts.append({
-                "workload": w, "target": t, "status": "ok",
-                "headline": f"use {pick['framework']}/{pick['strategy']} on "
-                            f"{pick['replicas']} devices: 10 million samples in "
-                            f"{pick['train_time_s'] / 3600:.2g} h for ${pick['cost_usd']:.2f}"
-                            f"{text}",
-                "why": f"fastest; more devices only add exchange time{text}",
-                "sure": f"simulated, ±8%; the runner-up is {margin:.0%} slower{text}",
-                "constraint": "", "margin": margin,
-                "pick": {k: pick[k] for k in keys}, "runner_up": {k: runner_up[k] for k in keys}})
-    frame = pd.DataFrame(rows)
-    frame.attrs.update(missing=[], verdicts=verdicts, sweep=sweep)
-    return frame
+            margin = runner_up.train_time_s / pick.train_time_s - 1
+            verdict = Verdict(
+                workload=w, target=t, status="ok",
+                headline=f"use {pick.framework}/{pick.strategy} on {pick.replicas} devices: "
+                         f"10 million samples in {pick.train_time_s / 3600:.2g} h for "
+                         f"${pick.cost_usd:.2f}{text}",
+                why=f"fastest; more devices only add exchange time{text}",
+                sure=f"simulated, ±8%; the runner-up is {margin:.0%} slower{text}",
+                margin=margin, pick=pick, runner_up=runner_up)
+            answers.append(Answer(verdict, tuple(ranked), tuple(
+                SweepPoint(p, id(p) in chosen, id(p) in chosen) for p in points)))
+    return Recommendation(tuple(answers))
 
 
-def ranked_frame(rows: list[tuple[str, float, float]], source: str = "simulated") -> pd.DataFrame:
-    """The old interface: only the ranked table. ``rows``: (strategy, time, error) best
-    first."""
-    return pd.DataFrame([{
-        "workload": "mlp:S", "target": "preset:x (8 devices)", "rank": i, "framework": "torch",
-        "strategy": s, "replicas": 8, "status": "ok", "fits": True, "train_time_s": t,
-        "cost_usd": t * 8 / 3600 * PRICE, "step_time_s": t / 1e5,
-        "throughput_samples_s": SAMPLES / t, "scaling_efficiency": 0.9, "source": source,
-        "validation_error": e, "reason": f"reason {s}"} for i, (s, t, e) in enumerate(rows, 1)])
-
-
-def test_verdicts_from_attrs_are_taken_as_given():
-    frame = verdict_frame()
-    got = vd.verdicts(frame, SAMPLES)
-    assert len(got) == 4 and [v["workload"] for v in got] == ["mlp:S"] * 2 + ["recsys:S"] * 2
+def test_the_report_shows_the_recommenders_verdicts_as_given():
+    answer = verdict_frame()
+    context = recommendation_context(answer)
+    got = context["verdicts"]
+    assert len(got) == 4 and [v.workload for v in got] == ["mlp:S"] * 2 + ["recsys:S"] * 2
+    assert got[0] is answer.verdicts[0]
     v = got[0]
-    assert v["headline"] == frame.attrs["verdicts"][0]["headline"]
-    assert v["pick"]["strategy"] == "ddp" and v["runner_up"]["strategy"] == "fsdp"
-    assert isinstance(v["pick"]["replicas"], int) and v["margin"] > 0
+    assert v.pick is not None and v.runner_up is not None
+    assert v.pick.strategy == "ddp" and v.runner_up.strategy == "fsdp" and v.margin > 0
     # each workload leads with its first target that has a pick
-    frame.attrs["verdicts"][0]["status"] = "none"
-    leads = vd.leads(vd.verdicts(frame, SAMPLES))
-    assert [(v["workload"], v["target"]) for v in leads] == [
+    leads = vd.leads([replace(got[0], status="none"), *got[1:]])
+    assert [(v.workload, v.target) for v in leads] == [
         ("mlp:S", "local"), ("recsys:S", "preset:dgx_h100_ib (16 devices)")]
 
 
-def test_verdict_missing_keys_are_filled():
-    v = vd.normalize({"workload": "mlp:S", "target": "t", "pick": {"framework": "torch"},
-                      "runner_up": None})
-    assert v["status"] == "none" and v["runner_up"] is None and math.isnan(v["margin"])
-    assert v["pick"]["replicas"] == 0 and math.isnan(v["pick"]["train_time_s"])
+def test_a_stored_cards_missing_keys_are_filled():
+    v = vd.CardView.of(cast(Card, {"workload": "mlp:S", "target": "t", "why": math.nan}))
+    assert v.status == "none" and v.runner_up is None and math.isnan(v.margin)
+    assert v.why == "" and v.pick is None and not v.changed
 
 
-def test_verdict_derived_from_ranks_without_attrs():
-    """Before the recommender writes attrs: rank 1 is the pick, rank 2 the runner-up."""
-    frame = ranked_frame([("ddp", 7200.0, 0.08), ("fsdp", 7560.0, 0.12),
-                          ("parameter_server", 9000.0, math.nan)])
-    (v,) = vd.verdicts(frame, SAMPLES)
-    assert v["status"] == "ok" and v["pick"]["strategy"] == "ddp"
-    assert v["runner_up"]["strategy"] == "fsdp"
-    assert v["margin"] == pytest.approx(0.05)
-    assert v["headline"] == "use torch/ddp on 8 devices: 10 million samples in 2 h for $40.00"
-    assert v["why"] == "reason ddp"
-    # the recommender's own rule (decide.sureness): a 5% margin under the two errors
-    # together (8% + 12%) is a close call
-    assert "±8%" in v["sure"] and "within the error (20%): close" in v["sure"]
-    assert vd.curve_plots(frame) == []  # no sweep, no curve
+def test_how_sure_weighs_the_margin_against_both_errors():
+    """The recommender's own rule (decide.sureness): a 5% margin under the two errors
+    together (8% + 12%) is a close call; measured figures against run-to-run noise."""
+    def pick(strategy: str, time: float, error: float, source: str = "simulated"
+             ) -> Candidate:
+        return Candidate(framework="torch", strategy=strategy, replicas=8, source=source,
+                         train_time_s=time, validation_error=error)
 
-
-def test_derived_verdict_measured_and_clear():
-    frame = ranked_frame([("ddp", 100.0, math.nan), ("fsdp", 150.0, math.nan)], "measured")
-    (v,) = vd.verdicts(frame, SAMPLES)
-    assert v["sure"] == "measured; the runner-up is 1.5x slower: beyond run-to-run noise (5%)"
-    close = ranked_frame([("ddp", 100.0, math.nan), ("fsdp", 103.0, math.nan)], "measured")
-    (v,) = vd.verdicts(close, SAMPLES)
-    assert v["sure"].endswith("within run-to-run noise (5%): close, either will do")
-
-
-def test_derived_verdict_when_nothing_fits():
-    frame = ranked_frame([("ddp", 100.0, math.nan)])
-    frame["fits"] = False
-    frame["reason"] = "does not fit: needs 90 GB per device"
-    (v,) = vd.verdicts(frame, SAMPLES)
-    assert v["status"] == "none" and v["pick"] is None
-    assert v["why"] == "does not fit: needs 90 GB per device"
-    assert vd.verdicts(frame.iloc[0:0], SAMPLES) == []
+    sure, margin = sureness(pick("ddp", 7200.0, 0.08), pick("fsdp", 7560.0, 0.12))
+    assert margin == pytest.approx(0.05)
+    assert "±8%" in sure and "within the error (20%): close" in sure
+    sure, _ = sureness(pick("ddp", 100.0, math.nan, "measured"),
+                       pick("fsdp", 150.0, math.nan, "measured"))
+    assert sure == "measured; the runner-up is 1.5x slower: beyond run-to-run noise (5%)"
+    sure, _ = sureness(pick("ddp", 100.0, math.nan, "measured"),
+                       pick("fsdp", 103.0, math.nan, "measured"))
+    assert sure.endswith("within run-to-run noise (5%): close, either will do")
 
 
 def test_every_point_has_an_escaped_title():
@@ -329,15 +291,16 @@ def test_every_point_has_an_escaped_title():
 
 
 def test_curve_marks_the_pick_and_says_each_point():
-    frame = verdict_frame(workloads=("mlp:S",), targets=("local",))
-    (svg,) = map(str, vd.curve_plots(frame))
+    answer = verdict_frame(workloads=("mlp:S",), targets=("local",))
+    (svg,) = map(str, vd.curve_plots(answer))
     tips = re.findall(r'class="pt"><title>([^<]*)</title>', svg)
     assert len(tips) == len(STRATEGIES) * len(COUNTS)
     assert svg.count('class="pick"') == 1  # the verdict's pick, not every strategy's best
-    pick = frame.attrs["verdicts"][0]["pick"]
+    pick = answer.verdicts[0].pick
+    assert pick is not None
     ringed = re.search(r'class="pick"><title>([^<]*)</title>', svg).group(1)
-    assert ringed.startswith(f"torch/ddp, {pick['replicas']} devices: ")
-    assert f"${pick['cost_usd']:,.2f}" in ringed and "the pick" in ringed
+    assert ringed.startswith(f"torch/ddp, {pick.replicas} devices: ")
+    assert f"${pick.cost_usd:,.2f}" in ringed and "the pick" in ringed
     assert "validation error 8%" in ringed
     assert sum("chosen device count" in t for t in tips) == len(STRATEGIES) - 1
     assert ">mlp:S on local</text>" in svg
@@ -366,27 +329,6 @@ def test_report_leads_with_the_verdict(two_runs, monkeypatch):
     assert "<details open" not in html
     assert "<script" not in html.lower()
     assert html.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 3 * 2
-
-
-def test_report_derives_the_verdict_from_ranks(two_runs, monkeypatch):
-    """A recommender without verdict attrs: a verdict per workload all the same, no curves."""
-    import harness.recommend.recommender
-
-    real = harness.recommend.recommender.recommend_from_store
-
-    def without_attrs(root):
-        frame = real(root)
-        frame.attrs.pop("verdicts", None)
-        frame.attrs.pop("sweep", None)
-        return frame
-
-    monkeypatch.setattr(harness.recommend.recommender, "recommend_from_store", without_attrs)
-    html = build_report(two_runs)
-    cards = re.findall(r'<article class="verdict (\w+)" data-workload="([^"]+)"', html)
-    assert cards == [("ok", "mlp:S")]
-    card = html[html.index("<article"):html.index("</article>")]
-    assert "use torch/" in card and "Runner-up" in card and "How sure" in card
-    assert 'id="curves"' not in html
 
 
 def test_a_weight_mismatch_is_flagged_at_the_top_and_in_its_row(tmp_path):

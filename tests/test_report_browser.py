@@ -61,20 +61,20 @@ def report(tmp_path):
     return write_report(_store(tmp_path).root, tmp_path / "report.html")
 
 
-def _leads(frame) -> dict[str, str]:
+def _leads(answer) -> dict[str, str]:
     """Each workload's lead verdict: its pick as framework/strategy."""
-    return {v["workload"]: f"{v['pick']['framework']}/{v['pick']['strategy']}"
-            for v in vd.leads(vd.verdicts(frame, 1e7))}
+    return {v.workload: f"{v.pick.framework}/{v.pick.strategy}"
+            for v in vd.leads(list(answer.verdicts))}
 
 
-@pytest.fixture(params=["stored", "attrs"])
+@pytest.fixture(params=["stored", "given"])
 def verdict_report(request, tmp_path, monkeypatch):
     """(report, expected lead picks): the recommender's own output on stored runs, and a
-    frame carrying verdicts and a sweep for three workloads on three targets (curves)."""
+    given answer with verdicts and a sweep for three workloads on three targets (curves)."""
     import harness.recommend.recommender
 
     store = _store(tmp_path)
-    if request.param == "attrs":
+    if request.param == "given":
         frame = verdict_frame(workloads=("mlp:S", "recsys:S", "cnn:S"),
                               targets=("preset:dgx_h100_ib (16 devices)",
                                        "preset:eth25_v100 (32 devices)", "local"))

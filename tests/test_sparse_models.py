@@ -181,7 +181,7 @@ def test_a_synchronous_servers_round_applies_every_workers_gradient():
     from harness.calibrate.workload import workload_facts
     from harness.sim.step.data_parallel import simulate_step
     from harness.sim.systems.spec import parse_topology
-    from workloads.execution import PsDeployment
+    from workloads.execution import Execution, PsDeployment
 
     profile = dataclasses.replace(workload_facts("recsys:M").at(batch=128),
                                   step_time_s=0.01, optimizer_s=0.004)
@@ -189,7 +189,7 @@ def test_a_synchronous_servers_round_applies_every_workers_gradient():
     def optimizer(workers: int, shards: int) -> float:
         return simulate_step("parameter_server", parse_topology("switch:n=8,bw=100Gbit,lat=5us"),
                              workers, profile,
-                             ps=PsDeployment(shards=shards)).optimizer_s
+                             execution=Execution(ps=PsDeployment(shards=shards))).optimizer_s
 
     assert optimizer(4, 2) == pytest.approx(2 * optimizer(2, 2))
     assert optimizer(4, 1) == pytest.approx(0.016)
@@ -242,13 +242,13 @@ def test_dlrm_on_described_gpus_is_answered_with_its_tables_sharded():
     assert facts.embedding_lookups == 26
     assert facts.dense_fraction == pytest.approx(
         1 - sum(DLRM_TABLE_ROWS) * DLRM_DIM / facts.params)
-    frame = recommend(pd.DataFrame(), workloads=["dlrm"], targets=["preset:dgx_a100,hosts=2"],
-                      precision="fp16", global_batch=65536)
-    (verdict,) = frame.attrs["verdicts"]
-    pick = verdict["pick"]
-    assert pick["strategy"] == "embedding_sharding" and pick["replicas"] in (8, 16)
-    points = pd.DataFrame(frame.attrs["sweep"]).set_index(["strategy", "replicas"])
-    sharded = points.loc[("embedding_sharding", pick["replicas"])]
+    answer = recommend(pd.DataFrame(), workloads=["dlrm"], targets=["preset:dgx_a100,hosts=2"],
+                       precision="fp16", global_batch=65536)
+    (verdict,) = answer.verdicts
+    pick = verdict.pick
+    assert pick.strategy == "embedding_sharding" and pick.replicas in (8, 16)
+    points = answer.sweep_frame().set_index(["strategy", "replicas"])
+    sharded = points.loc[("embedding_sharding", pick.replicas)]
     assert sharded["status"] == "ok"
     assert points.loc[("embedding_sharding", 16), "step_time_s"] == pytest.approx(
         points.loc[("embedding_sharding", 8), "step_time_s"], rel=0.05)
@@ -266,8 +266,9 @@ def test_a_workloads_own_optimizer_sizes_its_memory_unless_one_is_named():
     from workloads.known import get_known
 
     def sharded(**kwargs: str) -> tuple[int, float]:
-        frame = recommend(pd.DataFrame(), workloads=["dlrm"],
-                          targets=["preset:dgx_a100,hosts=2"], global_batch=65536, **kwargs)
+        answer = recommend(pd.DataFrame(), workloads=["dlrm"],
+                           targets=["preset:dgx_a100,hosts=2"], global_batch=65536, **kwargs)
+        frame = answer.table()
         (row,) = frame[frame["strategy"] == "embedding_sharding"].to_dict("records")
         return int(row["replicas"]), float(row["memory_per_device_bytes"])
 

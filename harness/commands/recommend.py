@@ -155,7 +155,6 @@ def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple
         DEFAULT_SAMPLES,
         format_table,
         recommend_from_store,
-        to_records,
     )
     from harness.sim.systems.preset import is_system_path
 
@@ -164,7 +163,7 @@ def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple
         info(f"stack {named}")
     targets = (*targets, *(f"preset:{s if is_system_path(s) else './' + s}" for s in systems))
     read_as = _how_read(targets)
-    frame = recommend_from_store(results_dir(results), workloads=workloads, targets=targets,
+    answer = recommend_from_store(results_dir(results), workloads=workloads, targets=targets,
                                  samples=DEFAULT_SAMPLES if samples is None else samples,
                                  price=price, budget=budget,
                                  deadline_s=None if deadline is None else deadline * 3600,
@@ -172,15 +171,11 @@ def command(workloads: tuple[str, ...], targets: tuple[str, ...], systems: tuple
                                  precision=precision, global_batch=global_batch,
                                  optimizer=optimizer, mechanisms=mechanisms)
     if as_json:
-        print_json({"verdicts": frame.attrs.get("verdicts", []),
-                    "mechanisms": frame.attrs.get("mechanisms", ""), "stack": named,
-                    "ranking": to_records(frame),
-                    "sweep": frame.attrs.get("sweep", []),
-                    "missing": frame.attrs.get("missing", []), "read_as": read_as})
+        print_json({**answer.as_json(), "stack": named, "read_as": read_as})
     else:
         for line in read_as:
             info(line)
-        click.echo(format_table(frame))
+        click.echo(format_table(answer))
 
 
 def _how_read(targets: tuple[str, ...]) -> list[str]:

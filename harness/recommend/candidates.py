@@ -1,7 +1,7 @@
 """Every configuration a target offers, with its step time and where that number came from.
 
-Three sources, one record (a plain dict, "point"), so the decision rule never asks where a
-number came from; the row says it (``source``, ``validation_error``):
+Three sources, one record (``records.Candidate``), so the decision rule never asks where a
+number came from; the candidate says it (``source``, ``validation_error``):
 - measured: the latest ok rows of this cluster in the results store;
 - predicted: an emulated cluster never run, each real strategy predicted by
   ``harness.predict.step`` from this machine's calibration (the rules `validate` scores);
@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import pandas as pd
 
-from harness.calibrate.links import links_of_cluster
+from harness.calibrate.links import MeasuredLinks, links_of_cluster
 from harness.calibrate.workload import (
+    MeasuredCompute,
     emulated_compute,
     estimated_compute,
     measured_compute,
@@ -28,11 +29,13 @@ from harness.calibrate.workload import (
 )
 from harness.core.errors import InputError
 from harness.core.layout import largest_divisor
-from harness.core.strategies import exchange_kind
 from harness.predict.emulated import emulated_strategies, predict_emulated
+from harness.recommend.records import Candidate, MeasuredRun
 from harness.recommend.targets import Target, device_counts, device_kind
 from harness.sim.api import activations_on_device
+from harness.sim.rows import LayoutRow, SimulatedRow
 from harness.sim.systems.calibration import Calibration
+from workloads.execution import Execution
 from workloads.spec import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -69,7 +72,7 @@ class Context:
     global_batch: int | None = None
     # the stack's mechanisms every model-parallel candidate runs with (harness.core.layout.
     # MECHANISMS, as stated; the rest Layout's defaults)
-    mechanisms: dict[str, Any] = field(default_factory=dict)
+    mechanisms: dict[str, bool | str] = field(default_factory=dict)
 
 
 def runs_as(model: str, device: str, hosts: int = 1, zero: int = 0,
@@ -118,17 +121,12 @@ def device_memory(target: Target, ctx: Context, replicas: int) -> float:
     return float(ctx.ram_bytes) / max(1, on_this_machine)
 
 
-def _point(facts: WorkloadSpec, **fields: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {"status": "ok", "status_reason": "", "comm_fraction": NAN,
-            "bytes_per_worker": NAN, "params": facts.params, "sparsity": facts.sparsity,
-            "dense_fraction": facts.dense_fraction,
-            "table_gradient_bytes": facts.table_gradient_bytes,
-            "activation_bytes_per_sample": facts.activation_bytes_per_sample,
-            "validation_error": NAN, "price_per_device_hour": NAN, "price_basis": "",
-            "compute_note": ""}
-    point = base | fields
-    point["exchange"] = exchange_kind(point["framework"], point["strategy"])
-    return point
+def _point(facts: WorkloadSpec, **fields: Any) -> Candidate:
+    """A candidate with the workload's sizes (what its memory is counted from)."""
+    return Candidate(params=facts.params, sparsity=facts.sparsity,
+                     dense_fraction=facts.dense_fraction,
+                     table_gradient_bytes=facts.table_gradient_bytes,
+                     activation_bytes_per_sample=facts.activation_bytes_per_sample, **fields)
 
 
 def _latest(frame: pd.DataFrame) -> pd.DataFrame:
@@ -136,7 +134,7 @@ def _latest(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values("run_id").groupby(keys, dropna=False, sort=False).tail(1)
 
 
-def measured_points(ctx: Context, facts: WorkloadSpec, target: Target) -> list[dict[str, Any]]:
+def measured_points(ctx: Context, facts: WorkloadSpec, target: Target) -> list[Candidate]:
     """The latest measured rows of ``facts.name`` on the target's own cluster."""
     m = ctx.measured
     if m.empty:
@@ -171,14 +169,14 @@ def measured_points(ctx: Context, facts: WorkloadSpec, target: Target) -> list[d
             comm_fraction=max(0.0, 1 - t1 / tn) if n > 1 and tn > 0 else NAN,
             bytes_per_worker=float(sent) if sent is not None else NAN, source="measured",
             device_memory_bytes=device_memory(target, ctx, n), price_per_device_hour=price,
-            price_basis=basis, weights_match=_weights_match(r),
-            max_weight_diff=_number(r.get("max_weight_diff")),
-            measured_memory_bytes=_number(r.get("model_memory_bytes"))))
+            price_basis=basis, measured=MeasuredRun(
+                _weights_match(r), _number(r.get("max_weight_diff")),
+                _number(r.get("model_memory_bytes")))))
     return out
 
 
 def _local_baseline(ctx: Context, facts: WorkloadSpec, target: Target, framework: str,
-                    price: float, basis: str) -> list[dict[str, Any]]:
+                    price: float, basis: str) -> list[Candidate]:
     """A cluster measured without its one-replica case: one device there is one host like
     this machine, so its baseline is this machine's own one-replica run."""
     local = measured_compute(ctx.measured, facts.name, framework)
@@ -198,10 +196,10 @@ def _number(value: Any) -> float:
     return float(value) if value is not None else NAN
 
 
-def compute_source(compute: Any) -> str:
+def compute_source(compute: MeasuredCompute) -> str:
     """'measured' only for a run of this workload (its one-device strategy); a step estimated
     from another workload's FLOPs and speed is 'estimated' (its note says from what)."""
-    return "estimated" if getattr(compute, "estimated_from", "") else "measured"
+    return "estimated" if compute.estimated_from else "measured"
 
 
 def _weights_match(row: dict[Any, Any]) -> bool | None:
@@ -211,13 +209,12 @@ def _weights_match(row: dict[Any, Any]) -> bool | None:
     return None
 
 
-def probed_links(ctx: Context, target: Target) -> Any:
+def probed_links(ctx: Context, target: Target) -> MeasuredLinks:
     """The target's links as this machine's link probes saw them (calibrate.links)."""
     return links_of_cluster(ctx.networks, target.spec)
 
 
-def predicted_points(ctx: Context, facts: WorkloadSpec, target: Target
-                     ) -> list[dict[str, Any]]:
+def predicted_points(ctx: Context, facts: WorkloadSpec, target: Target) -> list[Candidate]:
     """An emulated cluster that was never run: each real strategy at 2, 4, ... hosts,
     predicted from this machine's calibration; the one-device baseline measured here."""
     from harness.core.strategies import baseline
@@ -225,7 +222,7 @@ def predicted_points(ctx: Context, facts: WorkloadSpec, target: Target
 
     links = probed_links(ctx, target)
     price, basis = _price(ctx, target, measured_here=True)
-    out: list[dict[str, Any]] = []
+    out: list[Candidate] = []
     for framework in ("torch", "tf"):
         compute = emulated_compute(ctx.measured, facts, framework)
         if compute is None:
@@ -245,7 +242,8 @@ def predicted_points(ctx: Context, facts: WorkloadSpec, target: Target
                                        target.spec)
                 if row is None:
                     continue
-                out.append(_sim_point(ctx, facts, target, row, framework=fw, strategy=strategy,
+                out.append(_sim_point(ctx, facts, target, _Step.of(row.row), framework=fw,
+                                      strategy=strategy,
                                       model=model, batch=batch, single_s=t1, price=price,
                                       basis=basis, source="predicted",
                                       compute_note=compute.note + ", cores shared as run"))
@@ -254,22 +252,58 @@ def predicted_points(ctx: Context, facts: WorkloadSpec, target: Target
     return out
 
 
-def _sim_point(ctx: Context, facts: WorkloadSpec, target: Target, row: dict[str, Any], *,
+@dataclass(frozen=True, kw_only=True)
+class _Step:
+    """What a candidate reads of a simulated (or predicted, or stored) step."""
+
+    strategy: str
+    replicas: int
+    status: str
+    reason: str
+    step_time_median_s: float = NAN
+    throughput_samples_s: float = NAN
+    exposed_comm_s: float = NAN
+    bytes_per_worker: float = NAN
+    compute_s: float = NAN
+    optimizer_s: float = NAN
+
+    @classmethod
+    def of(cls, row: SimulatedRow) -> _Step:
+        return cls(strategy=row.strategy, replicas=row.replicas, status=row.status,
+                   reason=row.reason, step_time_median_s=row.step_time_median_s,
+                   throughput_samples_s=row.throughput_samples_s,
+                   exposed_comm_s=row.exposed_comm_s, bytes_per_worker=row.bytes_per_worker,
+                   compute_s=row.compute_s, optimizer_s=row.optimizer_s)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> _Step:
+        """A results row (stored, or predicted) as a step."""
+        return cls(strategy=row["strategy"], replicas=row["replicas"], status=row["status"],
+                   reason=row.get("reason") or "",
+                   step_time_median_s=float(row.get("step_time_median_s", NAN)),
+                   throughput_samples_s=float(row.get("throughput_samples_s", NAN)),
+                   exposed_comm_s=float(row.get("exposed_comm_s", NAN)),
+                   bytes_per_worker=float(row.get("bytes_per_worker", NAN)),
+                   compute_s=float(row.get("compute_s", NAN)),
+                   optimizer_s=float(row.get("optimizer_s", NAN)))
+
+
+def _sim_point(ctx: Context, facts: WorkloadSpec, target: Target, row: _Step, *,
                framework: str, strategy: str, model: str, batch: int, single_s: float,
-               price: float, basis: str, source: str, compute_note: str) -> dict[str, Any]:
-    n = int(row["replicas"])
+               price: float, basis: str, source: str, compute_note: str) -> Candidate:
+    n = int(row.replicas)
     overall = ctx.errors.get("step", ctx.errors.get("collective", NAN))
-    step = float(row.get("step_time_median_s", NAN))
-    exposed = float(row.get("exposed_comm_s", NAN))
-    ok = row["status"] == "ok"
-    tput = float(row["throughput_samples_s"]) if ok else NAN
+    step = float(row.step_time_median_s)
+    exposed = float(row.exposed_comm_s)
+    ok = row.status == "ok"
+    tput = float(row.throughput_samples_s) if ok else NAN
     return _point(
-        facts, framework=framework, strategy=strategy, replicas=n, status=row["status"],
-        status_reason=row.get("reason") or "", step_time_s=step, batch=batch,
+        facts, framework=framework, strategy=strategy, replicas=n, status=row.status,
+        status_reason=row.reason or "", step_time_s=step, batch=batch,
         throughput_samples_s=tput,
         scaling_efficiency=tput * single_s / (n * batch) if ok else NAN,
         comm_fraction=exposed / step if ok and step > 0 else NAN,
-        bytes_per_worker=float(row.get("bytes_per_worker", NAN)), source=source,
+        bytes_per_worker=float(row.bytes_per_worker), source=source,
         validation_error=ctx.errors.get(f"step:{model}", overall),
         device_memory_bytes=device_memory(target, ctx, n), price_per_device_hour=price,
         price_basis=basis, compute_note=compute_note, model=model)
@@ -294,8 +328,7 @@ def _price(ctx: Context, target: Target, measured_here: bool) -> tuple[float, st
     return NAN, ""
 
 
-def topology_points(ctx: Context, facts: WorkloadSpec, target: Target
-                    ) -> list[dict[str, Any]]:
+def topology_points(ctx: Context, facts: WorkloadSpec, target: Target) -> list[Candidate]:
     """A topology at each device count of the sweep: stored simulations where they match,
     else simulated now; compute from the named device's speed and the workload's FLOPs, else
     measured here (a device like this machine)."""
@@ -308,7 +341,8 @@ def topology_points(ctx: Context, facts: WorkloadSpec, target: Target
     device = ctx.device or target.preset_name
     facts, calibration, compute_s, compute_note, checked = _compute_basis(ctx, facts, device)
     price, basis = _price(ctx, target, measured_here=device is None)
-    profile = with_device_update(facts.at(step_time_s=compute_s), calibration)
+    execution = Execution(precision=ctx.precision)
+    profile = with_device_update(facts.at(step_time_s=compute_s), calibration, execution)
     if ctx.precision is not None:  # FSDP gathers and reduces in it; replicas' weights and
         from workloads.precision import precision as find_precision  # gradients stay fp32
 
@@ -317,29 +351,28 @@ def topology_points(ctx: Context, facts: WorkloadSpec, target: Target
     one = _per_replica(facts, profile, ctx.global_batch, 1)
     assert one is not None  # one device takes every sample of a step
     single_facts, single_profile, single_times = one
-    single_compute = compute_seconds(single_profile, calibration)[0]
-    add_s = accumulation_add_seconds(profile, calibration)
+    single_compute = compute_seconds(single_profile, calibration, execution)[0]
+    add_s = accumulation_add_seconds(profile, calibration, execution)
     single_s = (single_times * single_compute + (single_times - 1) * add_s
                 + profile.optimizer_s)
     batch = ctx.global_batch or facts.batch_size  # the single device's samples a step
+    single_batch, single_layout = _accumulation(single_facts, single_times)
     out = [_point(facts, framework="sim", strategy="single_device", replicas=1,
-                  step_time_s=single_s, batch=batch,
+                  step_time_s=single_s, batch=single_batch,
                   throughput_samples_s=batch / single_s, scaling_efficiency=1.0,
                   source="simulated", device_memory_bytes=device_memory(target, ctx, 1),
-                  price_per_device_hour=price, price_basis=basis, compute_note=compute_note)
-           | _accumulation(single_facts, single_times)]
-    shared: dict[str, Any] = dict(batch=batch, single_s=single_s, price=price, basis=basis,
-                  source="simulated", compute_note=compute_note)
+                  price_per_device_hour=price, price_basis=basis, compute_note=compute_note,
+                  layout=single_layout)]
+    shared = _Shared(batch=batch, single_s=single_s, price=price, basis=basis,
+                     compute_note=compute_note)
     out += _data_parallel_points(ctx, facts, target, profile, calibration, add_s, shared)
     for row in _model_parallel_rows(ctx, facts, target, calibration, compute_s):
-        point = _sim_point(ctx, facts, target, row, framework="sim", strategy=row["strategy"],
-                           model=row["strategy"], **shared)
-        point.update(layout=row["layout"] + _recomputed(row["recompute"]),
-                     memory_per_device_bytes=row["memory_per_device_bytes"],
-                     bubble=row["bubble_fraction"], zero=int(row.get("zero", 0) or 0))
-        out.append(point)
-    _annotate(out, ctx, facts, target, calibration, checked)
-    return out
+        point = _sim_point(ctx, facts, target, _Step.of(row), framework="sim",
+                           strategy=row.strategy, model=row.strategy, **shared.kwargs())
+        out.append(replace(point, layout=row.layout.describe() + _recomputed(row.recompute),
+                           memory_per_device_bytes=row.memory_per_device_bytes,
+                           bubble=row.bubble_fraction, zero=int(row.layout.zero or 0)))
+    return _annotate(out, ctx, facts, target, calibration, checked)
 
 
 def _compute_basis(ctx: Context, facts: WorkloadSpec, device: str | None) -> tuple[
@@ -364,7 +397,7 @@ def _compute_basis(ctx: Context, facts: WorkloadSpec, device: str | None) -> tup
         calibration = Calibration(device_flops=preset_cal.device_flops,
                                   compute_source=f"preset {device}", name=device,
                                   price_per_device_hour=preset_cal.price_per_device_hour,
-                                  device=preset_cal.device, precision=ctx.precision)
+                                  device=preset_cal.device)
         compute_note = (f"compute by the device model on the {device} device "
                         f"({ctx.precision or 'its training precision'})" if facts.ops
                         else f"compute from FLOPs on the {device} device")
@@ -376,7 +409,7 @@ def _compute_basis(ctx: Context, facts: WorkloadSpec, device: str | None) -> tup
             checked = published_check(device, ctx.precision)
         # activations as the device keeps them: every candidate's memory reads this
         facts = replace(facts, activation_bytes_per_sample=activations_on_device(
-            facts, calibration, facts.name))
+            facts, calibration, facts.name, execution=Execution(precision=ctx.precision)))
     elif facts.step_time_s is not None:
         compute_s, compute_note = facts.step_time_s, "compute stated by the profile"
     else:
@@ -389,12 +422,38 @@ def _compute_basis(ctx: Context, facts: WorkloadSpec, device: str | None) -> tup
     return facts, calibration, compute_s, compute_note, checked
 
 
+@dataclass(frozen=True)
+class _Shared:
+    """What every simulated candidate of a topology shares: the samples a step, the one
+    device's step, the price and where the compute came from."""
+
+    batch: int
+    single_s: float
+    price: float
+    basis: str
+    compute_note: str
+
+    def kwargs(self) -> _SharedKwargs:
+        return _SharedKwargs(batch=self.batch, single_s=self.single_s, price=self.price,
+                             basis=self.basis, source="simulated",
+                             compute_note=self.compute_note)
+
+
+class _SharedKwargs(TypedDict):
+    batch: int
+    single_s: float
+    price: float
+    basis: str
+    source: str
+    compute_note: str
+
+
 def _data_parallel_points(ctx: Context, facts: WorkloadSpec, target: Target,
                           profile: WorkloadSpec, calibration: Calibration | None,
-                          add_s: float, shared: dict[str, Any]) -> list[dict[str, Any]]:
+                          add_s: float, shared: _Shared) -> list[Candidate]:
     """Each data-parallel strategy at each device count of the sweep past one."""
-    out: list[dict[str, Any]] = []
-    checkpointed = _checkpointed_activations(facts, calibration)
+    out: list[Candidate] = []
+    checkpointed = _checkpointed_activations(facts, calibration, Execution(precision=ctx.precision))
     for n in [c for c in device_counts(target) if c > 1]:
         share = _per_replica(facts, profile, ctx.global_batch, n)
         if share is None:  # the global batch does not split over n replicas
@@ -402,39 +461,47 @@ def _data_parallel_points(ctx: Context, facts: WorkloadSpec, target: Target,
         at_n, profile_n, times = share
         fitting, too_big = _fitting_strategies(ctx, at_n, target, n)
         rows = (None if ctx.global_batch else _stored(ctx, facts, target, n)) or (
-            _simulated(target.spec, n, fitting, profile_n, times, calibration, facts.name)
+            _simulated(target.spec, n, fitting, profile_n, times, calibration, facts.name,
+                       Execution(precision=ctx.precision))
             if fitting else [])
         rows += too_big
         wrapped = (_checkpointed_fsdp(ctx, at_n, target, n, profile_n, calibration,
                                       checkpointed)
                    if "fsdp" not in fitting and checkpointed is not None else None)
-        for row, extra in [*((r, {}) for r in rows), *([wrapped] if wrapped else [])]:
+        for row, need in [*((r, None) for r in rows), *([wrapped] if wrapped else [])]:
             row = _accumulated(row, times, at_n.batch_size * n * times, add_s)
-            out.append(_sim_point(ctx, facts, target, row, framework="sim",
-                                  strategy=row["strategy"], model=row["strategy"], **shared)
-                       | extra | _accumulation(at_n, times, extra.get("layout")))
+            point = _sim_point(ctx, facts, target, row, framework="sim",
+                               strategy=row.strategy, model=row.strategy,
+                               **shared.kwargs())
+            micro, layout = _accumulation(
+                at_n, times, None if need is None else "every layer checkpointed")
+            out.append(replace(point, batch=micro, layout=layout,
+                               memory_per_device_bytes=need))
     return out
 
 
-def _annotate(out: list[dict[str, Any]], ctx: Context, facts: WorkloadSpec, target: Target,
-              calibration: Calibration | None, checked: PublishedCheck | None) -> None:
+def _annotate(out: list[Candidate], ctx: Context, facts: WorkloadSpec, target: Target,
+              calibration: Calibration | None, checked: PublishedCheck | None
+              ) -> list[Candidate]:
     """Model FLOPs utilisation, the system's published error, and how each pick runs."""
     peak = _dense_peak(calibration)
     needed = model_flops(facts)
-    for point in out:  # model FLOPs over the devices' dense peak: what large runs report
-        tput = point.get("throughput_samples_s", NAN)
-        point["mfu"] = (needed * tput / (int(point["replicas"]) * peak)
-                        if peak and math.isfinite(tput) and needed else NAN)
-    if checked is not None:  # the whole step on real clusters of this system: its error
-        for point in out:
-            point.update(validation_error=checked.median_abs_error,
-                         validation_basis=checked.describe())
     kind = device_kind(target, ctx.device)
-    for point in out[1:]:
-        hosts = -(-int(point["replicas"]) // max(1, target.per_host))
-        point["runs_as"] = runs_as(point["strategy"], kind, hosts, int(point.get("zero", 0)),
-                                   facts.framework)
-        point["device_kind"] = kind
+    annotated = []
+    for i, point in enumerate(out):
+        tput = point.throughput_samples_s
+        # model FLOPs over the devices' dense peak: what large runs report
+        point = replace(point, mfu=(needed * tput / (int(point.replicas) * peak)
+                                    if peak and math.isfinite(tput) and needed else NAN))
+        if checked is not None:  # the whole step on real clusters of this system: its error
+            point = replace(point, validation_error=checked.median_abs_error,
+                            validation_basis=checked.describe())
+        if i > 0:
+            hosts = -(-int(point.replicas) // max(1, target.per_host))
+            point = replace(point, device_kind=kind, runs_as=runs_as(
+                point.strategy, kind, hosts, int(point.zero or 0), facts.framework))
+        annotated.append(point)
+    return annotated
 
 
 def _per_replica(facts: WorkloadSpec, profile: WorkloadSpec, global_batch: int | None,
@@ -460,7 +527,8 @@ def _per_replica(facts: WorkloadSpec, profile: WorkloadSpec, global_batch: int |
 
 
 def _simulated(spec: str, n: int, strategies: list[str], profile: WorkloadSpec,
-               times: int, calibration: Any, label: str) -> list[dict[str, Any]]:
+               times: int, calibration: Calibration | None, label: str,
+               execution: Execution) -> list[_Step]:
     """One micro-batch per replica of each strategy simulated; where replicas accumulate
     ``times`` of them, the strategies that exchange once a step exchange the sum of their
     gradients (``WorkloadSpec.drawing``: a sparse one touches more rows) and, where the
@@ -471,46 +539,46 @@ def _simulated(spec: str, n: int, strategies: list[str], profile: WorkloadSpec,
 
     summed = profile.drawing(times)
     if summed is profile:
-        return simulate(spec, n, strategies, profile, calibration, workload=label)
-    timed = device_step(summed, calibration)  # None: compute measured or stated
+        return [_Step.of(r) for r in simulate(spec, n, strategies, profile, calibration,
+                                              workload=label, execution=execution)]
+    timed = device_step(summed, calibration, execution)  # None: measured or stated
     if timed is not None:
         summed = replace(summed, optimizer_s=timed.optimizer_s)
     # its compute stays one micro-batch's, as the device model times the profile
-    summed = replace(summed, step_time_s=compute_seconds(profile, calibration)[0])
+    summed = replace(summed, step_time_s=compute_seconds(profile, calibration,
+                                                                execution)[0])
     each = [s for s in strategies if s in EXCHANGES_EVERY_MICROBATCH]
     once = [s for s in strategies if s not in EXCHANGES_EVERY_MICROBATCH]
-    rows = {str(row["strategy"]): row for part, at in ((each, profile), (once, summed)) if part
-            for row in simulate(spec, n, part, at, calibration, workload=label)}
+    rows = {row.strategy: _Step.of(row) for part, at in ((each, profile), (once, summed))
+            if part for row in simulate(spec, n, part, at, calibration,
+                                                  workload=label, execution=execution)}
     return [rows[s] for s in strategies if s in rows]
 
 
-def _accumulated(row: dict[str, Any], times: int, samples: int, add_s: float
-                 ) -> dict[str, Any]:
+def _accumulated(row: _Step, times: int, samples: int, add_s: float) -> _Step:
     """A simulated row of one micro-batch per replica as a step of ``times`` of them
     (``sim.step.data_parallel.accumulated_step``, each micro-batch after the first adding its
     gradients in ``add_s``), ``samples`` over all replicas."""
-    if times <= 1 or row.get("status") != "ok":
+    if times <= 1 or row.status != "ok":
         return row
     from harness.sim.step.data_parallel import EXCHANGES_EVERY_MICROBATCH, accumulated_step
 
-    strategy = str(row["strategy"])
-    step = accumulated_step(strategy, float(row["step_time_median_s"]),
-                            float(row["compute_s"]), float(row["optimizer_s"]), times,
-                            add_s)
+    strategy = str(row.strategy)
+    step = accumulated_step(strategy, float(row.step_time_median_s), float(row.compute_s),
+                            float(row.optimizer_s), times, add_s)
     exchanges = times if strategy in EXCHANGES_EVERY_MICROBATCH else 1
-    return row | {"step_time_median_s": step, "throughput_samples_s": samples / step,
-                  "exposed_comm_s": exchanges * float(row["exposed_comm_s"])}
+    return replace(row, step_time_median_s=step, throughput_samples_s=samples / step,
+                   exposed_comm_s=exchanges * float(row.exposed_comm_s))
 
 
-def _accumulation(facts: WorkloadSpec, times: int, layout: Any = None) -> dict[str, Any]:
-    """A data-parallel point's samples in memory at once (its micro-batch), and its layout
-    column where it accumulates several per step."""
-    batch = {"batch": facts.batch_size}
+def _accumulation(facts: WorkloadSpec, times: int, layout: str | None = None
+                  ) -> tuple[int, str | None]:
+    """A data-parallel candidate's samples in memory at once (its micro-batch), and its
+    layout, saying so where it accumulates several per step."""
     if times <= 1:
-        return batch
+        return facts.batch_size, layout
     said = f"{times} micro-batches of {facts.batch_size} accumulated"
-    return batch | {"layout": f"{layout}, {said}" if isinstance(layout, str) and layout
-                    else said}
+    return facts.batch_size, f"{layout}, {said}" if layout else said
 
 
 def model_flops(facts: WorkloadSpec) -> float:
@@ -542,7 +610,7 @@ def _recomputed(how: Any) -> str:
 
 
 def _fitting_strategies(ctx: Context, facts: WorkloadSpec, target: Target, n: int
-                        ) -> tuple[list[str], list[dict[str, Any]]]:
+                        ) -> tuple[list[str], list[_Step]]:
     """The simulated data-parallel strategies whose replica fits a device at ``n`` devices,
     and an unavailable row, saying by how much, for each that does not: memory is a
     formula, so a strategy that cannot hold the model is not simulated."""
@@ -551,22 +619,22 @@ def _fitting_strategies(ctx: Context, facts: WorkloadSpec, target: Target, n: in
     from harness.sim.step.strategies import EMBEDDING_SHARDING, expand_strategies
 
     cap = device_memory(target, ctx, n)
-    fitting, too_big = [], []
+    fitting: list[str] = []
+    too_big: list[_Step] = []
     sparse = [EMBEDDING_SHARDING] if facts.embedding_row_bytes else []  # tables to shard
     for name in [*(name for _, name in expand_strategies("all")), *sparse]:
         need = replica_memory(facts, "sim", name, n, ctx.optimizer_slots).total
         if not math.isfinite(cap) or need <= cap:
             fitting.append(name)
             continue
-        too_big.append({"strategy": name, "replicas": n, "status": "unavailable",
-                        "reason": f"does not fit: needs {format_bytes(need)} per device, the "
-                                  f"device has {format_bytes(cap)}",
-                        "step_time_median_s": NAN, "throughput_samples_s": NAN,
-                        "exposed_comm_s": NAN, "bytes_per_worker": NAN})
+        too_big.append(_Step(strategy=name, replicas=n, status="unavailable",
+                             reason=f"does not fit: needs {format_bytes(need)} per device, "
+                                    f"the device has {format_bytes(cap)}"))
     return fitting, too_big
 
 
-def _checkpointed_activations(facts: WorkloadSpec, calibration: Any) -> float | None:
+def _checkpointed_activations(facts: WorkloadSpec, calibration: Any, execution: Execution
+                              ) -> float | None:
     """Bytes one sample keeps under activation checkpointing of every layer: its layers'
     inputs, plus one layer's whole activations during its backward (on a described device,
     as it keeps them: ``activations_on_device``; else in fp32, attention unfused); None for
@@ -575,15 +643,16 @@ def _checkpointed_activations(facts: WorkloadSpec, calibration: Any) -> float | 
     from workloads.precision import FP32
 
     if calibration is not None and calibration.device is not None:
-        return activations_on_device(facts, calibration, facts.name, checkpointed=True)
+        return activations_on_device(facts, calibration, facts.name, checkpointed=True,
+                                     execution=execution)
     return kept_activations(facts.name, None, FP32, False, checkpointed=True)
 
 
 def _checkpointed_fsdp(ctx: Context, facts: WorkloadSpec, target: Target, n: int,
                        profile: Any, calibration: Any, per_sample: float
-                       ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+                       ) -> tuple[_Step, float] | None:
     """FSDP with every layer checkpointed and wrapped (torchtitan's default for large
-    models): the row and the point's memory, or None when even that does not fit. The
+    models): the row and its memory per device, or None when even that does not fit. The
     forward runs twice; each block is one FSDP unit (the profile's ``unit_params``)."""
     from harness.sim import simulate
     from harness.sim.model.memory import replica_memory
@@ -599,12 +668,13 @@ def _checkpointed_fsdp(ctx: Context, facts: WorkloadSpec, target: Target, n: int
                     step_time_s=(profile.step_time_s * 4 / 3
                                  if profile.step_time_s is not None else None),
                     recomputed=True)
-    row = simulate(target.spec, n, ["fsdp"], again, calibration, workload=facts.name)[0]
-    return row, {"layout": "every layer checkpointed", "memory_per_device_bytes": need}
+    row = simulate(target.spec, n, ["fsdp"], again, calibration, workload=facts.name,
+                   execution=Execution(precision=ctx.precision))[0]
+    return _Step.of(row), need
 
 
 def _model_parallel_rows(ctx: Context, facts: WorkloadSpec, target: Target,
-                         calibration: Any, compute_s: float | None) -> list[dict[str, Any]]:
+                         calibration: Any, compute_s: float | None) -> list[LayoutRow]:
     """Pipeline / tensor / hybrid layouts, when one replica does not fit a device and the
     workload has layers to cut (harness/recommend/model_parallel.py); [] otherwise."""
     from harness.recommend.model_parallel import best_layouts
@@ -634,8 +704,7 @@ def _model_parallel_rows(ctx: Context, facts: WorkloadSpec, target: Target,
                         headroom=memory_reach().fraction if described else 1.0)
 
 
-def _stored(ctx: Context, facts: WorkloadSpec, target: Target, n: int
-            ) -> list[dict[str, Any]]:
+def _stored(ctx: Context, facts: WorkloadSpec, target: Target, n: int) -> list[_Step]:
     """Stored `simulate` rows of this exact target, count and workload (the nightly job's),
     so the report and the terminal agree; [] when there are none."""
     s = ctx.simulated
@@ -647,7 +716,8 @@ def _stored(ctx: Context, facts: WorkloadSpec, target: Target, n: int
         return []
     if "run_id" in match:
         match = match.sort_values("run_id").groupby("strategy").tail(1)
-    return [{str(k): v for k, v in r.items()} for r in match.to_dict("records")]
+    return [_Step.from_row({str(k): v for k, v in r.items()})
+            for r in match.to_dict("records")]
 
 
 def bandwidth_bits(ctx: Context, target: Target) -> float:

@@ -22,10 +22,11 @@ from harness.recommend.model_parallel import layouts_at
 from harness.recommend.targets import parse_targets
 from harness.sim import simulate_layout
 from harness.sim.model.structure import layered
-from harness.sim.systems.calibration import Calibration, from_preset, merge
+from harness.sim.systems.calibration import from_preset
 from harness.sim.systems.preset import load_preset
 from harness.validate.devices import Row, corpus, memory_reach, stack_of
 from harness.validate.layout_step import system_spec
+from workloads.execution import Execution
 from workloads.precision import precision as find_precision
 
 #: the pick may be slower than the authors' layout by this much before the search is said
@@ -59,21 +60,21 @@ def check(row: Row) -> Pick:
     (target,) = parse_targets([spec])
     theirs = row.layout()
     # the row's attention, fused or not (BLOOM's was not): what a layout's memory counts
-    calibration = merge(from_preset(row.system),
-                        Calibration(fused_attention=row.fused_attention is not False))
+    calibration = from_preset(row.system)
+    execution = Execution(fused_attention=row.fused_attention is not False)
     ran = simulate_layout(spec, model, theirs, row.global_batch, calibration,
-                          precision=precision, recompute=row.recompute)
+                          precision=precision, recompute=row.recompute, execution=execution)
     memory = load_preset(row.system).device.usable_memory_bytes
     rows = [r for r in layouts_at(model, target, row.gpus, row.global_batch, calibration,
                                   None, memory, row.optimizer, precision,
-                                  stack_of(row), memory_reach().fraction)
-            if r.get("status") == "ok"]
-    best = min(rows, key=lambda r: float(r["step_time_median_s"])) if rows else None
+                                  stack_of(row), memory_reach().fraction, execution)
+            if r.ok]
+    best = min(rows, key=lambda r: float(r.step_time_median_s)) if rows else None
     return Pick(row.id, row.gpus, row.global_batch / row.gpus / row.published_samples_per_gpu,
-                theirs.describe(), float(ran["step_time_median_s"]), ran["status"] == "ok",
-                best["layout"] if best else "none fits",
-                float(best["step_time_median_s"]) if best else math.nan,
-                best["recompute"] if best else "")
+                theirs.describe(), float(ran.step_time_median_s), ran.ok,
+                best.layout.describe() if best else "none fits",
+                float(best.step_time_median_s) if best else math.nan,
+                best.recompute if best else "")
 
 
 def model_parallel_rows() -> list[Row]:

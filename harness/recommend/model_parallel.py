@@ -15,15 +15,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 from harness.core.errors import SpecError
 from harness.core.layout import SEARCH_DEFAULTS, Layout, ends_lighter, largest_divisor
 from harness.recommend.targets import Target, device_counts
 from harness.sim.model.layered import RECOMPUTE, LayeredModel, check_layout
 from harness.sim.model.memory import model_parallel_memory
+from harness.sim.rows import LayoutRow
 from harness.sim.step.model_parallel import layout_name
 from harness.sim.systems.calibration import Calibration
+from workloads.execution import DEFAULT_EXECUTION, Execution
 from workloads.precision import FP32, Precision
 
 MODEL_PARALLEL = "model_parallel"  # the exchange kind of these candidates
@@ -56,7 +57,7 @@ def _microbatches(samples: int) -> int:
 
 
 def candidate_layouts(model: LayeredModel, devices: int, per_host: int,
-                      global_batch: int, mechanisms: Mapping[str, Any] | None = None
+                      global_batch: int, mechanisms: Mapping[str, bool | str] | None = None
                       ) -> list[Layout]:
     """Every split of ``devices`` with a pipeline or tensor degree above one that the model
     and the batch allow, as Megatron-LM and torchtitan run them: sequence parallelism with
@@ -161,23 +162,25 @@ def best_layouts(model: LayeredModel, target: Target, batch_per_device: int,
                  device_memory: float, optimizer: str,
                  precision: Precision | None = None, *,
                  global_batch: int | None = None,
-                 mechanisms: Mapping[str, Any] | None = None,
-                 headroom: float = 1.0) -> list[dict[str, Any]]:
+                 mechanisms: Mapping[str, bool | str] | None = None,
+                 headroom: float = 1.0,
+                 execution: Execution = DEFAULT_EXECUTION) -> list[LayoutRow]:
     """``layouts_at`` every device count of the sweep. ``global_batch``: the samples of every
     step at every device count (else ``batch_per_device`` per device)."""
-    out: list[dict[str, Any]] = []
+    out: list[LayoutRow] = []
     for n in device_counts(target):
         out += layouts_at(model, target, n, global_batch or batch_per_device * n,
                           calibration, step_compute_s, device_memory, optimizer, precision,
-                          mechanisms, headroom)
+                          mechanisms, headroom, execution)
     return out
 
 
 def layouts_at(model: LayeredModel, target: Target, devices: int, batch: int,
                calibration: Calibration | None, step_compute_s: float | None,
                device_memory: float, optimizer: str, precision: Precision | None = None,
-               mechanisms: Mapping[str, Any] | None = None,
-               headroom: float = 1.0) -> list[dict[str, Any]]:
+               mechanisms: Mapping[str, bool | str] | None = None,
+               headroom: float = 1.0, execution: Execution = DEFAULT_EXECUTION
+               ) -> list[LayoutRow]:
     """On ``devices`` devices at ``batch`` samples a step, per kind of split, the simulated
     row of the fastest layout that fits (else the one that needs the least memory),
     ``recompute`` saying what it recomputes: for each layout the least recomputation that
@@ -191,7 +194,7 @@ def layouts_at(model: LayeredModel, target: Target, devices: int, batch: int,
     fit at all (the answer then says it is tight)."""
     from harness.sim.api import fuses_attention
 
-    fused = fuses_attention(calibration) if calibration is not None else True
+    fused = fuses_attention(execution)
     selective = (SEARCH_DEFAULTS | dict(mechanisms or {}))["selective_recompute"]
     kinds = [how for how in RECOMPUTE if selective or how != "selective"]
     options = []
@@ -217,13 +220,15 @@ def layouts_at(model: LayeredModel, target: Target, devices: int, batch: int,
     roomy_kinds = {layout_name(o[2]) for o in fitting if o[4]}
     chosen = [o for o in fitting if o[4] or layout_name(o[2]) not in roomy_kinds]
     return _fastest_per_kind([(o[2], o[1]) for o in chosen], model, target,
-                             batch, calibration, step_compute_s, optimizer, precision)
+                             batch, calibration, step_compute_s, optimizer, precision,
+                             execution)
 
 
 def _fastest_per_kind(options: list[tuple[Layout, str]], model: LayeredModel, target: Target,
                       batch: int, calibration: Calibration | None,
                       step_compute_s: float | None, optimizer: str,
-                      precision: Precision | None) -> list[dict[str, Any]]:
+                      precision: Precision | None, execution: Execution
+                      ) -> list[LayoutRow]:
     """Per kind of split (data+tensor+expert, ...), the simulated row of the fastest of
     ``options`` (the first listed among equals), kinds in the order they are first listed.
     Simulated in the order of a lower bound on their step (``layout_step_bound``: no
@@ -233,8 +238,9 @@ def _fastest_per_kind(options: list[tuple[Layout, str]], model: LayeredModel, ta
 
     bounds = [layout_step_bound(target.spec, model, layout, batch, calibration,
                                 step_compute_s=step_compute_s, recompute=how,
-                                precision=precision) for layout, how in options]
-    best: dict[str, tuple[float, int, dict[str, Any]]] = {}
+                                precision=precision, execution=execution)
+              for layout, how in options]
+    best: dict[str, tuple[float, int, LayoutRow]] = {}
     for i in sorted(range(len(options)), key=lambda i: bounds[i]):
         layout, how = options[i]
         kind = layout_name(layout)
@@ -242,8 +248,8 @@ def _fastest_per_kind(options: list[tuple[Layout, str]], model: LayeredModel, ta
             continue
         row = simulate_layout(target.spec, model, layout, batch, calibration,
                               step_compute_s=step_compute_s, optimizer=optimizer,
-                              recompute=how, precision=precision)
-        step = float(row["step_time_median_s"])
+                              recompute=how, precision=precision, execution=execution)
+        step = float(row.step_time_median_s)
         if kind not in best or (step, i) < best[kind][:2]:
             best[kind] = (step, i, row)
     first = {layout_name(layout): i for i, (layout, _) in reversed(list(enumerate(options)))}

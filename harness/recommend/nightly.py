@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict, cast
 
 import pandas as pd
 
@@ -26,11 +26,65 @@ from harness.core.project import Project, TargetGoal, resolved_workload
 from harness.core.units import finite_number
 from harness.measure.stats import MIN_CHANGE
 from harness.recommend.decide import run_name
+from harness.recommend.records import Recommendation, Verdict
+
+if TYPE_CHECKING:
+    from harness.recommend.recommender import StoredInputs
+    from results.store import ResultsStore
 
 TABLE = "verdicts"
 
 
-def project_verdicts(root: Path, project: Project) -> list[dict[str, Any]]:
+class Card(TypedDict):
+    """A project's verdict of one workload on one target, as the nightly store keeps it (one
+    row of the ``verdicts`` table): the pick's numbers, the runner-up in words, and, once
+    compared with the night before (``changes``), what changed and why."""
+
+    runner_up_text: str
+    status: str
+    decided_by: str  # the verdict's decided_by, as JSON
+    headline: str
+    why: str
+    sure: str
+    framework: str
+    strategy: str
+    replicas: int
+    train_time_s: float
+    cost_usd: float
+    validation_error: float
+    source: str
+    workload: str
+    target: str
+    constraint: str
+    position: NotRequired[int]
+    changed: NotRequired[bool]
+    change: NotRequired[str]
+    since_run: NotRequired[str]
+    edit: NotRequired[str]
+    edit_change: NotRequired[str]
+    input_change: NotRequired[str]
+    unexplained: NotRequired[bool]
+
+
+class StoredCard(Card):
+    """A card as the store reads it back, with the night it was stored in and what it read."""
+
+    run_id: str
+    inputs: str  # Inputs, as JSON
+    question: NotRequired[str]  # the project as that night asked it, as JSON
+
+
+class Inputs(TypedDict, total=False):
+    """What a night's verdicts read: the measured runs, the latest calibration and
+    validation runs, the code's commit, the machine (stored with them as JSON)."""
+
+    measured_runs: list[str]
+    calibration: list[str]
+    commit: str
+    env: str
+
+
+def project_verdicts(root: Path, project: Project) -> list[Card]:
     """One verdict per (workload, target) of the project, in the file's order; a workload or
     target with no answer gets a card that says why (never a missing card)."""
     from harness.recommend.recommender import stored_inputs
@@ -38,13 +92,17 @@ def project_verdicts(root: Path, project: Project) -> list[dict[str, Any]]:
 
     tables = stored_inputs(root)
     measured = load(root)
-    return [card(measured, tables, project, workload, goal) | {"position": position}
-            for position, (workload, goal) in enumerate(project.cards())]
+    out = []
+    for position, (workload, goal) in enumerate(project.cards()):
+        made = card(measured, tables, project, workload, goal)
+        made["position"] = position
+        out.append(made)
+    return out
 
 
-def card_frame(measured: pd.DataFrame, tables: dict[str, Any], project: Project,
-               workload: str, goal: TargetGoal) -> pd.DataFrame:
-    """The recommender's table for one workload on one of the project's targets, under that
+def card_answer(measured: pd.DataFrame, tables: StoredInputs, project: Project,
+                workload: str, goal: TargetGoal) -> Recommendation:
+    """The recommender's answer for one workload on one of the project's targets, under that
     target's goal; ``recommender.Unanswered`` where there is no answer."""
     from harness.recommend.recommender import recommend
     from harness.validate.devices import resolve_stack
@@ -55,55 +113,56 @@ def card_frame(measured: pd.DataFrame, tables: dict[str, Any], project: Project,
         precision=goal.precision, global_batch=goal.global_batch,
         mechanisms=resolve_stack(dict(goal.stack)),
         deadline_s=None if goal.deadline_hours is None else goal.deadline_hours * 3600,
-        **tables)
+        stored=tables)
 
 
-def card(measured: pd.DataFrame, tables: dict[str, Any], project: Project, workload: str,
-         goal: TargetGoal) -> dict[str, Any]:
+def card(measured: pd.DataFrame, tables: StoredInputs, project: Project, workload: str,
+         goal: TargetGoal) -> Card:
     """The verdict of one workload on one of the project's targets, as a stored row."""
     from harness.recommend.recommender import Unanswered
 
-    base = {"workload": workload, "target": goal.target,
-            "constraint": goal.describe().partition(", ")[2]}
     try:
-        frame = card_frame(measured, tables, project, workload, goal)
-        verdicts = frame.attrs.get("verdicts") or []
-        verdict = dict(verdicts[0]) if verdicts else {
-            "status": "none", "headline": "no answer", "why": "no candidates"}
+        verdicts = card_answer(measured, tables, project, workload, goal).verdicts
+        verdict = verdicts[0] if verdicts else Verdict(
+            workload=workload, target=goal.target, status="none", headline="no answer",
+            why="no candidates")
     except Unanswered as exc:  # nothing meets the goal, or nothing can train it
-        verdict = dict(exc.card)
+        verdict = exc.card
     except InputError as exc:  # the workload itself cannot be read
-        verdict = {"status": "none", "headline": "no answer", "why": str(exc)}
-    return _flat(verdict) | base
+        verdict = Verdict(workload=workload, target=goal.target, status="none",
+                          headline="no answer", why=str(exc))
+    return _flat(verdict, workload, goal.target, goal.describe().partition(", ")[2])
 
 
-def _flat(verdict: dict[str, Any]) -> dict[str, Any]:
+def _flat(verdict: Verdict, workload: str, target: str, constraint: str) -> Card:
     """A verdict as one stored row: the pick's numbers, the runner-up in words."""
-    pick: dict[str, Any] = verdict["pick"] if isinstance(verdict.get("pick"), dict) else {}
-    other = verdict.get("runner_up")
-    margin = _num(verdict.get("margin"))
+    pick, other = verdict.pick, verdict.runner_up
+    margin = _num(verdict.margin)
     runner_up = ""
-    if isinstance(other, dict):
-        runner_up = (f"{run_name(other)} on {other.get('replicas')}"
+    if other is not None:
+        runner_up = (f"{run_name(other)} on {other.replicas}"
                      + (f", {margin:+.0%} time" if finite_number(margin) else ""))
-    return {"runner_up_text": runner_up, "status": verdict.get("status", "none"),
-            "decided_by": json.dumps(verdict.get("decided_by"), default=str),
-            "headline": verdict.get("headline", ""),
-            "why": verdict.get("why", ""), "sure": verdict.get("sure", ""),
-            "framework": str(pick.get("framework", "")), "strategy": str(pick.get("strategy", "")),
-            "replicas": (int(pick.get("replicas") or 0)
-                         if finite_number(pick.get("replicas")) else 0),
-            "train_time_s": _num(pick.get("train_time_s")), "cost_usd": _num(pick.get("cost_usd")),
-            "validation_error": _num(pick.get("validation_error")),
-            "source": str(pick.get("source", ""))}
+    decided = None if verdict.decided_by is None else verdict.decided_by.as_dict()
+    return Card(runner_up_text=runner_up, status=verdict.status,
+                decided_by=json.dumps(decided, default=str), headline=verdict.headline,
+                why=verdict.why, sure=verdict.sure,
+                framework="" if pick is None else str(pick.framework),
+                strategy="" if pick is None else str(pick.strategy),
+                replicas=(int(pick.replicas or 0)
+                          if pick is not None and finite_number(pick.replicas) else 0),
+                train_time_s=math.nan if pick is None else _num(pick.train_time_s),
+                cost_usd=math.nan if pick is None else _num(pick.cost_usd),
+                validation_error=math.nan if pick is None else _num(pick.validation_error),
+                source="" if pick is None else str(pick.source), workload=workload,
+                target=target, constraint=constraint)
 
 
-def _num(v: Any) -> float:
+def _num(v: float) -> float:
     return float(v) if finite_number(v) else math.nan
 
 
-def store_verdicts(store: Any, run_id: str, project: Project, verdicts: list[dict[str, Any]],
-                   inputs: dict[str, Any]) -> None:
+def store_verdicts(store: ResultsStore, run_id: str, project: Project,
+                   verdicts: Sequence[Card], inputs: Inputs) -> None:
     """This night's verdicts, with the project (which one, and what it asked), commit,
     environment and inputs they read."""
     frame = pd.DataFrame(verdicts).assign(
@@ -134,26 +193,27 @@ def previous_verdicts(root: Path, project: Project, run_id: str, env: str
     return mine[mine["run_id"] == mine["run_id"].max()]
 
 
-Recompute = Callable[[Project, str, TargetGoal], dict[str, Any]]
+Recompute = Callable[[Project, str, TargetGoal], Card]
 
 
-def changes(current: list[dict[str, Any]], previous: pd.DataFrame,
-            now_inputs: dict[str, Any], project: Project | None = None,
-            recompute: Recompute | None = None) -> list[dict[str, Any]]:
+def changes(current: Sequence[Card], previous: pd.DataFrame, now_inputs: Inputs,
+            project: Project | None = None, recompute: Recompute | None = None
+            ) -> list[Card]:
     """``current`` with ``changed`` and ``change`` (what moved, and why) set on each card.
 
     Where the project file was edited since, the edit is a cause: the card is recomputed
     with the previous night's question on tonight's inputs (``recompute``); what that
     answer moved from last night is the inputs' doing (measurements, calibration, code:
     ``unexplained``), what tonight's moved from it is the edit's (``edit_change``)."""
-    before: dict[tuple[str, str], dict[str, Any]] = {
-        (str(r["workload"]), str(r["target"])): {str(k): x for k, x in r.items()}
+    before: dict[tuple[str, str], StoredCard] = {
+        (str(r["workload"]), str(r["target"])): cast(StoredCard, r)
         for r in previous.to_dict("records")} if not previous.empty else {}
     out = []
-    for v in current:
-        old = before.get((v["workload"], v["target"]))
-        v = dict(v, changed=False, change="", since_run="", edit="", edit_change="",
-                 input_change="", unexplained=False)
+    for now in current:
+        old = before.get((now["workload"], now["target"]))
+        v = Card(**now)
+        v["changed"], v["change"], v["since_run"], v["edit"] = False, "", "", ""
+        v["edit_change"], v["input_change"], v["unexplained"] = "", "", False
         if old is not None:
             v["since_run"] = str(old["run_id"])
             was_asked = _old_question(old, project)
@@ -175,17 +235,18 @@ def changes(current: list[dict[str, Any]], previous: pd.DataFrame,
                 v["edit_change"] = by_edit
                 parts.append(f"the project edit ({v['edit']}): {by_edit}")
             if by_inputs:
-                why = _causes(json.loads(old.get("inputs") or "{}"), now_inputs)
+                why = _causes(cast(Inputs, json.loads(old.get("inputs") or "{}")),
+                              now_inputs)
                 said = f"{by_inputs} since {old['run_id']}" + (f" ({why})" if why else "")
-                v.update(input_change=said, unexplained=True)
+                v["input_change"], v["unexplained"] = said, True
                 parts.append(said)
             if parts:
-                v.update(changed=True, change="; and ".join(parts))
+                v["changed"], v["change"] = True, "; and ".join(parts)
         out.append(v)
     return out
 
 
-def _old_question(old: dict[str, Any], project: Project | None) -> Project | None:
+def _old_question(old: StoredCard, project: Project | None) -> Project | None:
     """The project as the previous night asked it (None where that night did not store it)."""
     text = old.get("question")
     if project is None or not isinstance(text, str) or not text:
@@ -221,23 +282,23 @@ def project_edits(old: Project, new: Project, workload: str, target: str) -> lis
     return out
 
 
-def _said(key: str, value: Any) -> str:
+def _said(key: str, value: float | str | tuple[str, ...] | None) -> str:
     from harness.core.units import format_count, format_usd
 
     if value is None:
         return "none"
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(map(str, value)) + "]"
     if key == "budget":
         return format_usd(float(value))
     if key == "deadline":
         return f"{float(value):g} h"
     if key == "samples":
         return format_count(float(value))
-    if isinstance(value, tuple | list):
-        return "[" + ", ".join(map(str, value)) + "]"
     return str(value)
 
 
-def _moved(old: dict[str, Any], new: dict[str, Any]) -> str:
+def _moved(old: Card, new: Card) -> str:
     """What moved beyond the error, in words; '' where nothing did."""
     was = f"{old['framework']}/{old['strategy']} on {old['replicas']}"
     now = f"{new['framework']}/{new['strategy']} on {new['replicas']}"
@@ -268,7 +329,7 @@ def _state(status: str, pick: str) -> str:
     return "no answer"
 
 
-def _causes(old: dict[str, Any], new: dict[str, Any]) -> str:
+def _causes(old: Inputs, new: Inputs) -> str:
     causes = []
     fresh = sorted(set(new.get("measured_runs", [])) - set(old.get("measured_runs", [])))
     if fresh:
@@ -281,7 +342,7 @@ def _causes(old: dict[str, Any], new: dict[str, Any]) -> str:
     return "; ".join(causes)
 
 
-def inputs_of(root: Path, commit: str, env: str) -> dict[str, Any]:
+def inputs_of(root: Path, commit: str, env: str) -> Inputs:
     """What tonight's verdicts read: the measured runs, the latest calibration and
     validation runs, the code's commit, the machine."""
     from results.store import load, load_table_safe
@@ -289,11 +350,11 @@ def inputs_of(root: Path, commit: str, env: str) -> dict[str, Any]:
     measured = load(root)
     comm = load_table_safe(root, "calibration")
     validation = load_table_safe(root, "validation")
-    return {"measured_runs": sorted(set(measured["run_id"])) if not measured.empty else [],
-            "calibration": [str(comm["run_id"].max()) if not comm.empty else "",
-                            str(validation["stored_in_run"].max())
-                            if "stored_in_run" in validation else ""],
-            "commit": commit, "env": env}
+    return Inputs(measured_runs=sorted(set(measured["run_id"])) if not measured.empty else [],
+                  calibration=[str(comm["run_id"].max()) if not comm.empty else "",
+                               str(validation["stored_in_run"].max())
+                               if "stored_in_run" in validation else ""],
+                  commit=commit, env=env)
 
 
 def recomputer(root: Path) -> Recompute:
@@ -303,7 +364,7 @@ def recomputer(root: Path) -> Recompute:
 
     tables, measured = stored_inputs(root), load(root)
 
-    def recompute(project: Project, workload: str, goal: TargetGoal) -> dict[str, Any]:
+    def recompute(project: Project, workload: str, goal: TargetGoal) -> Card:
         return card(measured, tables, project, workload, goal)
 
     return recompute

@@ -31,7 +31,7 @@ def ranking_check(root: str, cluster: str, workloads: Sequence[str],
     checked (None: every one run there)."""
     from harness.calibrate.links import probed_networks
     from harness.core.strategies import BASELINES
-    from harness.recommend.recommender import recommend
+    from harness.recommend.recommender import StoredInputs, recommend
     from results.store import ResultsStore, load, load_table_safe
 
     store = ResultsStore(root)
@@ -41,9 +41,9 @@ def ranking_check(root: str, cluster: str, workloads: Sequence[str],
     fits = load_table_safe(root, "calibration")
     rows = []
     for workload in workloads:
-        frame = recommend(before, workloads=[workload], targets=[cluster], fits=fits,
-                          networks=networks)
-        sweep = pd.DataFrame(frame.attrs["sweep"])
+        answer = recommend(before, workloads=[workload], targets=[cluster],
+                           stored=StoredInputs(fits=fits, networks=tuple(networks)))
+        sweep = answer.sweep_frame()
         ran = measured[(measured["cluster"] == cluster) & (measured["status"] == "ok")
                        & (row_names(measured) == workload)]
         chosen = strategies if strategies is not None else sorted(

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
-from typing import Any
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import pandas as pd
 
@@ -53,24 +54,25 @@ from harness.recommend.candidates import (
     topology_points,
 )
 from harness.recommend.model_parallel import MODEL_PARALLEL
+from harness.recommend.records import (
+    Answer,
+    Candidate,
+    Recommendation,
+    SweepPoint,
+    Verdict,
+)
 from harness.recommend.targets import Target, parse_targets
 from harness.sim.model.memory import GRADIENT_COPIES, data_parallel_memory
 from harness.sim.model.memory import optimizer_slots as slots_of
 from harness.validate.score import latest_validation
 from workloads.spec import WorkloadSpec
 
+if TYPE_CHECKING:
+    from results.store import ResultsStore
+
 NAN = float("nan")
 DEFAULT_SAMPLES = 10_000_000
 DEFAULT_PRESET_TARGETS = ("preset:eth25_v100,hosts=4", "preset:dgx_h100_ib,hosts=1|16")
-COLUMNS = ("workload", "target", "rank", "framework", "strategy", "runs_as", "replicas", "status",
-           "step_time_s", "throughput_samples_s", "scaling_efficiency", "comm_fraction",
-           "memory_per_device_bytes", "device_memory_bytes", "fits", "train_time_s",
-           "price_per_device_hour", "cost_usd", "source", "train_source", "validation_error",
-           "reason")
-SWEEP_COLUMNS = ("workload", "target", "framework", "strategy", "runs_as", "replicas", "status",
-                 "train_time_s", "cost_usd", "scaling_efficiency", "throughput_samples_s",
-                 "step_time_s", "comm_fraction", "layout", "source", "validation_error",
-                 "pareto", "picked")
 __all__ = ["DEFAULT_SAMPLES", "Target", "format_duration", "parse_targets", "recommend"]
 
 
@@ -87,39 +89,41 @@ def validation_errors(validation: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def workload_name(workload: str, size: Any) -> str:
+def workload_name(workload: str, size: str | float | None) -> str:
+    """``family:size`` as results name a workload (a stored row without a size: NaN)."""
     return f"{workload}:{size}" if isinstance(size, str) and size else str(workload)
 
 
-def reason_for(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits: float) -> str:
+def reason_for(row: Candidate, group: Sequence[Candidate], bandwidth_bits: float) -> str:
     """One line in plain words: why this strategy ranks where it does (a run whose weights
     did not match one device's says so first)."""
-    if row.get("weights_match") is False:  # correctness before speed, and said first
-        return (f"weights ended {row.get('max_weight_diff', NAN):.1e} from one device's "
+    if row.measured is not None and row.measured.weights_match is False:
+        # correctness before speed, and said first
+        return (f"weights ended {row.measured.max_weight_diff:.1e} from one device's "
                 f"(tolerance {WEIGHT_TOLERANCE:.0e}): check this strategy before trusting "
                 f"its speed; " + _reason(row, group, bandwidth_bits))
     return _reason(row, group, bandwidth_bits)
 
 
-def _reason(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits: float) -> str:
-    if row["status"] != "ok":
-        said = str(row["status_reason"] or "")
-        return said if said.startswith(row["status"]) else f"{row['status']}: {said}".strip()
-    if not row["fits"]:
+def _reason(row: Candidate, group: Sequence[Candidate], bandwidth_bits: float) -> str:
+    if row.status != "ok":
+        said = str(row.status_reason or "")
+        return said if said.startswith(row.status) else f"{row.status}: {said}".strip()
+    if not row.fits:
         what = "parameters, gradients, optimizer state" + (
-            " and activations" if row.get("activation_bytes_per_sample") else "")
-        return (f"does not fit: needs {format_bytes(row['memory_per_device_bytes'])} per "
-                f"device for {what}, the device has {format_bytes(row['device_memory_bytes'])}")
+            " and activations" if row.activation_bytes_per_sample else "")
+        return (f"does not fit: needs {format_bytes(_memory(row))} per "
+                f"device for {what}, the device has {format_bytes(row.device_memory_bytes)}")
     at = f" at {format_rate(bandwidth_bits)}" if math.isfinite(bandwidth_bits) else ""
-    ex = row["exchange"]
+    ex = row.exchange
     if ex == "model_parallel":
         return _split_reason(row, at)
-    sparsity = row.get("sparsity", 1.0)
+    sparsity = row.sparsity
     if ex in ("parameter_server", "embedding") and sparsity < 0.5:
-        ar = [r["bytes_per_worker"] for r in group if r["exchange"] == "allreduce"
-              and math.isfinite(r.get("bytes_per_worker", NAN))]
-        ratio = (min(ar) / row["bytes_per_worker"]
-                 if ar and math.isfinite(row["bytes_per_worker"]) and row["bytes_per_worker"] > 0
+        ar = [r.bytes_per_worker for r in group if r.exchange == "allreduce"
+              and math.isfinite(r.bytes_per_worker)]
+        ratio = (min(ar) / row.bytes_per_worker
+                 if ar and math.isfinite(row.bytes_per_worker) and row.bytes_per_worker > 0
                  else 1 / sparsity)
         fewer = (compare(ratio, "fewer bytes", "more bytes") if ratio > 0
                  else "fewer bytes")
@@ -128,25 +132,24 @@ def _reason(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits: fl
         return (f"embedding gradients touch {format_fraction(sparsity)} of rows: {who} moves "
                 f"{fewer} than "
                 f"all-reduce")
-    comm = row.get("comm_fraction", NAN)
+    comm = row.comm_fraction
     if math.isfinite(comm) and comm >= 0.5:
         return f"gradient exchange is {comm:.0%} of the step{at}"
     if ex == "none":
         return "one device: no gradient exchange at all"
-    if ex == "sharded" and row["replicas"] > 1:
-        others = [r for r in group if r["exchange"] != "sharded" and r["status"] == "ok"]
-        shards = (f"shards parameters, gradients and optimizer state {row['replicas']} ways"
-                  + (f", {row['layout']}" if isinstance(row.get("layout"), str)
-                     and row["layout"] else ""))
-        if others and not any(r["fits"] for r in others if int(r["replicas"]) > 1):
+    if ex == "sharded" and row.replicas > 1:
+        others = [r for r in group if r.exchange != "sharded" and r.status == "ok"]
+        shards = (f"shards parameters, gradients and optimizer state {row.replicas} ways"
+                  + (f", {row.layout}" if row.layout else ""))
+        if others and not any(r.fits for r in others if int(r.replicas) > 1):
             return f"{shards}: the only way it fits"
-        if any(not r["fits"] for r in others):
-            return (f"{shards}: fits in {format_bytes(row['memory_per_device_bytes'])} per "
+        if any(not r.fits for r in others):
+            return (f"{shards}: fits in {format_bytes(_memory(row))} per "
                     f"device" + (f", gradient exchange {comm:.0%} of the step{at}"
                                  if math.isfinite(comm) else ""))
-    eff = row.get("scaling_efficiency", NAN)
+    eff = row.scaling_efficiency
     said = f"scaling efficiency {eff:.0%}" + (
-        f"; over 100%: each device updates 1/{row['replicas']} of the weights, one device "
+        f"; over 100%: each device updates 1/{row.replicas} of the weights, one device "
         f"all of them" if ex == "sharded" and eff >= 1.005 else "")
     if math.isfinite(comm):
         text = f"gradient exchange is {comm:.0%} of the step{at}"
@@ -154,29 +157,33 @@ def _reason(row: dict[str, Any], group: list[dict[str, Any]], bandwidth_bits: fl
     return said if math.isfinite(eff) else "ranked by throughput"
 
 
-def _split_reason(row: dict[str, Any], at: str) -> str:
+def _memory(row: Candidate) -> float:
+    """A filled candidate's memory per device (NaN where unknown)."""
+    return NAN if row.memory_per_device_bytes is None else row.memory_per_device_bytes
+
+
+def _split_reason(row: Candidate, at: str) -> str:
     """Why a model split over devices ranks where it does: what it needs per device, and
     the step time that is not compute (bubble, tensor all-reduces, sends)."""
-    comm = row.get("comm_fraction", NAN)
+    comm = row.comm_fraction
     idle = (f"; {comm:.0%} of the step is not compute (bubble and transfers{at})"
             if math.isfinite(comm) else "")
-    layout = row.get("layout")
-    if isinstance(layout, str) and layout:
-        bubble = row.get("bubble", NAN)
-        return (f"split, as one replica does not fit a device: {layout}, "
-                f"{format_bytes(row['memory_per_device_bytes'])} per device"
-                + (f" ({tight_note(row)})" if row.get("tight") else "")
+    if row.layout:
+        bubble = NAN if row.bubble is None else row.bubble
+        return (f"split, as one replica does not fit a device: {row.layout}, "
+                f"{format_bytes(_memory(row))} per device"
+                + (f" ({tight_note(row)})" if row.tight else "")
                 + (f"; pipeline bubble {bubble:.0%}" if math.isfinite(bubble) and bubble > 0
                    else ""))
-    return f"splits the model over {row['replicas']} devices" + idle
+    return f"splits the model over {row.replicas} devices" + idle
 
 
-def _tight(r: dict[str, Any]) -> bool:
+def _tight(r: Candidate) -> bool:
     """A simulated split that fits, but needs more of its device than the fullest
     published model-parallel run does by the same memory model: it may not fit as a stack
     runs it."""
-    cap, need = r["device_memory_bytes"], r["memory_per_device_bytes"]
-    if not (r["fits"] and r["exchange"] == "model_parallel" and r.get("source") == "simulated"
+    cap, need = r.device_memory_bytes, _memory(r)
+    if not (r.fits and r.exchange == "model_parallel" and r.source == "simulated"
             and math.isfinite(cap) and math.isfinite(need)):
         return False
     from harness.validate.layout_sweep import headroom_note
@@ -184,62 +191,78 @@ def _tight(r: dict[str, Any]) -> bool:
     return bool(headroom_note(need, cap))
 
 
-def tight_note(r: dict[str, Any]) -> str:
+def tight_note(r: Candidate) -> str:
     from harness.validate.layout_sweep import headroom_note
 
-    return headroom_note(r["memory_per_device_bytes"], r["device_memory_bytes"])
+    return headroom_note(_memory(r), r.device_memory_bytes)
 
 
-def fill(points: list[dict[str, Any]], *, samples: float, price: float | None = None,
-         optimizer_slots: int = 2) -> None:
-    """Memory fit, time and cost to train ``samples``, in place."""
-    for r in points:
-        act = r.get("activation_bytes_per_sample")
-        act_bytes = float(act) * int(r.get("batch") or 0) if act and math.isfinite(act) else 0.0
-        if r["exchange"] == "model_parallel" and "memory_per_device_bytes" not in r:
-            # a measured split model: what its fullest process measured (a simulated
-            # layout's memory comes with its simulation)
-            r["memory_per_device_bytes"] = r.get("measured_memory_bytes", NAN)
-        if r["exchange"] != "model_parallel" and "memory_per_device_bytes" not in r:
-            copies = GRADIENT_COPIES.get((r["framework"], r["strategy"]), 1)
-            r["memory_per_device_bytes"] = (
-                data_parallel_memory(r["params"], r["exchange"], r["replicas"],
-                                     optimizer_slots, act_bytes, copies,
-                                     dense_fraction=r.get("dense_fraction", 1.0),
-                                     table_gradient_bytes=r.get("table_gradient_bytes")).total
-                if math.isfinite(r.get("params", NAN)) else NAN)
-        cap = r["device_memory_bytes"]
-        r["fits"] = not (math.isfinite(cap) and math.isfinite(r["memory_per_device_bytes"])
-                         and r["memory_per_device_bytes"] > cap)
-        r["tight"] = _tight(r)
-        if not math.isfinite(r.get("price_per_device_hour", NAN)) and price is not None:
-            r["price_per_device_hour"] = float(price)
-        tput = r["throughput_samples_s"]
-        ok = r["status"] == "ok" and math.isfinite(tput) and tput > 0
-        r["train_time_s"] = samples / tput if ok else NAN
-        r["cost_usd"] = r["train_time_s"] * r["replicas"] / 3600 * r["price_per_device_hour"]
-        r["train_source"] = f"extrapolated from {r['source']}"
-    baselines = [r for r in points if int(r["replicas"]) == 1]
-    if baselines and not any(r["fits"] for r in baselines):
-        for r in points:
-            r["baseline_fits"] = False
+def fill(points: Sequence[Candidate], *, samples: float, price: float | None = None,
+         optimizer_slots: int = 2) -> list[Candidate]:
+    """Memory fit, time and cost to train ``samples``."""
+    out = [_filled(r, samples, price, optimizer_slots) for r in points]
+    baselines = [r for r in out if int(r.replicas) == 1]
+    if baselines and not any(r.fits for r in baselines):
+        out = [dataclasses.replace(r, baseline_fits=False) for r in out]
+    return out
 
 
-def rank(candidates: list[dict[str, Any]], *, samples: float, price: float | None,
+def _filled(r: Candidate, samples: float, price: float | None, optimizer_slots: int
+            ) -> Candidate:
+    act = r.activation_bytes_per_sample
+    act_bytes = float(act) * int(r.batch or 0) if act and math.isfinite(act) else 0.0
+    memory = r.memory_per_device_bytes
+    if r.exchange == "model_parallel" and memory is None:
+        # a measured split model: what its fullest process measured (a simulated
+        # layout's memory comes with its simulation)
+        memory = NAN if r.measured is None else r.measured.memory_bytes
+    if r.exchange != "model_parallel" and memory is None:
+        copies = GRADIENT_COPIES.get((r.framework, r.strategy), 1)
+        memory = (data_parallel_memory(r.params, r.exchange, r.replicas, optimizer_slots,
+                                       act_bytes, copies, dense_fraction=r.dense_fraction,
+                                       table_gradient_bytes=r.table_gradient_bytes).total
+                  if math.isfinite(r.params) else NAN)
+    assert memory is not None
+    cap = r.device_memory_bytes
+    r = dataclasses.replace(r, memory_per_device_bytes=memory, fits=not (
+        math.isfinite(cap) and math.isfinite(memory) and memory > cap))
+    r = dataclasses.replace(r, tight=_tight(r))
+    per_hour = r.price_per_device_hour
+    if not math.isfinite(per_hour) and price is not None:
+        per_hour = float(price)
+    tput = r.throughput_samples_s
+    ok = r.status == "ok" and math.isfinite(tput) and tput > 0
+    train = samples / tput if ok else NAN
+    return dataclasses.replace(r, price_per_device_hour=per_hour, train_time_s=train,
+                               cost_usd=train * r.replicas / 3600 * per_hour,
+                               train_source=f"extrapolated from {r.source}")
+
+
+def rank(candidates: Sequence[Candidate], *, samples: float, price: float | None,
          bandwidth_bits: float = NAN, optimizer_slots: int = 2,
-         goal: decide.Goal | None = None) -> list[dict[str, Any]]:
+         goal: decide.Goal | None = None) -> Ranking:
     """Fill memory fit, time and cost, order by the goal (harness.recommend.decide), give reasons;
-    rank 1 is the recommendation."""
-    fill(candidates, samples=samples, price=price, optimizer_slots=optimizer_slots)
+    rank 1 is the recommendation. The ranking's ``points``: every candidate filled, the
+    ranked ones as ranked."""
+    filled = fill(candidates, samples=samples, price=price, optimizer_slots=optimizer_slots)
     goal = goal or decide.Goal(samples)
-    ordered = decide.best_per_strategy(candidates, goal) if candidates else []
-    for i, r in enumerate(ordered, 1):
-        r["rank"] = i
-        r["reason"] = reason_for(r, ordered, bandwidth_bits)
-    return ordered
+    ordered = decide.best_per_strategy(filled, goal) if filled else []
+    ranked = [dataclasses.replace(r, rank=i, reason=reason_for(r, ordered, bandwidth_bits))
+              for i, r in enumerate(ordered, 1)]
+    as_ranked = {id(old): new for old, new in zip(ordered, ranked, strict=True)}
+    return Ranking(ranked, [as_ranked.get(id(p), p) for p in filled])
 
 
-def _points(ctx: Context, facts: WorkloadSpec, target: Target) -> list[dict[str, Any]]:
+@dataclasses.dataclass(frozen=True)
+class Ranking:
+    """Each strategy at its chosen device count, best first (``ranked``), and every
+    candidate swept (``points``: the ranked ones the same records)."""
+
+    ranked: list[Candidate]
+    points: list[Candidate]
+
+
+def _points(ctx: Context, facts: WorkloadSpec, target: Target) -> list[Candidate]:
     if target.kind == "topology":
         return topology_points(ctx, facts, target)
     points = measured_points(ctx, facts, target)
@@ -250,19 +273,16 @@ def _points(ctx: Context, facts: WorkloadSpec, target: Target) -> list[dict[str,
 
 def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
               targets: Sequence[str] = (), samples: float = DEFAULT_SAMPLES,
-              price: float | None = None, simulated: pd.DataFrame | None = None,
-              validation: pd.DataFrame | None = None, ram_bytes: float | None = None,
+              price: float | None = None, stored: StoredInputs | None = None,
               optimizer: str | None = None, budget: float | None = None,
               deadline_s: float | None = None,
               min_efficiency: float = decide.DEFAULT_MIN_EFFICIENCY,
-              device: str | None = None, fits: pd.DataFrame | None = None,
-              networks: Sequence[dict[str, Any]] = (),
-              sweeps: pd.DataFrame | None = None,
-              precision: str | None = None,
+              device: str | None = None, precision: str | None = None,
               global_batch: int | None = None,
-              mechanisms: dict[str, Any] | None = None) -> pd.DataFrame:
-    """The recommendation table: one row per (workload, target, strategy at its best
-    device count); ``frame.attrs``: verdicts, sweep, missing (see the module docstring)."""
+              mechanisms: Mapping[str, bool | str] | None = None) -> Recommendation:
+    """The answer per workload and target: its verdict, each strategy at its best device
+    count, every configuration swept (see the module docstring). ``stored``: what a results
+    directory holds beside its measured rows (``stored_inputs``)."""
     _check_options(samples, price, budget, deadline_s, min_efficiency, global_batch, device)
     measured = measured if measured is not None else pd.DataFrame()
     if not measured.empty:
@@ -278,18 +298,14 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
             raise InputError(f"--global-batch applies to described clusters (a topology or "
                              f"preset:...); {kept[0]} trains at its runs' batches: name "
                              f"--target")
-    ctx = Context(measured=measured, simulated=simulated if simulated is not None
-                  else pd.DataFrame(), errors=validation_errors(
-                      validation if validation is not None else pd.DataFrame()),
-                  ram_bytes=ram_bytes, fits=fits if fits is not None else pd.DataFrame(),
-                  sweeps=sweeps if sweeps is not None else pd.DataFrame(),
-                  networks=list(networks), price=price, device=device,
-                  precision=precision, global_batch=global_batch,
+    stored = stored or StoredInputs()
+    ctx = Context(measured=measured, simulated=stored.simulated,
+                  errors=validation_errors(stored.validation), ram_bytes=stored.ram_bytes,
+                  fits=stored.fits, sweeps=stored.sweeps, networks=list(stored.networks),
+                  price=price, device=device, precision=precision, global_batch=global_batch,
                   mechanisms=dict(mechanisms or {}))
     goal = decide.Goal(samples, budget, deadline_s, min_efficiency)
-    out: list[dict[str, Any]] = []
-    sweep: list[dict[str, Any]] = []
-    verdicts: list[dict[str, Any]] = []
+    answers: list[Answer] = []
     for name, fact in facts.items():
         slots = slots_of(optimizer or fact.optimizer)
         wctx = dataclasses.replace(ctx, optimizer_slots=slots)
@@ -304,28 +320,19 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
             if not points:
                 missing.append(no_points(name, target))
                 continue
-            ranked = rank(points, samples=samples, price=price,
-                          bandwidth_bits=bandwidth_bits(ctx, target),
-                          optimizer_slots=slots, goal=goal)
-            verdicts.append(_verdict(name, target, ranked, points, goal, global_batch))
-            sweep += _sweep_rows(name, target, points, ranked)
-            out += [r | {"workload": name, "target": target.label} for r in ranked]
-    if targets and not out and missing:
+            ranking = rank(points, samples=samples, price=price,
+                           bandwidth_bits=bandwidth_bits(ctx, target),
+                           optimizer_slots=slots, goal=goal)
+            answers.append(_answer(_verdict(name, target, ranking, goal, global_batch),
+                                   ranking))
+    if targets and not answers and missing:
         where, _, said = missing[0].partition(": ")
         head, _, todo = said.partition("; ")
-        raise Unanswered(f"no results for {missing[0]}", {
-            "status": "none", "headline": head or f"no results for {where}", "why": todo})
-    _refuse_unmet(verdicts, goal, explicit=bool(targets))
-    frame = pd.DataFrame(out)
-    if frame.empty:
-        frame = pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
-    else:
-        frame = frame.reindex(columns=[*COLUMNS, *(c for c in frame.columns if c not in COLUMNS)])
-    frame.attrs["missing"] = missing
-    frame.attrs["verdicts"] = verdicts
-    frame.attrs["sweep"] = sweep
-    frame.attrs["mechanisms"] = mechanisms_in_words(ctx.mechanisms)
-    return frame
+        raise Unanswered(f"no results for {missing[0]}", Verdict(
+            workload=where, target="", status="none",
+            headline=head or f"no results for {where}", why=todo))
+    _refuse_unmet([a.verdict for a in answers], goal, explicit=bool(targets))
+    return Recommendation(tuple(answers), tuple(missing), mechanisms_in_words(ctx.mechanisms))
 
 
 def _check_options(samples: float, price: float | None, budget: float | None,
@@ -376,35 +383,35 @@ def _facts(workloads: Sequence[str], measured: pd.DataFrame,
     return facts
 
 
-def _verdict(name: str, target: Target, ranked: list[dict[str, Any]], points: list[dict[str, Any]],
-             goal: decide.Goal, global_batch: int | None) -> dict[str, Any]:
-    answer = decide.verdict(name, target.label, ranked, points, goal)
+def _verdict(name: str, target: Target, ranking: Ranking, goal: decide.Goal,
+             global_batch: int | None) -> Verdict:
+    answer = decide.verdict(name, target.label, ranking.ranked, ranking.points, goal)
     if global_batch is not None:
-        answer["constraint"] += f"; global batch {global_batch} samples per step"
-    elif target.kind == "topology":
-        answer["why"] = _with_batch(answer)
+        return dataclasses.replace(answer, constraint=answer.constraint
+                                   + f"; global batch {global_batch} samples per step")
+    if target.kind == "topology":
+        return dataclasses.replace(answer, why=_with_batch(answer))
     return answer
 
 
-def _sweep_rows(name: str, target: Target, points: list[dict[str, Any]],
-                ranked: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every configuration swept, with whether it is on the Pareto front and was ranked."""
-    front = {id(p) for p in decide.pareto(points)}
-    picked = {id(p) for p in ranked}
-    return [{**{k: p.get(k, NAN) for k in SWEEP_COLUMNS}, "workload": name,
-             "target": target.label, "pareto": id(p) in front, "picked": id(p) in picked}
-            for p in points]
+def _answer(verdict: Verdict, ranking: Ranking) -> Answer:
+    """The verdict with its ranking, and every configuration swept flagged where it is on
+    the Pareto front and where it was ranked."""
+    front = {id(p) for p in decide.pareto(ranking.points)}
+    picked = {id(p) for p in ranking.ranked}
+    return Answer(verdict, tuple(ranking.ranked), tuple(
+        SweepPoint(p, id(p) in front, id(p) in picked) for p in ranking.points))
 
 
-def _with_batch(answer: dict[str, Any]) -> str:
+def _with_batch(answer: Verdict) -> str:
     """A described cluster's answer without --global-batch says how many samples its pick
     trains a step (the workload's batch on every device, so more with more devices): the
     number a pipeline's bubble and a layout's choice turn on."""
-    pick, why = answer.get("pick"), str(answer.get("why") or "")
-    if not pick or answer.get("status") != "ok":
+    pick, why = answer.pick, answer.why
+    if pick is None or answer.status != "ok":
         return why
-    samples = pick.get("throughput_samples_s", NAN) * pick.get("step_time_s", NAN)
-    if not (math.isfinite(samples) and samples > 0) or int(pick.get("replicas", 1)) == 1:
+    samples = pick.throughput_samples_s * pick.step_time_s
+    if not (math.isfinite(samples) and samples > 0) or int(pick.replicas) == 1:
         return why
     return (why + f"; {samples:,.0f} samples a step, the workload's batch on each device "
             f"(--global-batch sets it)")
@@ -414,7 +421,7 @@ class Unanswered(InputError):
     """No answer for a workload on a target, said in one line; ``card`` is the verdict a
     report shows for it (headline, why), so that nothing parses the line back."""
 
-    def __init__(self, message: str, card: dict[str, Any]) -> None:
+    def __init__(self, message: str, card: Verdict) -> None:
         super().__init__(message)
         self.card = card
 
@@ -437,24 +444,24 @@ def no_points(name: str, target: Target) -> str:
     return f"{where}: not run there yet (stratbench run --workload {name})"
 
 
-def _refuse_unmet(verdicts: list[dict[str, Any]], goal: decide.Goal, explicit: bool) -> None:
+def _refuse_unmet(verdicts: list[Verdict], goal: decide.Goal, explicit: bool) -> None:
     """Bad input, said in one line: a budget or deadline that nothing meets anywhere (with
     the nearest option and by how much it misses), or an explicit target the workload fits
     on in no configuration."""
     if not verdicts:
         return
-    if all(v["status"] == "over_budget" for v in verdicts):
+    if all(v.status == "over_budget" for v in verdicts):
         v = verdicts[0]
-        raise Unanswered(f"{v['workload']} on {v['target']}: {v['headline']} ({v['why']})", v)
+        raise Unanswered(f"{v.workload} on {v.target}: {v.headline} ({v.why})", v)
     if explicit:
         for v in verdicts:
-            if v["status"] == "none" and v["why"].startswith("does not fit"):
-                need = v["why"].removeprefix("does not fit: ")
-                raise Unanswered(f"{v['workload']} does not fit {v['target']} in any "
+            if v.status == "none" and v.why.startswith("does not fit"):
+                need = v.why.removeprefix("does not fit: ")
+                raise Unanswered(f"{v.workload} does not fit {v.target} in any "
                                  f"data-parallel or model-parallel layout ({need})", v)
 
 
-def _ram_bytes(store: Any) -> float | None:
+def _ram_bytes(store: ResultsStore) -> float | None:
     for run_id in reversed(store.run_ids()):
         manifest = store.manifest(run_id) or {}
         if manifest.get("memory_bytes"):
@@ -462,25 +469,56 @@ def _ram_bytes(store: Any) -> float | None:
     return None
 
 
-def stored_inputs(root: Any) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class StoredInputs:
     """What ``recommend`` reads of a results directory beside its measured rows: simulated
     rows, validation, the calibration fits, sweeps and the link probes of emulated runs, this
-    machine's memory; read once where several questions are asked of one directory."""
+    machine's memory."""
+
+    simulated: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    validation: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    ram_bytes: float | None = None
+    fits: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    networks: tuple[dict[str, Any], ...] = ()  # calibrate.links.probed_networks
+    sweeps: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+
+
+def stored_inputs(root: str | os.PathLike[str]) -> StoredInputs:
+    """``StoredInputs`` of a results directory, read once where several questions are asked
+    of one directory."""
     from harness.calibrate.fits import comm_table
     from results.store import ResultsStore, load_table_safe
 
     store = ResultsStore(root)
-    return {"simulated": load_table_safe(root, "simulated"),
-            "validation": latest_validation(root), "ram_bytes": _ram_bytes(store),
-            "fits": comm_table(root), "networks": probed_networks(store),
-            "sweeps": comm_table(root, "comm")}
+    return StoredInputs(simulated=load_table_safe(root, "simulated"),
+                        validation=latest_validation(root), ram_bytes=_ram_bytes(store),
+                        fits=comm_table(root), networks=tuple(probed_networks(store)),
+                        sweeps=comm_table(root, "comm"))
 
 
-def recommend_from_store(root: Any, **kwargs: Any) -> pd.DataFrame:
+class Options(TypedDict, total=False):
+    """``recommend``'s question, as ``recommend_from_store`` passes it on."""
+
+    workloads: Sequence[str]
+    targets: Sequence[str]
+    samples: float
+    price: float | None
+    optimizer: str | None
+    budget: float | None
+    deadline_s: float | None
+    min_efficiency: float
+    device: str | None
+    precision: str | None
+    global_batch: int | None
+    mechanisms: Mapping[str, bool | str] | None
+
+
+def recommend_from_store(root: str | os.PathLike[str], **options: Unpack[Options]
+                         ) -> Recommendation:
     """``recommend`` over a results directory (its measured rows and ``stored_inputs``)."""
     from results.store import load
 
-    return recommend(load(root), **stored_inputs(root), **kwargs)
+    return recommend(load(root), stored=stored_inputs(root), **options)
 
 
 def _fmt(value: Any, kind: str) -> str:
@@ -499,30 +537,29 @@ def _fmt(value: Any, kind: str) -> str:
     return three_figures(value) if isinstance(value, float) else str(value)
 
 
-def format_verdicts(verdicts: Sequence[dict[str, Any]]) -> list[str]:
+def format_verdicts(verdicts: Sequence[Verdict]) -> list[str]:
     """The answers first: one block per workload and target."""
     lines = []
     for v in verdicts:
-        lines.append(f"{v['workload']} on {v['target']}"
-                     + (f" ({v['constraint']})" if v.get("constraint") else ""))
-        lines.append(f"  -> {v['headline']}")
-        for key in ("why", "sure"):
-            if v.get(key):
-                lines.append(f"     {key}: {v[key]}")
+        lines.append(f"{v.workload} on {v.target}"
+                     + (f" ({v.constraint})" if v.constraint else ""))
+        lines.append(f"  -> {v.headline}")
+        for key, said in (("why", v.why), ("sure", v.sure)):
+            if said:
+                lines.append(f"     {key}: {said}")
     return lines
 
 
-def format_table(frame: pd.DataFrame) -> str:
+def format_table(answer: Recommendation) -> str:
     """The verdicts, then the table for a terminal, one block per workload and target:
     each strategy at its chosen device count."""
-    attrs, frame = frame.attrs, _bare(frame)
-    lines = [f"no results for {m}" for m in attrs.get("missing", [])]
+    frame = answer.table()
+    lines = [f"no results for {m}" for m in answer.missing]
     if frame.empty:
         return "\n".join(lines) or "no recommendations: no matching results or targets"
     lines += [""] if lines else []
-    verdicts = attrs.get("verdicts", [])
-    if verdicts:
-        lines += [*format_verdicts(verdicts), ""]
+    if answer.verdicts:
+        lines += [*format_verdicts(answer.verdicts), ""]
     for (workload, target), group in frame.groupby(["workload", "target"], sort=False):
         lines.append(f"{workload} on {target}: each strategy at its best device count")
         lines.append(f"  {'#':>2} {'strategy':<30}{'n':>5}{'step ms':>10}{'samples/s':>11}"
@@ -559,10 +596,10 @@ def format_table(frame: pd.DataFrame) -> str:
                 stacks_running(sim.removeprefix("sim/").split("+"), kinds[sim])[1]
                 for sim, real in runs.items() if real)
             lines += [f"  (set in those stacks: {o})" for o in options if o]
-        if attrs.get("mechanisms") and any(
+        if answer.mechanisms and any(
                 exchange_kind(r["framework"], r["strategy"]) == MODEL_PARALLEL
                 for r in group.to_dict("records")):
-            lines.append(f"  (model-parallel layouts assume: {attrs['mechanisms']})")
+            lines.append(f"  (model-parallel layouts assume: {answer.mechanisms})")
         if any(exchange_kind(r["framework"], r["strategy"]) == MODEL_PARALLEL
                and r.get("source") == "simulated" for r in group.to_dict("records")):
             from harness.validate.layout_sweep import headroom_rule
@@ -590,19 +627,3 @@ def _fits(r: dict[Any, Any]) -> str:
     if not (isinstance(cap, float) and math.isfinite(cap)):
         return "?"
     return ("tight" if r.get("tight") else "yes") if r["fits"] else "NO"
-
-
-def _bare(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` without its attrs: pandas deep-copies a frame's attrs into every column and
-    group it hands out, and a recommendation's sweep is thousands of points (0.9 s of the
-    405B answer's 8.4 s went to copying it while the table was printed)."""
-    out = frame.copy(deep=False)
-    out.attrs = {}
-    return out
-
-
-def to_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """JSON-able rows (NaN as None)."""
-    records = _bare(frame).to_dict("records")
-    return [{str(k): (None if isinstance(v, float) and not math.isfinite(v) else v)
-             for k, v in r.items()} for r in records]
