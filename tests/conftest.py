@@ -35,6 +35,16 @@ def layout_picks():
     return [layout_check.check(row) for row in layout_check.model_parallel_rows()]
 
 
+@pytest.fixture(scope="session")
+def emulated_validations():
+    """Every checked-in emulated campaign scored by `validate` (docs/VALIDATION.md's
+    sections), once a test run, by folder name; each run is predicted with the cores it
+    recorded, so the machine's own count does not move them."""
+    from harness.docs.validation import emulated_tables
+
+    return emulated_tables()
+
+
 def _cuda_available() -> bool:
     import shutil
 

@@ -18,11 +18,13 @@ def test_the_readme_is_a_few_minutes_read():
     assert len((ROOT / "README.md").read_text().splitlines()) < 200
 
 
-def test_the_validation_tables_are_what_their_commands_print(device_comparison, layout_picks):
+def test_the_validation_tables_are_what_their_commands_print(device_comparison, layout_picks,
+                                                            emulated_validations):
     """Regenerate with `python -m harness.docs.validation > docs/VALIDATION.md` after a change
     that moves a figure; each section is its command's output."""
     assert (ROOT / "docs" / "VALIDATION.md").read_text() == validation.render(
-        device_comparison=device_comparison, layout_picks=layout_picks)
+        device_comparison=device_comparison, layout_picks=layout_picks,
+        emulated=emulated_validations)
 
 
 def test_the_simulator_doc_is_a_reference_and_docs_hold_no_dated_history():

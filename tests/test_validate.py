@@ -347,13 +347,12 @@ def test_tf_time_off_the_link_fills_the_links_bucket(tmp_path):
 VALIDATION_DATA = Path(__file__).parent.parent / "validation" / "2026-11-24"
 
 
-def test_the_documented_validation_reproduces_from_its_checked_in_data(monkeypatch):
+def test_the_documented_validation_reproduces_from_its_checked_in_data(emulated_validations):
     """docs/SIMULATOR.md's table is `stratbench validate` over the measurements checked in
     beside it (2-6 emulated hosts at 100 and 800 Mbit/s, unshaped floors, mlp:M steps): a
     change to the model moves these figures, and then the docs must move with them. The
     runs are predicted with the cores they had (2), not the validating machine's."""
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
-    table = validate(ResultsStore(VALIDATION_DATA))
+    table = emulated_validations[VALIDATION_DATA.name]
     kinds = table["kind"].value_counts()
     assert (kinds["collective"], kinds["step"]) == (504, 24)
     summary = summarize(table)
@@ -550,12 +549,18 @@ def test_racks_the_emulator_split_unevenly_are_leaves_of_those_hosts():
 PIPELINE_DATA = Path(__file__).parent.parent / "validation" / "2026-11-25-pipeline"
 
 
-def test_the_documented_pipeline_validation_reproduces_from_its_checked_in_data(monkeypatch):
+def _steps(scored: pd.DataFrame) -> pd.DataFrame:
+    """A campaign's step and wire rows, as `validate_steps` gives them, from its whole score
+    (the session's `emulated_validations`, computed once for these tests and the docs)."""
+    return scored[scored["kind"].isin(["step", "wire"])]
+
+
+def test_the_documented_pipeline_validation_reproduces_from_its_checked_in_data(
+        emulated_validations):
     """docs/SIMULATOR.md's pipeline table: 8 runs (2 and 4 stages, 4 and 8 micro-batches,
     400 and 100 Mbit/s) predicted from their one-process baselines, gloo's loopback fit and
     the loopback floor of a pass; the issue's target is a median |error| <= 15%."""
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
-    table = validate_steps(ResultsStore(PIPELINE_DATA))
+    table = _steps(emulated_validations[PIPELINE_DATA.name])
     pipeline = table[table["what"].str.startswith("torch/pipeline")]
     assert len(pipeline) == 8
     layouts = pipeline["what"].str.extract(r"pp=(\d+),tp=1,microbatches=(\d+)")
@@ -567,13 +572,12 @@ def test_the_documented_pipeline_validation_reproduces_from_its_checked_in_data(
 WIRE_DATA = Path(__file__).parent.parent / "validation" / "2026-11-25-wire"
 
 
-def test_the_simulators_bytes_follow_the_wire_on_the_checked_in_runs(monkeypatch):
+def test_the_simulators_bytes_follow_the_wire_on_the_checked_in_runs(emulated_validations):
     """docs/SIMULATOR.md's wire table: every multi-process strategy of both frameworks, a
     dense (mlp:M) and an embedding-heavy model (recsys:S), 3 hosts at 1 Gbit/s and 4 at 250
     Mbit/s; the simulator's bytes per host and step against each host's interface counters
     (campaign.sh beside the data)."""
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
-    table = validate_steps(ResultsStore(WIRE_DATA))
+    table = _steps(emulated_validations[WIRE_DATA.name])
     wire = table[table["kind"] == "wire"]
     strategy = wire["what"].str.rsplit("/", n=1).str[0]
     assert set(strategy) == {"torch/ddp", "torch/fsdp", "torch/parameter_server",
@@ -588,15 +592,14 @@ def test_the_simulators_bytes_follow_the_wire_on_the_checked_in_runs(monkeypatch
 STEPS_DATA = Path(__file__).parent.parent / "validation" / "2026-11-25-steps"
 
 
-def test_step_times_per_strategy_reproduce_from_their_checked_in_runs(monkeypatch):
+def test_step_times_per_strategy_reproduce_from_their_checked_in_runs(emulated_validations):
     """docs/SIMULATOR.md's step table (issue 19): torch ddp and parameter_server, TF
     multi_worker_mirrored and parameter_server, on mlp:M (exchange over compute at 100 Mbit/s)
     and recsys:S, 2, 4 and 6 hosts at 100 Mbit/s, 300 Mbit/s and 1 Gbit/s, and a racked
     cluster; the loopback sweeps (three at each rank count) and local runs it is predicted
     from beside them (campaign.sh). A change to the model moves these figures; the docs move
     with them."""
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
-    table = validate_steps(ResultsStore(STEPS_DATA))
+    table = _steps(emulated_validations[STEPS_DATA.name])
     steps = table[table["kind"] == "step"]
     racked = steps["cluster"].str.contains("racks=")
     flat = steps[~racked]
@@ -698,7 +701,7 @@ def load_case_id(path: Path) -> str:
 SPARSE_DATA = Path(__file__).parent.parent / "validation" / "2026-11-26-sparse"
 
 
-def test_sparse_step_times_reproduce_from_their_checked_in_runs(monkeypatch):
+def test_sparse_step_times_reproduce_from_their_checked_in_runs(emulated_validations):
     """docs/SIMULATOR.md's sparse table (issue 28): recsys:M and recsys:L on 2, 4 and 6
     emulated hosts at 100 and 300 Mbit/s, every strategy that trains them across hosts (its
     README names the four cases not run and why), predicted from the directory's calibration
@@ -706,8 +709,7 @@ def test_sparse_step_times_reproduce_from_their_checked_in_runs(monkeypatch):
     local runs, each cluster's sweeps: every op at 16 MiB, torch's at 256 KiB-4 MiB;
     campaign-sparse.sh), scored by `validate`. A change to the model moves these figures; the
     docs move with them."""
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
-    table = validate_steps(ResultsStore(SPARSE_DATA))
+    table = _steps(emulated_validations[SPARSE_DATA.name])
     steps = table[table["kind"] == "step"]
     strategy = steps["what"].str.rsplit("/", n=1).str[0]
     assert len(steps) == 57
@@ -733,18 +735,15 @@ RACKED_CLUSTERS = ("netns:hosts=5,rate=150mbit,racks=2,uplink=100mbit",  # 3 + 2
                    "netns:hosts=3,rate=300mbit,racks=2,uplink=150mbit")  # 2 + 1
 
 
-def test_racked_clusters_reproduce_from_their_calibration_alone(monkeypatch):
+def test_racked_clusters_reproduce_from_their_calibration_alone(emulated_validations):
     """docs/SIMULATOR.md's racked table (issue 39): every strategy that trains across the
     hosts of three racked clusters, split as the emulator builds them (3 + 2, 2 + 2, 2 + 1),
     on a sparse and a dense model, predicted from the directory's calibration alone (local
     runs, loopback sweeps at each rank count, each cluster's 16 MiB sweeps, torch's small
     ones where embedding sharding runs; campaign-racked.sh) and scored by `validate`; the
     clusters' own collective sweeps predicted on the same placed topology."""
-    from harness.validate.score import validate_comm
-
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
-    store = ResultsStore(RACKED_DATA)
-    table = validate_steps(store)
+    scored = emulated_validations[RACKED_DATA.name]
+    table = _steps(scored)
     steps = table[table["kind"] == "step"]
     assert set(steps["cluster"]) == set(RACKED_CLUSTERS)
     assert steps["topology"].str.contains("leaves=3\\+2").any()
@@ -763,7 +762,7 @@ def test_racked_clusters_reproduce_from_their_calibration_alone(monkeypatch):
     # the issue's bounds, 15% median and 30% every point
     assert all(m <= 0.15 for m in medians.values())
     assert (errors.max() <= 0.30).all(), errors.max()
-    sweeps = validate_comm(store)
+    sweeps = scored[scored["kind"] == "collective"]
     sweeps = sweeps[sweeps["cluster"].isin(RACKED_CLUSTERS)]
     assert set(sweeps["cluster"]) == set(RACKED_CLUSTERS)
     assert len(sweeps) == 153
