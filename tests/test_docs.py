@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.docs import reference, validation
+from harness.docs import reference, systems, validation
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -12,6 +12,11 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_the_command_reference_is_what_the_commands_help_prints():
     """Regenerate with `python -m harness.docs.reference > docs/COMMANDS.md`."""
     assert (ROOT / "docs" / "COMMANDS.md").read_text() == reference.render()
+
+
+def test_the_grammar_systems_strategies_and_stacks_are_what_their_records_say():
+    """Regenerate with `python -m harness.docs.systems > docs/SYSTEMS.md`."""
+    assert (ROOT / "docs" / "SYSTEMS.md").read_text() == systems.render()
 
 
 def test_the_readme_is_a_few_minutes_read():
