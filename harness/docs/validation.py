@@ -75,7 +75,7 @@ def emulated_report(table: pd.DataFrame) -> str:
         width = 2 + max(len(_cluster(c)) for c in rest["cluster"])
         lines.append(f"{'kind':<8}{'what':<38}{'cluster':<{width}}{'n':>3}{'measured':>12}"
                      f"{'predicted':>12}{'error':>8}")
-        lines += [_scored_row(r, width) for r in rest.to_dict("records")]
+        lines += [_scored_row(r, width) for _, r in rest.iterrows()]
         lines.append("")
     lines += [f"median |error| {kind}: {error:.1%}"
               for kind, error in summarize(table).items() if not math.isnan(error)]
@@ -86,7 +86,7 @@ def _cluster(spec: object) -> str:
     return str(spec).removeprefix("netns:")
 
 
-def _scored_row(r: Mapping[str, Any], width: int) -> str:
+def _scored_row(r: pd.Series, width: int) -> str:
     """A step in ms, a host's wire bytes per step in kB, a replica's memory in MB."""
     if r["kind"] == "step":
         measured, predicted = f"{r['measured_s'] * 1e3:.2f} ms", f"{r['predicted_s'] * 1e3:.2f} ms"
