@@ -447,8 +447,7 @@ def build_report(root: str | os.PathLike[str], project: Project | None = None) -
     comm = _in_scope(load_table_safe(root, "comm"), scope)
     validation = _in_scope(latest_validation(root), scope)
     if project is not None:
-        rec: dict[str, object] = {**project_recommendations(root, project),
-                                  **project_cards(root, project)}
+        rec = {**project_recommendations(root, project), **project_cards(root, project)}
     else:
         rec = {**recommendations(root)}
     run_id, manifest = manifest_items(root)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
@@ -11,8 +12,13 @@ from harness.commands.common import info, results_option
 from harness.core.errors import InputError
 from harness.core.paths import results_dir
 
+if TYPE_CHECKING:
+    from harness.core.project import Project
 
-def make_report(results: str | Path | None, project: Any = None,
+Command = TypeVar("Command", bound=Callable[..., object])
+
+
+def make_report(results: str | Path | None, project: Project | None = None,
                 out: str | Path | None = None) -> Path:
     """Write the report for a results directory; returns its path (default
     ``<results>/report.html``). With a project, its verdict cards lead, in its order."""
@@ -26,7 +32,7 @@ def make_report(results: str | Path | None, project: Any = None,
     return write_report(root, out, project)
 
 
-def fail_on_regression_option(fn: Any) -> Any:
+def fail_on_regression_option(fn: Command) -> Command:
     return click.option("--fail-on-regression", is_flag=True,
                         help="Exit 1 when the latest run of any case is flagged as a "
                              "regression (the report's rule).")(fn)

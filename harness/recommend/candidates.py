@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import pandas as pd
 
@@ -33,7 +33,7 @@ from harness.predict.emulated import emulated_strategies, predict_emulated
 from harness.recommend.records import Candidate, MeasuredRun
 from harness.recommend.targets import Target, device_counts, device_kind
 from harness.sim.api import activations_on_device
-from harness.sim.rows import LayoutRow, SimulatedRow
+from harness.sim.rows import LayoutRow, Scalar, SimulatedRow
 from harness.sim.systems.calibration import Calibration
 from workloads.execution import Execution
 from workloads.spec import WorkloadSpec
@@ -276,16 +276,19 @@ class _Step:
                    compute_s=row.compute_s, optimizer_s=row.optimizer_s)
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> _Step:
-        """A results row (stored, or predicted) as a step."""
-        return cls(strategy=row["strategy"], replicas=row["replicas"], status=row["status"],
-                   reason=row.get("reason") or "",
-                   step_time_median_s=float(row.get("step_time_median_s", NAN)),
-                   throughput_samples_s=float(row.get("throughput_samples_s", NAN)),
-                   exposed_comm_s=float(row.get("exposed_comm_s", NAN)),
-                   bytes_per_worker=float(row.get("bytes_per_worker", NAN)),
-                   compute_s=float(row.get("compute_s", NAN)),
-                   optimizer_s=float(row.get("optimizer_s", NAN)))
+    def from_row(cls, row: dict[str, Scalar]) -> _Step:
+        """A stored results row as a step (NaN for a figure it does not hold)."""
+        def number(key: str) -> float:
+            value = row.get(key, NAN)
+            return float(value) if isinstance(value, int | float) else NAN
+
+        return cls(strategy=str(row["strategy"]), replicas=int(number("replicas")),
+                   status=str(row["status"]), reason=cast(str, row.get("reason") or ""),
+                   step_time_median_s=number("step_time_median_s"),
+                   throughput_samples_s=number("throughput_samples_s"),
+                   exposed_comm_s=number("exposed_comm_s"),
+                   bytes_per_worker=number("bytes_per_worker"), compute_s=number("compute_s"),
+                   optimizer_s=number("optimizer_s"))
 
 
 def _sim_point(ctx: Context, facts: WorkloadSpec, target: Target, row: _Step, *,
