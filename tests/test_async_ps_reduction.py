@@ -20,7 +20,7 @@ from harness.sim.step.async_ps import (
 )
 from harness.sim.step.async_ps import simulate_async_ps as simulate_deployed
 from harness.sim.step.result import StepResult
-from workloads.execution import PsDeployment
+from workloads.execution import Execution, PsDeployment
 from workloads.spec import WorkloadSpec
 
 PROFILE = WorkloadSpec(params=25_000_000, step_time_s=0.1)
@@ -41,7 +41,8 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec, *
     """The asynchronous step with its servers' deployment given as loose options."""
     ps = PsDeployment(shards=shards, colocated=colocated,
                       shard_weights=None if shard_weights is None else tuple(shard_weights))
-    return simulate_deployed(topology, workers, profile, ps=ps, **run)  # type: ignore[arg-type]
+    return simulate_deployed(topology, workers, profile, execution=Execution(ps=ps),
+                             **run)  # type: ignore[arg-type]
 
 
 def shard_setups() -> st.SearchStrategy[dict]:

@@ -23,11 +23,11 @@ from harness.sim.model.memory import (
     replica_activation_bytes,
 )
 from harness.sim.model.structure import layered
-from harness.sim.systems.calibration import Calibration
 from harness.sim.systems.device_model import device_rate, gemm_precision, gemm_seconds
 from harness.sim.systems.preset import load_preset
 from harness.validate import devices
 from workloads.catalog import list_workloads
+from workloads.execution import Execution
 from workloads.known import get_known, known_names
 from workloads.operators import total_forward_flops
 from workloads.precision import PRECISIONS
@@ -295,11 +295,11 @@ def test_every_strategy_computes_alike_on_one_device():
     device: one device model, one compute."""
     text = "transformer:layers=4,hidden=2048,heads=16,seq=1024,vocab=32000,batch=4"
     profile = workload_facts(text)
-    calibration = Calibration(precision="bf16")
-    rows = [simulate("preset:dgx_h100_ib,hosts=1", 1, [name], profile, calibration)[0]
+    bf16 = Execution(precision="bf16")
+    rows = [simulate("preset:dgx_h100_ib,hosts=1", 1, [name], profile, execution=bf16)[0]
             for name in ("ddp", "fsdp", "torch:parameter_server")]
     layout = simulate_layout("preset:dgx_h100_ib,hosts=1", layered(text, PRECISIONS["bf16"]),
-                             Layout(), 4, calibration, precision=PRECISIONS["bf16"])
+                             Layout(), 4, precision=PRECISIONS["bf16"], execution=bf16)
     computes = [r["compute_s"] + r["optimizer_s"] for r in (*rows, layout)]
     assert max(computes) / min(computes) - 1 < 0.01
     assert all("device model" in r["compute_source"] for r in rows)

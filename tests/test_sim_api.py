@@ -25,7 +25,7 @@ from harness.sim.api import COLLECTIVE_ALGORITHMS
 from harness.sim.network.topology import TopologyError, scale_bandwidth
 from harness.sim.step.async_ps import simulate_async_ps
 from harness.sim.systems.calibration import Calibration, LinkCalibration, apply, from_preset
-from workloads.execution import PsDeployment
+from workloads.execution import Execution, PsDeployment
 from workloads.spec import WorkloadSpec
 
 SETTINGS = settings(max_examples=int(os.environ.get("SIM_EXAMPLES", "25")), deadline=None)
@@ -39,19 +39,17 @@ PROFILE = WorkloadSpec(params=25_000_000, batch_size=32, step_time_s=0.1,
 
 def test_rows_have_the_results_schema():
     rows = simulate("two_level:hosts=2,gpus=4,intra=300GB/s,inter=25Gbit", 8, "all", PROFILE)
-    assert [r.strategy for r in rows] == list(DEFAULT_STRATEGIES)
+    assert [r["strategy"] for r in rows] == list(DEFAULT_STRATEGIES)
     for r in rows:
-        flat = r.to_row()  # the row stored: the schema's columns
         for key in SCHEMA:
-            assert key in flat, key
-        assert flat["source"] == "simulated" and flat["framework"] == "sim"
-        assert r.status == "ok" and r.reason == ""
-        assert r.replicas == 8 and r.workload == "mlp" and r.size == "M"
-        assert r.step_time_median_s >= 0.1
-        assert r.throughput_samples_s == pytest.approx(
-            8 * 32 / r.step_time_median_s, rel=0.2)
-        assert "bytes_inter" in flat and "utilisation_inter" in flat
-        assert set(r.class_bytes) == set(r.utilisation) == {"intra", "inter"}
+            assert key in r, key
+        assert r["source"] == "simulated" and r["framework"] == "sim"
+        assert r["status"] == "ok" and r["reason"] == ""
+        assert r["replicas"] == 8 and r["workload"] == "mlp" and r["size"] == "M"
+        assert r["step_time_median_s"] >= 0.1
+        assert r["throughput_samples_s"] == pytest.approx(
+            8 * 32 / r["step_time_median_s"], rel=0.2)
+        assert "bytes_inter" in r and "utilisation_inter" in r
 
 
 def test_real_strategy_names_map_onto_simulated_ones():
@@ -66,7 +64,7 @@ def test_real_strategy_names_map_onto_simulated_ones():
     with pytest.raises(SpecError, match="unknown strategy 'gossip'"):
         resolve_strategy("gossip")
     rows = simulate("switch:n=4,bw=10Gbit", 4, ["ddp", "allreduce_ring"], PROFILE)
-    assert [r.requested_strategy for r in rows] == ["ddp"]  # same simulation once
+    assert [r["requested_strategy"] for r in rows] == ["ddp"]  # same simulation once
 
 
 def test_every_multi_device_catalog_strategy_has_a_simulation():
@@ -94,20 +92,20 @@ def test_one_worker_runs_every_strategy_with_nothing_to_exchange():
     """One worker: every strategy is its compute, central storage included (its one
     device holds the store, so its round moves nothing)."""
     rows = simulate("switch:n=2,bw=1Gbit", 1, "all", PROFILE)
-    assert {r.strategy for r in rows} >= {"central_storage", "parameter_server"}
-    synchronous = [r for r in rows if r.strategy != "parameter_server_async"]
-    assert all(r.status == "ok" for r in rows), [r for r in rows if r.status != "ok"]
+    assert {r["strategy"] for r in rows} >= {"central_storage", "parameter_server"}
+    synchronous = [r for r in rows if r["strategy"] != "parameter_server_async"]
+    assert all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]
     for r in synchronous:
-        assert r.exposed_comm_s == pytest.approx(0.0, abs=1e-12), r
-        assert r.step_time_median_s == pytest.approx(0.1 + 0.002), r
+        assert r["exposed_comm_s"] == pytest.approx(0.0, abs=1e-12), r
+        assert r["step_time_median_s"] == pytest.approx(0.1 + 0.002), r
 
 
 def test_what_a_topology_cannot_run_is_an_unavailable_row():
     rows = simulate("torus:dims=2x2,bw=10GB/s", 4, ["parameter_server", "allreduce_ring"],
                     PROFILE)
-    assert rows[0].status == "unavailable" and "torus" in rows[0].reason
-    assert math.isnan(rows[0].step_time_median_s)
-    assert rows[1].status == "ok"
+    assert rows[0]["status"] == "unavailable" and "torus" in rows[0]["reason"]
+    assert math.isnan(rows[0]["step_time_median_s"])
+    assert rows[1]["status"] == "ok"
 
 
 def test_presets_bring_device_speed_and_price():
@@ -115,10 +113,10 @@ def test_presets_bring_device_speed_and_price():
     rows = simulate("preset:dgx_h100_ib", 16, "ddp", profile)
     preset = from_preset("dgx_h100_ib")
     assert preset.device_flops is not None
-    assert rows[0].compute_s == pytest.approx(3e9 * 16 / preset.device_flops)
-    assert rows[0].price_per_device_hour == pytest.approx(12.29)
-    assert rows[0].cost_per_million_samples_usd > 0
-    assert "compute=preset" in rows[0].calibration_sources
+    assert rows[0]["compute_s"] == pytest.approx(3e9 * 16 / preset.device_flops)
+    assert rows[0]["price_per_device_hour"] == pytest.approx(12.29)
+    assert rows[0]["cost_per_million_samples_usd"] > 0
+    assert "compute=preset" in rows[0]["calibration_sources"]
 
 
 def test_a_measured_calibration_overrides_the_spec():
@@ -126,8 +124,8 @@ def test_a_measured_calibration_overrides_the_spec():
     slow = Calibration({"net": LinkCalibration(1e-4, 1 / 1e8, "measured")})
     fast_row = simulate(spec, 8, "allreduce_ring", PROFILE)[0]
     slow_row = simulate(spec, 8, "allreduce_ring", PROFILE, slow)[0]
-    assert slow_row.step_time_median_s > fast_row.step_time_median_s
-    assert "link:net=measured" in slow_row.calibration_sources
+    assert slow_row["step_time_median_s"] > fast_row["step_time_median_s"]
+    assert "link:net=measured" in slow_row["calibration_sources"]
 
 
 @SETTINGS
@@ -176,21 +174,22 @@ def test_a_straggler_gates_synchronous_steps():
 
 def test_async_ps_is_not_gated_by_a_straggler_and_reports_staleness():
     topo = parse_topology("switch:n=8,bw=100Gbit,lat=5us")
-    base = simulate_async_ps(topo, 8, PROFILE, ps=PsDeployment(shards=2))
-    slow = simulate_async_ps(topo, 8, PROFILE, ps=PsDeployment(shards=2), stragglers=1,
+    two = Execution(ps=PsDeployment(shards=2))
+    base = simulate_async_ps(topo, 8, PROFILE, execution=two)
+    slow = simulate_async_ps(topo, 8, PROFILE, execution=two, stragglers=1,
                              straggler_factor=4)
     assert base.staleness_mean is not None and base.staleness_max is not None
     assert base.staleness_mean >= 1 and base.staleness_max >= base.staleness_mean
     # one of eight workers at a quarter speed costs about 3/32 of the throughput, not 3/4
     assert slow.throughput_samples_s > 0.8 * base.throughput_samples_s
     sync = simulate_step("parameter_server", topo, 8, PROFILE, stragglers=1,
-                         straggler_factor=4, ps=PsDeployment(shards=2))
+                         straggler_factor=4, execution=two)
     assert slow.throughput_samples_s > 2 * sync.throughput_samples_s
 
 
 def test_async_ps_mean_field_stands_in_for_many_workers():
     topo = parse_topology("switch:n=256,bw=100Gbit,lat=5us")
-    r = simulate_async_ps(topo, 256, PROFILE, ps=PsDeployment(shards=8),
+    r = simulate_async_ps(topo, 256, PROFILE, execution=Execution(ps=PsDeployment(shards=8)),
                           max_explicit_workers=16)
     assert "16 explicit workers stand for 256" in r.notes[0]
     assert r.throughput_samples_s > 0 and r.wall_s < 20
@@ -210,10 +209,10 @@ def test_sparse_gradients_help_parameter_servers_only():
 def test_collective_prediction_in_nccl_tests_units(algorithm):
     row = simulate_collective("two_level:hosts=2,gpus=4,intra=100GB/s,inter=100Gbit", 8,
                               algorithm, 64e6)
-    assert row.status == "ok" and row.time_s > 0
-    assert row.algbw == pytest.approx(64e6 / row.time_s)
+    assert row["status"] == "ok" and row["time_s"] > 0
+    assert row["algbw"] == pytest.approx(64e6 / row["time_s"])
     if algorithm.startswith("allreduce"):
-        assert row.busbw == pytest.approx(row.algbw * 2 * 7 / 8)
+        assert row["busbw"] == pytest.approx(row["algbw"] * 2 * 7 / 8)
 
 
 def test_calibration_apply_changes_only_named_classes():

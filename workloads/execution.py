@@ -1,5 +1,7 @@
 """How a workload runs, apart from what it is (``workloads.spec``) and what a system measured
-(``harness.sim.systems.calibration``): the deployment's own choices.
+(``harness.sim.systems.calibration``): the deployment's own choices, one record
+(:class:`Execution`) that the device model, the step models and the commands read beside
+the calibration.
 
 Here in the lowest layer so that the profile grammar, the simulator, the predictor and the
 commands all read one record.
@@ -69,3 +71,24 @@ class PsDeployment:
 
 #: the deployment nothing states: one dedicated server per 8 workers, changed rows pulled
 DEFAULT_PS = PsDeployment()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Execution:
+    """How a run computes and deploys, beside the system's measured fits.
+
+    ``precision``: what the device computes in (None: its training precision, fp32 bytes);
+    ``framework``: whose defaults it runs under (None: torch); ``fused_attention`` and
+    ``channels_last``: None is as the framework runs them by default; ``ps``: the parameter
+    servers' deployment.
+    """
+
+    precision: str | None = None
+    framework: str | None = None
+    fused_attention: bool | None = None
+    channels_last: bool | None = None
+    ps: PsDeployment = DEFAULT_PS
+
+
+#: nothing stated: the device's training precision under torch's defaults
+DEFAULT_EXECUTION = Execution()

@@ -25,10 +25,11 @@ from workloads.precision import PRECISIONS as PRECISION_NAMES
 
 
 def _profile(workload: str | None, profile: str | None, results: Path, topology: str,
-             calibration: Any, framework: str | None = None) -> Any:
+             calibration: Any, framework: str | None = None, execution: Any = None) -> Any:
     """The simulator's profile: from --profile, or from the workload (any that `recommend`
     takes: a built-in, a known model, a user's file after one run), with the compute time
-    measured here when nothing else can tell it (a topology without a device speed)."""
+    measured here when nothing else can tell it (a topology without a device speed, run as
+    ``execution`` says)."""
     from harness.core.errors import SpecError
     from harness.sim.systems.calibration import compute_seconds
 
@@ -46,6 +47,7 @@ def _profile(workload: str | None, profile: str | None, results: Path, topology:
         workload_facts,
     )
     from harness.sim.systems.calibration import from_preset, merge
+    from workloads.execution import DEFAULT_EXECUTION
 
     measured = _measured(results)
     facts = workload_facts(workload, measured)
@@ -54,7 +56,7 @@ def _profile(workload: str | None, profile: str | None, results: Path, topology:
     base = from_preset(rest.partition(",")[0].strip()) if kind == "preset" else None
     known = merge(base, calibration) if base and calibration else (calibration or base)
     try:
-        compute_seconds(prof, known)
+        compute_seconds(prof, known, execution or DEFAULT_EXECUTION)
         return prof
     except SpecError:
         pass
@@ -310,7 +312,7 @@ def _simulate_layout(topology: str, workload: str | None, profile: str | None, r
     if fit_step is not None:
         calib = _fitted(topology, calib, fit_step, lambda c: simulate_layout(
             topology, model, layout, batch, c, optimizer=optimizer, recompute=recompute,
-            precision=bytes_at)["step_time_median_s"])
+            precision=bytes_at)["step_time_median_s"], precision)
     return simulate_layout(topology, model, layout, batch, calib, step_compute_s=compute,
                            optimizer=optimizer, recompute=recompute, precision=bytes_at)
 
@@ -321,9 +323,11 @@ def expand(names: list[str] | str) -> list[tuple[str, str]]:
     return expand_strategies(names)
 
 
-def _fitted(topology: str, calib: Any, step_s: float, step_at: Any) -> Any:
+def _fitted(topology: str, calib: Any, step_s: float, step_at: Any,
+            precision: str | None = None) -> Any:
     """The calibration with the device's efficiency fitted so that this very step takes
-    ``step_s`` (one measured or published step); said on stderr, with where to keep it."""
+    ``step_s`` (one measured or published step, computed in ``precision``: None, the
+    device's training precision); said on stderr, with where to keep it."""
     from harness.sim.systems.calibration import Calibration, merge
     from harness.sim.systems.compute import fit_efficiency
 
@@ -335,7 +339,7 @@ def _fitted(topology: str, calib: Any, step_s: float, step_at: Any) -> Any:
         lambda e: step_at(merge(calib, Calibration(efficiency=e))), step_s)
     from harness.sim.systems.device_model import training_precision
 
-    which = calib.precision or training_precision(calib.device)
+    which = precision or training_precision(calib.device)
     info(f"fitted: {calib.device.name} at {efficiency:.1%} of its {which} peak makes this "
          f"step {step_s:g} s; keep it as the system file's device.matmul_efficiency.{which} "
          f"= {efficiency:.4f} to use it for every other configuration")
@@ -390,7 +394,7 @@ def _at_precision(calib: Any, topology: str, precision: str) -> Any:
     if device is None:
         return calib
     peak = device.peak(gemm_precision(precision, "torch", False, device))
-    return replace(calib, device_flops=peak * device.assumed_efficiency, precision=precision)
+    return replace(calib, device_flops=peak * device.assumed_efficiency)
 
 
 def _check_precision(topology: str, precision: str) -> None:
@@ -782,17 +786,15 @@ def _print_data_parallel(o: SimulateOptions, topology: str, calib: Any, read_as:
     """Each data-parallel or parameter-server strategy's step."""
     from harness.core.strategies import library
     from harness.sim import simulate
-    from workloads.execution import PsDeployment
+    from workloads.execution import Execution, PsDeployment
 
     names = _strategy_names(o.strategies, o.framework)
-    if o.precision is not None or o.framework is not None or o.channels_last is not None:
-        from harness.sim.systems.calibration import Calibration, merge
-
-        calib = merge(calib or Calibration(), Calibration(precision=o.precision,
-                                                          framework=o.framework,
-                                                          channels_last=o.channels_last))
+    execution = Execution(
+        precision=o.precision, framework=o.framework, channels_last=o.channels_last,
+        ps=PsDeployment(shards=o.ps_shards, colocated=o.ps_placement == "colocated",
+                        pull=library(o.framework or "torch").ps_pull))
     prof = _deployed(_profile(o.workload, o.profile, results_dir(o.results), topology, calib,
-                              o.framework),
+                              o.framework, execution),
                      names, o.ps_shards, o.ps_placement, o.bucket, o.bytes_per_element,
                      o.precision)
     if o.global_batch is not None:
@@ -802,19 +804,16 @@ def _print_data_parallel(o: SimulateOptions, topology: str, calib: Any, read_as:
                              f"{o.workers} workers")
         prof = replace(prof, batch_size=per_replica)
 
-    deployment = PsDeployment(shards=o.ps_shards, colocated=o.ps_placement == "colocated",
-                              pull=library(o.framework or "torch").ps_pull)
-
     def run(c: Any) -> list[dict[str, Any]]:
         return simulate(topology, o.workers, names, prof, c, workload=o.workload,
                         stragglers=o.stragglers, straggler_factor=o.straggler_factor,
-                        ps=deployment)
+                        execution=execution)
 
     if o.fit_step is not None:
         if len(expand(names)) != 1:
             raise InputError("--fit-step fits one step: name one --strategy")
         calib = _fitted(topology, calib, o.fit_step,
-                        lambda c: run(c)[0]["step_time_median_s"])
+                        lambda c: run(c)[0]["step_time_median_s"], o.precision)
     rows = run(calib)
     if o.as_json:
         print_json([r | {"read_as": read_as} for r in rows])

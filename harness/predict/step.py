@@ -38,7 +38,7 @@ from harness.core.strategies import MODEL_PARALLEL, library
 from harness.core.strategies import strategy as find_strategy
 from harness.sim.model.sparse_traffic import torch_ps_traffic
 from harness.sim.systems.compute import ComputeSplit
-from workloads.execution import PsDeployment
+from workloads.execution import Execution, PsDeployment
 
 
 def simulated_as(framework: str, strategy: str) -> str | None:
@@ -153,7 +153,7 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
     stated = {"optimizer_s": split.apply_s * oversold} if split.apply_s else {}
     (row,) = simulate(topology, replicas, model, dataclasses.replace(
         profile, step_time_s=compute, **stated), None, library="gloo",
-        ps=deployment, runtime_s=runtime_s,
+        execution=Execution(ps=deployment), runtime_s=runtime_s,
         exchange_share=exchange_share / link_share if collective and exchange_share else 1.0,
         oneway_share=1.0 / link_share if collective else 1.0)
     row.update(topology=topology, model=model, framework=framework, strategy=strategy,

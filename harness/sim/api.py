@@ -45,7 +45,7 @@ from harness.sim.step.strategies import (
 )
 from harness.sim.systems import calibration as cal
 from harness.sim.systems.spec import parse_topology
-from workloads.execution import DEFAULT_PS, PsDeployment
+from workloads.execution import DEFAULT_EXECUTION, Execution
 from workloads.precision import FP32, Precision
 from workloads.spec import WorkloadSpec
 
@@ -70,7 +70,7 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
              profile: WorkloadSpec | None = None,
              calibration: cal.Calibration | None = None, *, workload: str | None = None,
              stragglers: int = 0, straggler_factor: float = 1.0, mode: str = "fast",
-             ps: PsDeployment = DEFAULT_PS, library: str = "nccl",
+             execution: Execution = DEFAULT_EXECUTION, library: str = "nccl",
              runtime_s: float = 0.0, exchange_share: float = 1.0,
              oneway_share: float = 1.0) -> list[dict[str, Any]]:
     """Simulate one training step of each strategy; one results row per strategy.
@@ -82,8 +82,9 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
     ``calibration``: link and compute costs (e.g. measured ones); whatever it leaves out comes
     from the preset (``preset:NAME``: links, device speed, price) or the spec's own bandwidths
     and latencies. ``library``: nccl (GPUs) or gloo (CPUs, emulated hosts): whose collectives
-    the strategies run. ``ps``: the parameter servers' deployment (shards, placement, and
-    what a worker pulls back: "changed" rows or "whole" variables, as TF's
+    the strategies run. ``execution``: how it runs beside the calibration's fits (the
+    compute's precision and framework defaults; the parameter servers' shards, placement,
+    and what a worker pulls back: "changed" rows or "whole" variables, as TF's
     ParameterServerStrategy). ``runtime_s``: the framework
     runtime's own time per synchronous step, where it was measured (harness/predict/step.py).
     ``exchange_share``: how much of the links an all-to-all reaches against the other
@@ -98,8 +99,8 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
         raise SpecError(f"unknown simulation mode {mode!r} (choose from {', '.join(MODES)})")
     topo, calib = _setup(topology_spec, workers, calibration)
     pairs = expand_strategies(strategy)
-    profile = cal.with_device_update(profile, calib)
-    single = cal.compute_seconds(profile, calib)[0] + profile.optimizer_s
+    profile = cal.with_device_update(profile, calib, execution)
+    single = cal.compute_seconds(profile, calib, execution)[0] + profile.optimizer_s
     rows = []
     stem, size = profile.row_names()
     for requested, sim in pairs:
@@ -116,18 +117,21 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
         try:
             result = simulate_step(sim, topo, workers, profile, calib, stragglers=stragglers,
                                    straggler_factor=straggler_factor, mode=mode,
-                                   ps=ps, library=library, runtime_s=runtime_s,
+                                   execution=execution, library=library,
+                                   runtime_s=runtime_s,
                                    exchange_share=exchange_share,
                                    oneway_share=oneway_share)
         except TopologyError as exc:
             rows.append(base | _unavailable(str(exc)))
             continue
         row = base | _row(result, single, profile.batch_size, calib)
-        rows.append(row | _replica_memory(profile, calib, sim, workers, workload, row))
+        rows.append(row | _replica_memory(profile, calib, execution, sim, workers,
+                                          workload, row))
     return rows
 
 
-def _replica_memory(profile: WorkloadSpec, calib: cal.Calibration, strategy: str,
+def _replica_memory(profile: WorkloadSpec, calib: cal.Calibration, execution: Execution,
+                    strategy: str,
                     workers: int, workload: str | None, row: dict[str, Any]
                     ) -> dict[str, Any]:
     """A data-parallel strategy's memory on a described device, and ``does not fit`` where
@@ -137,7 +141,7 @@ def _replica_memory(profile: WorkloadSpec, calib: cal.Calibration, strategy: str
     if calib.device is None:
         return {}
     per_sample = activations_on_device(profile, calib, workload or profile.row_names()[0],
-                                       checkpointed=profile.recomputed)
+                                       checkpointed=profile.recomputed, execution=execution)
     kept = replace(profile, activation_bytes_per_sample=per_sample)
     memory = replica_memory(kept, "sim", strategy, workers, optimizer_slots(profile.optimizer))
     fit = memory_fit(memory.total, calib)
@@ -155,14 +159,16 @@ def simulate_layout(topology_spec: str, model: LayeredModel, layout: Layout,
                     step_compute_s: float | None = None, optimizer: str = "adam",
                     recompute: str | bool = False, mode: str = "fast",
                     cores: float | None = None, pass_overhead_s: float = 0.0,
-                    precision: Precision | None = None) -> dict[str, Any]:
+                    precision: Precision | None = None,
+                    execution: Execution = DEFAULT_EXECUTION) -> dict[str, Any]:
     """One step of a data x pipeline x tensor layout as a results row (with the memory the
     fullest device needs). ``global_batch`` defaults to the model's batch per replica times
     the data-parallel degree, cut into ``layout.microbatches`` micro-batches per pipeline.
     ``cores``: devices are one-thread processes sharing this many cores (emulated hosts).
     ``precision``: the model's bytes must already be at it (``structure.layered``); here it
     sets the optimizer's state and the device's peak (None: fp32 bytes at the device's
-    training peak, as a system's single FLOPS figure always read)."""
+    training peak, as a system's single FLOPS figure always read); ``execution`` under whose
+    defaults it computes (attention fused or not)."""
     if mode not in MODES:
         raise SpecError(f"unknown simulation mode {mode!r} (choose from {', '.join(MODES)})")
     topo, calib = _setup(topology_spec, layout.devices, calibration)
@@ -171,11 +177,12 @@ def simulate_layout(topology_spec: str, model: LayeredModel, layout: Layout,
     result = model_parallel_step(topo, model, layout, batch, calib,
                                  step_compute_s=step_compute_s, recompute=recompute, mode=mode,
                                  cores=cores, pass_overhead_s=pass_overhead_s,
-                                 precision=precision, optimizer_slots=slots)
+                                 precision=precision, optimizer_slots=slots,
+                                 execution=execution)
     micro = batch // (layout.data * layout.microbatches)
     single = _one_device_s(model, micro, calib, step_compute_s, precision)
     memory = model_parallel_memory(model, layout, micro, optimizer, recompute,
-                                   precision or FP32, fused_attention=fuses_attention(calib))
+                                   precision or FP32, fused_attention=fuses_attention(execution))
     fit = memory_fit(memory.total, calib)
     base = {
         "source": "simulated", "framework": "sim", "strategy": result.strategy,
@@ -192,7 +199,7 @@ def simulate_layout(topology_spec: str, model: LayeredModel, layout: Layout,
         "memory_activations_bytes": memory.activations,
         "memory_recompute_bytes": memory.recompute_working,
         "memory_reserved_bytes": fit.reserved, "device_memory_bytes": fit.capacity,
-        "attention": "fused" if fuses_attention(calib) else "unfused",
+        "attention": "fused" if fuses_attention(execution) else "unfused",
         "recompute": recompute_mode(recompute),
         "precision": precision.name if precision else "fp32",
         "virtual_stages": layout.virtual, "sequence_parallel": layout.sequence_parallel,
@@ -208,13 +215,14 @@ def layout_step_bound(topology_spec: str, model: LayeredModel, layout: Layout,
                       global_batch: int | None = None,
                       calibration: cal.Calibration | None = None, *,
                       step_compute_s: float | None = None, recompute: str | bool = False,
-                      precision: Precision | None = None) -> float:
+                      precision: Precision | None = None,
+                      execution: Execution = DEFAULT_EXECUTION) -> float:
     """What ``simulate_layout`` with the same arguments cannot answer below
     (``model_parallel.step_lower_bound``), without scheduling the pipeline."""
     _, calib = _setup(topology_spec, layout.devices, calibration)
     batch = global_batch if global_batch is not None else model.batch_size * layout.data
     return step_lower_bound(model, layout, batch, calib, step_compute_s=step_compute_s,
-                            recompute=recompute, precision=precision)
+                            recompute=recompute, precision=precision, execution=execution)
 
 
 @dataclass(frozen=True)
@@ -249,25 +257,26 @@ def memory_fit(needed: float, calib: cal.Calibration) -> MemoryFit:
 
 
 def activations_on_device(profile: WorkloadSpec, calib: cal.Calibration, workload: str,
-                          checkpointed: bool = False) -> float | None:
+                          checkpointed: bool = False,
+                          execution: Execution = DEFAULT_EXECUTION) -> float | None:
     """Bytes one sample of a whole replica keeps for backward on the calibration's device:
-    at the precision it computes in (its training precision where none is given), attention
-    fused as its framework runs it (``sim.memory.kept_activations``)."""
+    at the precision ``execution`` computes in (the device's training precision where none
+    is given), attention fused as its framework runs it (``sim.memory.kept_activations``)."""
     from harness.sim.systems.device_model import training_precision
     from workloads.precision import precision as find_precision
 
     assert calib.device is not None
-    at = find_precision(calib.precision or training_precision(calib.device))
+    at = find_precision(execution.precision or training_precision(calib.device))
     return kept_activations(workload, profile.activation_bytes_per_sample, at,
-                            fuses_attention(calib), checkpointed)
+                            fuses_attention(execution), checkpointed)
 
 
-def fuses_attention(calib: cal.Calibration) -> bool:
-    """Whether the calibration's framework runs attention fused (torch's SDPA by
-    default), unless the calibration says."""
+def fuses_attention(execution: Execution) -> bool:
+    """Whether attention runs fused: as ``execution`` says, else as its framework runs it
+    (torch's SDPA by default)."""
     from harness.sim.systems.device_model import fuses_attention as fused
 
-    return fused(calib.framework, calib.fused_attention)
+    return fused(execution.framework, execution.fused_attention)
 
 
 def _one_device_s(model: LayeredModel, micro: int, calib: cal.Calibration,

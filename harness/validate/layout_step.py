@@ -14,6 +14,7 @@ from harness.sim.step.model_parallel import StepResult, model_parallel_step
 from harness.sim.systems.calibration import Calibration, apply, from_preset, merge
 from harness.sim.systems.preset import load_preset
 from harness.sim.systems.spec import parse_topology
+from workloads.execution import Execution
 from workloads.precision import Precision
 
 #: GPUs per host of every DGX system file the published runs used
@@ -35,8 +36,9 @@ def layout_step(system: str, gpus: int, model: LayeredModel, layout: Layout,
     """The step of ``layout`` on ``gpus`` devices of ``system``: the system file's device at
     ``efficiency`` of its peak (None: the cited out-of-the-box efficiency)."""
     calibration = merge(from_preset(system), Calibration(
-        efficiency=efficiency, compute_source="fitted", fused_attention=fused_attention))
+        efficiency=efficiency, compute_source="fitted"))
     topology = apply(parse_topology(system_spec(system, gpus)), calibration)
     return model_parallel_step(topology, model, layout, global_batch, calibration,
                                recompute=recompute, precision=precision,
-                               optimizer_slots=optimizer_slots)
+                               optimizer_slots=optimizer_slots,
+                               execution=Execution(fused_attention=fused_attention))

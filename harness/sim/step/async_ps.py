@@ -48,7 +48,7 @@ from harness.sim.network.topology import (
 from harness.sim.schedules.ps import server_ranks
 from harness.sim.step.result import StepResult, worker_classes
 from harness.sim.systems.calibration import Calibration, compute_seconds
-from workloads.execution import DEFAULT_PS, PsDeployment
+from workloads.execution import DEFAULT_EXECUTION, Execution
 from workloads.spec import WorkloadSpec
 
 Process = Generator[simpy.Event, object, None]
@@ -163,17 +163,18 @@ def reduction(topology: Topology, workers: int, most: int, weights: Sequence[flo
 
 def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
                       calibration: Calibration | None = None, *,
-                      ps: PsDeployment = DEFAULT_PS, stragglers: int = 0,
+                      execution: Execution = DEFAULT_EXECUTION, stragglers: int = 0,
                       straggler_factor: float = 1.0, iterations: int = 16,
                       max_explicit_workers: int | None = None) -> StepResult:
     """Simulate ``iterations`` asynchronous steps per worker; see the module docstring."""
     started = time.perf_counter()
     if not 1 <= workers <= n_devices(topology):
         raise SpecError(f"workers={workers} must be from 1 to {n_devices(topology)}")
+    ps = execution.ps
     colocated = ps.colocated
     k = ps.shard_count(workers)
     weights = list(ps.weights(workers))
-    compute, source = compute_seconds(profile, calibration)
+    compute, source = compute_seconds(profile, calibration, execution)
     classes = worker_classes(workers, stragglers, straggler_factor)
     if max_explicit_workers is None:
         max_explicit_workers = EXPLICIT_WORKERS["colocated" if colocated else "dedicated"]

@@ -71,7 +71,7 @@ from harness.sim.step.strategies import (
     fsdp_schedules,
 )
 from harness.sim.systems.calibration import Calibration, compute_seconds
-from workloads.execution import DEFAULT_PS, PsDeployment
+from workloads.execution import DEFAULT_EXECUTION, Execution, PsDeployment
 from workloads.spec import WorkloadSpec
 
 Process = Generator[simpy.Event, object, None]
@@ -116,14 +116,15 @@ class _Collectives:
 def simulate_step(strategy: str, topology: Topology, workers: int, profile: WorkloadSpec,
                   calibration: Calibration | None = None, *, stragglers: int = 0,
                   straggler_factor: float = 1.0, mode: str = "fast",
-                  ps: PsDeployment = DEFAULT_PS, library: str = "nccl",
+                  execution: Execution = DEFAULT_EXECUTION, library: str = "nccl",
                   runtime_s: float = 0.0, exchange_share: float = 1.0,
                   oneway_share: float = 1.0) -> StepResult:
     """Simulate one step of ``strategy`` (a simulator name) on the first ``workers`` devices.
 
     ``library``: whose collectives run them, "nccl" (GPUs) or "gloo" (CPUs, emulated hosts),
-    where they differ in bytes (gloo's reduce-scatter is an all-reduce). ``ps``: the
-    parameter servers' deployment (their shards, placement and what a worker pulls).
+    where they differ in bytes (gloo's reduce-scatter is an all-reduce). ``execution``: how
+    the device computes (the compute's precision and framework defaults) and the parameter
+    servers' deployment (their shards, placement and what a worker pulls).
     ``runtime_s``: the framework runtime's own time per synchronous step beyond what the
     model times (RPC, Python bookkeeping, launch costs: harness/predict/step.py measures it on
     loopback), in series with the rest. ``exchange_share``: the links' share an all-to-all
@@ -139,13 +140,13 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
     if strategy == "parameter_server_async":
         from harness.sim.step.async_ps import simulate_async_ps
 
-        return simulate_async_ps(topology, workers, profile, calibration, ps=ps,
+        return simulate_async_ps(topology, workers, profile, calibration, execution=execution,
                                  stragglers=stragglers, straggler_factor=straggler_factor)
     for name, value in (("exchange_share", exchange_share), ("oneway_share", oneway_share)):
         if not (math.isfinite(value) and value > 0):
             raise SpecError(f"{name} {value} must be a positive number")
     started = time.perf_counter()
-    compute, source = compute_seconds(profile, calibration)
+    compute, source = compute_seconds(profile, calibration, execution)
     classes = worker_classes(workers, stragglers, straggler_factor)
     env = CountingEnvironment()
     colls = _Collectives(topology, mode)
@@ -164,7 +165,7 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
         finish = _fsdp_step(env, topology, workers, profile, compute, classes, colls, library)
     elif strategy in ("parameter_server", "central_storage"):
         finish, colls, optimizer = _server_step(
-            env, strategy, topology, workers, profile, compute, classes, mode, ps)
+            env, strategy, topology, workers, profile, compute, classes, mode, execution.ps)
         after = 0.0
     else:
         raise SpecError(f"unknown simulator strategy {strategy!r}")

@@ -50,6 +50,7 @@ from harness.sim.systems.compute import (
 )
 from harness.sim.systems.device_model import gradient_copy_seconds
 from harness.sim.systems.spec import SpecError
+from workloads.execution import DEFAULT_EXECUTION, Execution
 from workloads.precision import FP32, Precision
 from workloads.spec import WorkloadSpec
 
@@ -188,8 +189,8 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
                         step_compute_s: float | None = None, optimizer_s: float = 0.0,
                         recompute: str | bool = False, mode: str = "fast",
                         cores: float | None = None, pass_overhead_s: float = 0.0,
-                        precision: Precision | None = None, optimizer_slots: int = 2
-                        ) -> StepResult:
+                        precision: Precision | None = None, optimizer_slots: int = 2,
+                        execution: Execution = DEFAULT_EXECUTION) -> StepResult:
     """One step of ``layout`` (data x pipeline x tensor) training ``model`` on ``global_batch``
     samples. Compute, in order of precedence: ``step_compute_s`` (forward + backward of the
     whole model on one device for its ``model.batch_size`` samples, measured), shared among
@@ -204,6 +205,8 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
     cores (emulated hosts), the computing ones share them (harness/sim/schedules/pipeline.py).
     ``pass_overhead_s``: a runtime's own work per forward or backward pass of a micro-batch
     (scheduling, messages, small-batch kernels), measured on loopback where it matters.
+    ``execution``: under whose defaults the device computes (the framework's, attention
+    fused or not); ``precision`` is what it computes in.
     """
     started = time.perf_counter()
     check_layout(model, layout, global_batch)
@@ -217,12 +220,12 @@ def model_parallel_step(topology: Topology, model: LayeredModel, layout: Layout,
     D, P, T, M, V = layout.data, layout.stages, layout.tensor, layout.microbatches, layout.virtual
     C = layout.context
     micro = global_batch // (D * M)
-    rate = _device_rate(calibration, step_compute_s, precision)
+    rate = _device_rate(calibration, execution, step_compute_s, precision)
     stages = stage_layers(model, P * V, layout.stage_blocks)
     again = recomputed(model, how)
     splits, source = chunk_compute(model, layout, global_batch, calibration,
                                    step_compute_s=step_compute_s, recompute=how,
-                                   precision=precision)
+                                   precision=precision, execution=execution)
     forward = [c.forward_s + pass_overhead_s for c in splits]
     backward = [c.backward_s + c.recompute_s + pass_overhead_s for c in splits]
     if layout.grad_accumulation == "fp32_copy" and rate is not None and precision is not None:
@@ -382,13 +385,14 @@ def _stage_end(s: int, model: LayeredModel, layout: Layout, colls: _PlacedCollec
 def chunk_compute(model: LayeredModel, layout: Layout, global_batch: int,
                   calibration: Calibration | None = None, *,
                   step_compute_s: float | None = None, recompute: str | bool = False,
-                  precision: Precision | None = None) -> tuple[list[ComputeSplit], str]:
+                  precision: Precision | None = None,
+                  execution: Execution = DEFAULT_EXECUTION) -> tuple[list[ComputeSplit], str]:
     """Each pipeline chunk's compute for one micro-batch on one of its ranks, and where the
     figures came from: what ``model_parallel_step`` schedules, and what bounds it below."""
     how = recompute_mode(recompute)
     T, C = layout.tensor, layout.context
     micro = global_batch // (layout.data * layout.microbatches)
-    rate = _device_rate(calibration, step_compute_s, precision)
+    rate = _device_rate(calibration, execution, step_compute_s, precision)
     stages = stage_layers(model, layout.stages * layout.virtual, layout.stage_blocks)
     if rate is not None:
         again = recomputed(model, how)
@@ -398,7 +402,7 @@ def chunk_compute(model: LayeredModel, layout: Layout, global_batch: int,
                   f"{rate.precision or 'training'} peak ({rate.source})")
     else:
         splits, source = _shared_splits(model, stages, micro, T, how, calibration,
-                                        step_compute_s)
+                                        execution, step_compute_s)
     if C > 1:  # each context rank computes 1/C of the sequence (causal load balanced)
         splits = [ComputeSplit(c.forward_s / C, c.backward_s / C, c.recompute_s / C)
                   for c in splits]
@@ -408,7 +412,8 @@ def chunk_compute(model: LayeredModel, layout: Layout, global_batch: int,
 def step_lower_bound(model: LayeredModel, layout: Layout, global_batch: int,
                      calibration: Calibration | None = None, *,
                      step_compute_s: float | None = None, recompute: str | bool = False,
-                     precision: Precision | None = None) -> float:
+                     precision: Precision | None = None,
+                     execution: Execution = DEFAULT_EXECUTION) -> float:
     """No step of ``layout`` is shorter than this, computed without scheduling it: device s
     can start nothing before the first micro-batch's forward has crossed the chunks before
     its first (chunk s), it must then run all its chunks' passes for every micro-batch, and
@@ -420,7 +425,7 @@ def step_lower_bound(model: LayeredModel, layout: Layout, global_batch: int,
     the recommender skips simulating a layout this already shows slower than one it has."""
     splits, _ = chunk_compute(model, layout, global_batch, calibration,
                               step_compute_s=step_compute_s, recompute=recompute,
-                              precision=precision)
+                              precision=precision, execution=execution)
     passes = [c.forward_s + c.backward_s + c.recompute_s for c in splits]
     P = layout.stages
     return max(sum(passes[:s]) + layout.microbatches * sum(passes[s::P]) for s in range(P))
@@ -546,27 +551,29 @@ def overlapped_end(last_backward_start: float, backward_end: float, reduce_s: fl
                last_backward_start + window / buckets + reduce_s)
 
 
-def _device_rate(calibration: Calibration | None, step_compute_s: float | None,
-                 precision: Precision | None) -> DeviceRate | None:
+def _device_rate(calibration: Calibration | None, execution: Execution,
+                 step_compute_s: float | None, precision: Precision | None
+                 ) -> DeviceRate | None:
     """The device to time layers on: only where no measured time says otherwise."""
     if (step_compute_s is not None or calibration is None or calibration.device is None
             or calibration.compute_s_per_step is not None):
         return None
     return device_rate(calibration.device, precision, calibration.efficiency,
-                       efficiency_source(calibration), calibration.framework,
-                       calibration.fused_attention)
+                       efficiency_source(calibration), execution.framework,
+                       execution.fused_attention)
 
 
 def _shared_splits(model: LayeredModel, stages: list[tuple[Layer, ...]], micro: int,
                    tensor: int, how: str, calibration: Calibration | None,
-                   step_compute_s: float | None) -> tuple[list[ComputeSplit], str]:
+                   execution: Execution, step_compute_s: float | None
+                   ) -> tuple[list[ComputeSplit], str]:
     """A whole step's compute (measured, or FLOPs over a device speed) shared by FLOPs."""
     scale = micro / model.batch_size
     profile = WorkloadSpec(params=model.params, batch_size=micro,
                            flops_per_sample=model.flops_per_sample,
                            step_time_s=(step_compute_s * scale
                                         if step_compute_s is not None else None))
-    whole, source = compute_seconds(profile, calibration)  # one micro-batch, one device
+    whole, source = compute_seconds(profile, calibration, execution)  # one micro-batch
     of = recomputed(model, how)
     out = []
     for layers in stages:

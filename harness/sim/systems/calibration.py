@@ -3,12 +3,13 @@
 Alpha (latency per message, s) and beta (s per byte) per link class, and how long a step's
 compute takes, either measured (``stratbench comm`` / ``run`` results, fitted by
 ``harness/calibrate/fits.py``) or taken from a preset or the topology spec. The simulator takes a
-:class:`Calibration`; it never fits one.
+:class:`Calibration`; it never fits one. How a run computes (its precision, framework,
+attention, memory format) is no fit: it comes beside it, as ``workloads.execution.Execution``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from harness.core.errors import SpecError
 from harness.sim.model.memory import optimizer_slots
@@ -25,6 +26,7 @@ from harness.sim.systems.device_model import (
 from harness.sim.systems.device_model import device_step as _device_step
 from harness.sim.systems.preset import Device, load_preset
 from harness.sim.systems.spec import parse_topology
+from workloads.execution import DEFAULT_EXECUTION, Execution
 from workloads.precision import precision
 from workloads.spec import WorkloadSpec
 
@@ -64,12 +66,6 @@ class Calibration:
     # (harness/sim/systems/compute.py), at ``efficiency`` of its matmul peak where one was fitted
     device: Device | None = None
     efficiency: float | None = None
-    # what the device computes in and under whose defaults (harness/sim/systems/device_model.py):
-    # None is fp32 as the runners train, under torch
-    precision: str | None = None
-    framework: str | None = None
-    fused_attention: bool | None = None  # None: as the framework runs it by default
-    channels_last: bool | None = None  # images in NHWC; None: the framework's default
 
     def sources(self) -> dict[str, str]:
         """Where each number came from, for the report: {'inter': 'measured', ...}."""
@@ -97,27 +93,14 @@ def from_preset(name: str) -> Calibration:
 
 def merge(base: Calibration, override: Calibration) -> Calibration:
     """``override`` where it knows a number, ``base`` elsewhere (e.g. measured links over a
-    preset's device speed and price)."""
-    return Calibration(
-        {**base.links, **override.links},
-        compute_s_per_step=(override.compute_s_per_step if override.compute_s_per_step
-                            is not None else base.compute_s_per_step),
-        device_flops=(override.device_flops if override.device_flops is not None
-                      else base.device_flops),
-        compute_source=(override.compute_source if override.compute_s_per_step is not None
-                        or override.device_flops is not None else base.compute_source),
-        name=override.name or base.name,
-        price_per_device_hour=(override.price_per_device_hour
-                               if override.price_per_device_hour is not None
-                               else base.price_per_device_hour),
-        device=override.device or base.device,
-        efficiency=override.efficiency if override.efficiency is not None else base.efficiency,
-        precision=override.precision or base.precision,
-        framework=override.framework or base.framework,
-        fused_attention=(override.fused_attention if override.fused_attention is not None
-                         else base.fused_attention),
-        channels_last=(override.channels_last if override.channels_last is not None
-                       else base.channels_last))
+    preset's device speed and price): every field it states (not None, not empty), the links
+    class by class, and the compute's source with the compute it names."""
+    values = {f.name: getattr(override, f.name) if getattr(override, f.name) not in (None, "")
+              else getattr(base, f.name) for f in fields(Calibration)}
+    values["links"] = {**base.links, **override.links}
+    if override.compute_s_per_step is None and override.device_flops is None:
+        values["compute_source"] = base.compute_source
+    return Calibration(**values)
 
 
 def apply(topology: Topology, calibration: Calibration | None) -> Topology:
@@ -128,19 +111,20 @@ def apply(topology: Topology, calibration: Calibration | None) -> Topology:
                                    for k, v in calibration.links.items()})
 
 
-def device_step(profile: WorkloadSpec, calibration: Calibration | None
-                ) -> DeviceStep | None:
-    """The profile's step on the calibration's device by the device model, where nothing
-    measured says otherwise and the workload's operators are known; None else."""
+def device_step(profile: WorkloadSpec, calibration: Calibration | None,
+                execution: Execution = DEFAULT_EXECUTION) -> DeviceStep | None:
+    """The profile's step on the calibration's device by the device model, run as
+    ``execution`` says, where nothing measured says otherwise and the workload's operators
+    are known; None else."""
     if not _device_times(profile, calibration):
         return None
     assert calibration is not None and calibration.device is not None
-    name = calibration.precision or training_precision(calibration.device)
-    rate = _rate(calibration, name)
+    name = execution.precision or training_precision(calibration.device)
+    rate = _rate(calibration, execution, name)
     updated = profile.updated_values(profile.batch_size, rate.framework)
     step = _device_step(profile.ops, profile.batch_size, updated, rate,
                         precision(name), optimizer_slots(profile.optimizer))
-    if calibration.precision is None:
+    if execution.precision is None:
         note = f"{name} (no --precision given: the device's training precision)"
         if assumed := assumed_efficiency_note(rate):
             note = f"{note}; {assumed}"
@@ -156,15 +140,15 @@ def _device_times(profile: WorkloadSpec, calibration: Calibration | None) -> boo
             and bool(profile.ops))
 
 
-def _rate(calibration: Calibration, name: str) -> DeviceRate:
+def _rate(calibration: Calibration, execution: Execution, name: str) -> DeviceRate:
     assert calibration.device is not None
     return device_rate(calibration.device, name, calibration.efficiency,
-                       efficiency_source(calibration), calibration.framework,
-                       calibration.fused_attention, calibration.channels_last)
+                       efficiency_source(calibration), execution.framework,
+                       execution.fused_attention, execution.channels_last)
 
 
-def accumulation_add_seconds(profile: WorkloadSpec, calibration: Calibration | None
-                             ) -> float:
+def accumulation_add_seconds(profile: WorkloadSpec, calibration: Calibration | None,
+                             execution: Execution = DEFAULT_EXECUTION) -> float:
     """One more micro-batch's dense gradients added into the accumulated ones on the
     calibration's device, where the device model times the step: torch keeps fp32 gradients
     (fp32 weights, autocast over them) and adds them after each backward
@@ -173,16 +157,17 @@ def accumulation_add_seconds(profile: WorkloadSpec, calibration: Calibration | N
     if not _device_times(profile, calibration):
         return 0.0
     assert calibration is not None and calibration.device is not None
-    rate = _rate(calibration, calibration.precision or training_precision(calibration.device))
+    rate = _rate(calibration, execution,
+                 execution.precision or training_precision(calibration.device))
     return accumulation_seconds(profile.params * profile.dense_fraction, FP32_BYTES, rate)
 
 
-def with_device_update(profile: WorkloadSpec, calibration: Calibration | None
-                       ) -> WorkloadSpec:
+def with_device_update(profile: WorkloadSpec, calibration: Calibration | None,
+                       execution: Execution = DEFAULT_EXECUTION) -> WorkloadSpec:
     """The profile with the optimizer's update timed on the calibration's device, where the
     device model times its step and the profile states no update time: every strategy and
     the one-device baseline then pay the same update."""
-    step = device_step(profile, calibration)
+    step = device_step(profile, calibration, execution)
     if step is None or profile.optimizer_s:
         return profile
     return replace(profile, optimizer_s=step.optimizer_s)
@@ -195,8 +180,8 @@ def efficiency_source(calibration: Calibration) -> str:
     return "the system file's"
 
 
-def compute_seconds(profile: WorkloadSpec, calibration: Calibration | None
-                    ) -> tuple[float, str]:
+def compute_seconds(profile: WorkloadSpec, calibration: Calibration | None,
+                    execution: Execution = DEFAULT_EXECUTION) -> tuple[float, str]:
     """Forward + backward seconds per step per replica, and where the number came from.
 
     Precedence: a time the profile states; a measured time in the calibration; the
@@ -208,7 +193,7 @@ def compute_seconds(profile: WorkloadSpec, calibration: Calibration | None
         return profile.step_time_s, "profile"
     if calibration is not None and calibration.compute_s_per_step is not None:
         return calibration.compute_s_per_step, calibration.compute_source
-    step = device_step(profile, calibration)
+    step = device_step(profile, calibration, execution)
     if step is not None:
         assert calibration is not None and calibration.device is not None
         again = step.forward_s if profile.recomputed else 0.0
