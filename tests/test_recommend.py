@@ -632,7 +632,6 @@ def test_the_gradient_add_is_paid_where_the_device_model_times_the_step_only():
     from harness.sim.systems.device_model import device_rate
     from harness.sim.systems.preset import load_preset
     from workloads.execution import Execution
-    from workloads.execution import Execution
     from workloads.known import get_known
 
     device = load_preset("dgx_a100").device

@@ -36,7 +36,6 @@ from harness.sim.api import activations_on_device
 from harness.sim.rows import LayoutRow, Scalar, SimulatedRow
 from harness.sim.systems.calibration import Calibration
 from workloads.execution import Execution
-from workloads.execution import Execution
 from workloads.spec import WorkloadSpec
 
 if TYPE_CHECKING:

@@ -27,7 +27,6 @@ from harness.sim.systems.preset import load_preset
 from harness.validate.devices import Row, corpus, memory_reach, stack_of
 from harness.validate.layout_step import system_spec
 from workloads.execution import Execution
-from workloads.execution import Execution
 from workloads.precision import precision as find_precision
 
 #: the pick may be slower than the authors' layout by this much before the search is said

@@ -25,7 +25,6 @@ from harness.sim.rows import LayoutRow
 from harness.sim.step.model_parallel import layout_name
 from harness.sim.systems.calibration import Calibration
 from workloads.execution import DEFAULT_EXECUTION, Execution
-from workloads.execution import DEFAULT_EXECUTION, Execution
 from workloads.precision import FP32, Precision
 
 MODEL_PARALLEL = "model_parallel"  # the exchange kind of these candidates
