@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd
 
@@ -243,10 +243,10 @@ def predicted_points(ctx: Context, facts: WorkloadSpec, target: Target) -> list[
                 if row is None:
                     continue
                 out.append(_sim_point(ctx, facts, target, _Step.of(row.row), framework=fw,
-                                      strategy=strategy,
-                                      model=model, batch=batch, single_s=t1, price=price,
-                                      basis=basis, source="predicted",
-                                      compute_note=compute.note + ", cores shared as run"))
+                                      strategy=strategy, model=model, shared=_Shared(
+                                          batch=batch, single_s=t1, price=price, basis=basis,
+                                          source="predicted", compute_note=compute.note
+                                          + ", cores shared as run")))
     if not out:
         raise InputError(no_compute_message(facts.name))
     return out
@@ -291,10 +291,23 @@ class _Step:
                    optimizer_s=number("optimizer_s"))
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Shared:
+    """What every simulated (or predicted) candidate of a target shares: the samples a step,
+    the one device's step, the price and where the step came from."""
+
+    batch: int
+    single_s: float
+    price: float
+    basis: str
+    source: str
+    compute_note: str
+
+
 def _sim_point(ctx: Context, facts: WorkloadSpec, target: Target, row: _Step, *,
-               framework: str, strategy: str, model: str, batch: int, single_s: float,
-               price: float, basis: str, source: str, compute_note: str) -> Candidate:
+               framework: str, strategy: str, model: str, shared: _Shared) -> Candidate:
     n = int(row.replicas)
+    batch, single_s = shared.batch, shared.single_s
     overall = ctx.errors.get("step", ctx.errors.get("collective", NAN))
     step = float(row.step_time_median_s)
     exposed = float(row.exposed_comm_s)
@@ -306,10 +319,10 @@ def _sim_point(ctx: Context, facts: WorkloadSpec, target: Target, row: _Step, *,
         throughput_samples_s=tput,
         scaling_efficiency=tput * single_s / (n * batch) if ok else NAN,
         comm_fraction=exposed / step if ok and step > 0 else NAN,
-        bytes_per_worker=float(row.bytes_per_worker), source=source,
+        bytes_per_worker=float(row.bytes_per_worker), source=shared.source,
         validation_error=ctx.errors.get(f"step:{model}", overall),
-        device_memory_bytes=device_memory(target, ctx, n), price_per_device_hour=price,
-        price_basis=basis, compute_note=compute_note, model=model)
+        device_memory_bytes=device_memory(target, ctx, n), price_per_device_hour=shared.price,
+        price_basis=shared.basis, compute_note=shared.compute_note, model=model)
 
 
 def _price(ctx: Context, target: Target, measured_here: bool) -> tuple[float, str]:
@@ -367,11 +380,11 @@ def topology_points(ctx: Context, facts: WorkloadSpec, target: Target) -> list[C
                   price_per_device_hour=price, price_basis=basis, compute_note=compute_note,
                   layout=single_layout)]
     shared = _Shared(batch=batch, single_s=single_s, price=price, basis=basis,
-                     compute_note=compute_note)
+                     source="simulated", compute_note=compute_note)
     out += _data_parallel_points(ctx, facts, target, profile, calibration, add_s, shared)
     for row in _model_parallel_rows(ctx, facts, target, calibration, compute_s):
         point = _sim_point(ctx, facts, target, _Step.of(row), framework="sim",
-                           strategy=row.strategy, model=row.strategy, **shared.kwargs())
+                           strategy=row.strategy, model=row.strategy, shared=shared)
         out.append(replace(point, layout=row.layout.describe() + _recomputed(row.recompute),
                            memory_per_device_bytes=row.memory_per_device_bytes,
                            bubble=row.bubble_fraction, zero=int(row.layout.zero or 0)))
@@ -425,32 +438,6 @@ def _compute_basis(ctx: Context, facts: WorkloadSpec, device: str | None) -> tup
     return facts, calibration, compute_s, compute_note, checked
 
 
-@dataclass(frozen=True)
-class _Shared:
-    """What every simulated candidate of a topology shares: the samples a step, the one
-    device's step, the price and where the compute came from."""
-
-    batch: int
-    single_s: float
-    price: float
-    basis: str
-    compute_note: str
-
-    def kwargs(self) -> _SharedKwargs:
-        return _SharedKwargs(batch=self.batch, single_s=self.single_s, price=self.price,
-                             basis=self.basis, source="simulated",
-                             compute_note=self.compute_note)
-
-
-class _SharedKwargs(TypedDict):
-    batch: int
-    single_s: float
-    price: float
-    basis: str
-    source: str
-    compute_note: str
-
-
 def _data_parallel_points(ctx: Context, facts: WorkloadSpec, target: Target,
                           profile: WorkloadSpec, calibration: Calibration | None,
                           add_s: float, shared: _Shared) -> list[Candidate]:
@@ -475,7 +462,7 @@ def _data_parallel_points(ctx: Context, facts: WorkloadSpec, target: Target,
             row = _accumulated(row, times, at_n.batch_size * n * times, add_s)
             point = _sim_point(ctx, facts, target, row, framework="sim",
                                strategy=row.strategy, model=row.strategy,
-                               **shared.kwargs())
+                               shared=shared)
             micro, layout = _accumulation(
                 at_n, times, None if need is None else "every layer checkpointed")
             out.append(replace(point, batch=micro, layout=layout,
@@ -669,10 +656,9 @@ def _checkpointed_fsdp(ctx: Context, facts: WorkloadSpec, target: Target, n: int
                     flops_per_sample=(profile.flops_per_sample * 4 / 3
                                       if profile.flops_per_sample else None),
                     step_time_s=(profile.step_time_s * 4 / 3
-                                 if profile.step_time_s is not None else None),
-                    recomputed=True)
+                                 if profile.step_time_s is not None else None))
     row = simulate(target.spec, n, ["fsdp"], again, calibration, workload=facts.name,
-                   execution=Execution(precision=ctx.precision))[0]
+                   execution=Execution(precision=ctx.precision, recomputed=True))[0]
     return _Step.of(row), need
 
 

@@ -15,9 +15,11 @@ none, ResNet-50's momentum one; fsdp shards all three over the replicas, a param
 keeps the optimizer state on its servers) and the activations of one replica's batch where the
 workload says how large they are (no recomputation).
 
-The frame returned has one row per (workload, target, strategy at its chosen device count),
-ranked; ``frame.attrs`` holds ``verdicts`` (one answer per workload and target), ``sweep``
-(every configuration, with ``pareto`` and ``picked`` flags) and ``missing``.
+``recommend`` returns a ``records.Recommendation``: per workload and target an ``Answer`` (its
+verdict, each strategy at its chosen device count ranked, and every configuration swept with
+its ``pareto`` and ``picked`` flags), and what it could not answer (``missing``); its
+``table()`` is the ranking as the terminal and the report draw it, its ``as_json()`` what
+``--json`` prints.
 """
 
 from __future__ import annotations

@@ -372,10 +372,6 @@ class Recommendation:
                                   mechanisms=self.mechanisms, ranking=records(self.table()),
                                   sweep=self.sweep_rows(), missing=list(self.missing))
 
-    def __add__(self, other: Recommendation) -> Recommendation:
-        return Recommendation(self.answers + other.answers, self.missing + other.missing,
-                              self.mechanisms or other.mechanisms)
-
 
 def records(frame: pd.DataFrame) -> list[dict[str, Scalar]]:
     """A table's rows, JSON-able (NaN as None)."""
