@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 SCHEMA_VERSION = 1
 
@@ -113,6 +113,37 @@ COLUMNS: tuple[Column, ...] = (
        "`model_memory_bytes_by_rank`, each rank's rise where several measured it, the "
        "column being their maximum)."),
 )
+
+#: a value of a flat table row as the results store writes it (pandas, Parquet)
+Scalar = float | int | str | bool | None
+#: a flat row of one of the store's tables (validation, steps, comm points): a value a column
+TableRow = dict[str, Scalar]
+
+
+class DeviceStep(TypedDict, total=False):
+    """A row of the ``device_steps`` table (``stratbench devicecheck``): one model's training
+    step timed on one device (``python -m harness.measure.device_step``, which prints it as a
+    JSON line), or why it was not (``status``, ``reason``)."""
+
+    model: str
+    precision: str
+    batch: int
+    seq: int | None
+    optimizer: str
+    steps: int
+    warmup: int
+    step_s: float  # the median step: forward, backward and the optimizer's update
+    step_s_min: float
+    step_s_max: float
+    samples_per_s: float
+    peak_memory_bytes: float
+    device: str
+    device_name: str
+    torch: str
+    cuda: str
+    status: str
+    reason: str
+
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 DTYPES: dict[str, str] = {c.name: c.dtype for c in COLUMNS}

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from typing import Any
+from typing import cast
 
 import click
 
 from harness.commands.common import info, json_option, print_json, results_option
 from harness.core.errors import InputError
 from harness.core.paths import results_dir
+from results.schema import DeviceStep
 from workloads.known import MEASURED_MODELS as MODELS
 from workloads.precision import MEASURED_PRECISIONS as PRECISIONS
 from workloads.spec import choices_message
@@ -51,18 +52,20 @@ def _batches(text: str | None) -> dict[str, int]:
 
 
 def run_case(model: str, precision: str, batch: int, *, steps: int, warmup: int,
-             device: str, timeout: float) -> dict[str, Any]:
+             device: str, timeout: float) -> DeviceStep:
     """One case in its own process: its row, or a failed / timed-out / unavailable one."""
     command = [sys.executable, "-m", "harness.measure.device_step", "--model", model,
                "--precision", precision, "--batch", str(batch), "--steps", str(steps),
                "--warmup", str(warmup), "--device", device]
-    base = {"model": model, "precision": precision, "batch": batch, "device": device}
+    base: DeviceStep = {"model": model, "precision": precision, "batch": batch,
+                        "device": device}
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return base | {"status": "timeout", "reason": f"no result within {timeout:.0f} s"}
     if done.returncode == 0 and done.stdout.strip():
-        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+        row: DeviceStep = json.loads(done.stdout.strip().splitlines()[-1])
+        return row
     last = (done.stderr.strip().splitlines() or ["exited without a result"])[-1]
     if "No module named 'torch'" in last:
         return base | {"status": "unavailable",
@@ -136,7 +139,7 @@ def command(models: str, precisions: str, batch: str | None, steps: int, warmup:
         click.echo(format_comparison(records))
 
 
-def stored_rows(path: str) -> list[dict[str, Any]]:
+def stored_rows(path: str) -> list[DeviceStep]:
     """The measured rows under a results directory (its device_steps tables), or in a file
     of JSON lines, one row each."""
     from pathlib import Path
@@ -152,7 +155,8 @@ def stored_rows(path: str) -> list[dict[str, Any]]:
         from results.store import load_table
 
         frame = load_table(where, TABLE)
-        rows = [{str(k): v for k, v in r.items()} for r in frame.to_dict("records")]
+        rows = [cast(DeviceStep, {str(k): v for k, v in r.items()})  # the stored columns
+                for r in frame.to_dict("records")]
     if not rows:
         raise InputError(f"no {TABLE} rows in {path}")
     return rows
@@ -160,7 +164,7 @@ def stored_rows(path: str) -> list[dict[str, Any]]:
 
 def _measure(models: list[str], precisions: list[str], batches: dict[str, int], steps: int,
              warmup: int, device: str, timeout: float, results: str | None
-             ) -> list[dict[str, Any]]:
+             ) -> list[DeviceStep]:
     import pandas as pd
 
     from harness.run import environment

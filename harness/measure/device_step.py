@@ -23,11 +23,14 @@ import json
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from workloads.precision import MEASURED_PRECISIONS as PRECISIONS
+
+if TYPE_CHECKING:  # a GPU machine runs this module with torch alone
+    from results.schema import DeviceStep
 from workloads.torch_known import MODELS, measured_model
 
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -63,7 +66,7 @@ def synchronised_times(call: Callable[[], object], where: torch.device, steps: i
 
 
 def measure(model: str, precision: str, batch: int, *, steps: int = 20, warmup: int = 5,
-            device: str = "cuda", seq: int | None = None) -> dict[str, Any]:
+            device: str = "cuda", seq: int | None = None) -> DeviceStep:
     """The median step (forward, backward, the optimizer's update) of ``model`` at ``batch``
     samples in ``precision`` on ``device``; a dict with the device, software and peak
     memory. tf32 also runs the matmuls in TF32 (``allow_tf32``); fp32 keeps torch's

@@ -25,7 +25,7 @@ import json
 import statistics
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TypedDict
 
 import torch
 
@@ -58,13 +58,39 @@ def _call(m: int, n: int, k: int, repeat: int, precision: str, device: torch.dev
     return lambda: torch.bmm(a, w.transpose(1, 2))
 
 
+class GemmShape(TypedDict):
+    """A GEMM to time: m x k by k x n, ``repeat`` at once, in ``precision`` (a line of
+    ``python -m harness.validate.gemm_shapes --list``)."""
+
+    m: int
+    n: int
+    k: int
+    repeat: int
+    precision: str
+
+
+class GemmTime(GemmShape, total=False):
+    """A timed GEMM, the JSON line this module prints: ``status`` ok with its median
+    ``seconds``, or unavailable / failed and why."""
+
+    device: str
+    status: str
+    reason: str
+    seconds: float
+    min_s: float
+    tflops: float
+    device_name: str
+    torch: str
+    steps: int
+
+
 def measure_gemm(m: int, n: int, k: int, precision: str, *, repeat: int = 1,
-                 device: str = "cuda", steps: int = 20, warmup: int = 5) -> dict[str, Any]:
+                 device: str = "cuda", steps: int = 20, warmup: int = 5) -> GemmTime:
     """The median seconds of an m x k by k x n GEMM (``repeat`` at once) in ``precision``;
     a row with ``status`` ok, unavailable (no such device) or failed (out of memory, no fp8
     kernel) and why."""
-    row: dict[str, Any] = {"m": m, "n": n, "k": k, "repeat": repeat, "precision": precision,
-                           "device": device}
+    row: GemmTime = {"m": m, "n": n, "k": k, "repeat": repeat, "precision": precision,
+                     "device": device}
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r} (choose from "
                          f"{', '.join(PRECISIONS)})")
@@ -90,7 +116,7 @@ def measure_gemm(m: int, n: int, k: int, precision: str, *, repeat: int = 1,
             "torch": torch.__version__, "steps": steps}
 
 
-def read_shapes(lines: Iterable[str], precision: str | None = None) -> list[dict[str, Any]]:
+def read_shapes(lines: Iterable[str], precision: str | None = None) -> list[GemmShape]:
     """Shapes, one JSON object a line (``--list``'s output), whole numbers; ``precision``
     overrides each line's."""
     shapes = []
@@ -99,9 +125,9 @@ def read_shapes(lines: Iterable[str], precision: str | None = None) -> list[dict
             continue
         try:
             item = json.loads(line)
-            shape: dict[str, Any] = {key: int(item[key]) for key in ("m", "n", "k")}
-            shape["repeat"] = int(item.get("repeat", 1))
-            shape["precision"] = precision or str(item["precision"])
+            shape: GemmShape = {"m": int(item["m"]), "n": int(item["n"]), "k": int(item["k"]),
+                                "repeat": int(item.get("repeat", 1)),
+                                "precision": precision or str(item["precision"])}
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"shapes line {number}: {exc!r} (want a JSON object with m, n, "
                              f"k[, repeat], precision)") from None

@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from harness.validate.devices import Row, predict_step
+from results.schema import DeviceStep
 
 #: a GPU's name as torch reports it -> the system file whose device it is (the first match;
 #: H200 before H100, which its name does not contain)
@@ -30,7 +31,15 @@ def system_for(device_name: str) -> str | None:
     return next((system for part, system in SYSTEM_BY_GPU if part in upper), None)
 
 
-def predicted_step_s(measured: dict[str, Any]) -> tuple[float, str]:
+class DeviceCheck(DeviceStep, total=False):
+    """A measured row beside the device model's step for it (``compare``)."""
+
+    predicted_step_s: float
+    system: str  # the system file whose device it is, or why none
+    error: float  # predicted / measured - 1
+
+
+def predicted_step_s(measured: DeviceStep) -> tuple[float, str]:
     """(the device model's step for a measured row, the system file it used); NaN and why
     not where no system file describes the device or the row did not run."""
     if measured.get("status") != "ok":
@@ -51,18 +60,18 @@ def _missing(value: Any) -> bool:
     return isinstance(value, float) and math.isnan(value)
 
 
-def compare(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def compare(rows: list[DeviceStep]) -> list[DeviceCheck]:
     """Each measured row with the predicted step and the error (predicted / measured - 1)."""
-    out = []
+    out: list[DeviceCheck] = []
     for measured in rows:
         predicted, system = predicted_step_s(measured)
         step = float(measured.get("step_s", math.nan))
-        out.append(measured | {"predicted_step_s": predicted, "system": system,
-                               "error": predicted / step - 1 if step > 0 else math.nan})
+        out.append({**measured, "predicted_step_s": predicted, "system": system,
+                    "error": predicted / step - 1 if step > 0 else math.nan})
     return out
 
 
-def format_comparison(records: list[dict[str, Any]]) -> str:
+def format_comparison(records: list[DeviceCheck]) -> str:
     lines = [f"{'model':<11}{'prec':>5}{'batch':>6}  {'device':<26}{'measured':>10}"
              f"{'predicted':>11}{'error':>8}  peak memory / note"]
     for r in records:

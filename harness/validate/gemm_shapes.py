@@ -26,11 +26,14 @@ import json
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from harness.core.errors import SpecError
 from harness.sim.systems.device_model import GemmCall, recorded_gemms
 from harness.validate.devices import corpus, predict_step
+
+if TYPE_CHECKING:  # gemm_step imports torch; its rows arrive as JSON lines
+    from harness.measure.gemm_step import GemmTime
 
 Key = tuple[int, int, int, int, str]
 
@@ -83,7 +86,7 @@ def shape_lines(shapes: dict[Key, Shape]) -> list[str]:
             for s in ordered]
 
 
-def read_measured(lines: Iterable[str]) -> dict[Key, dict[str, Any]]:
+def read_measured(lines: Iterable[str]) -> dict[Key, GemmTime]:
     """gemm_step's rows that ran, by shape."""
     measured = {}
     for line in lines:
@@ -108,7 +111,7 @@ class RowGemms:
     measured: float
 
 
-def compare(shapes: dict[Key, Shape], measured: dict[Key, dict[str, Any]]
+def compare(shapes: dict[Key, Shape], measured: dict[Key, GemmTime]
             ) -> tuple[list[tuple[Shape, float]], list[RowGemms]]:
     """Each measured shape with its measured efficiency, and each row whose shapes were all
     measured with both efficiencies."""

@@ -19,7 +19,7 @@ import json
 import math
 from dataclasses import dataclass, replace
 from importlib import resources
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 
@@ -64,14 +64,66 @@ class Measured:
                  *([self.heads] if self.heads else [])] == reference and not self.repeat)
 
 
-def sweep() -> dict[str, Any]:
+class SweepRow(TypedDict, total=False):
+    """A measured layout as the sweep's table prints it (dp, tp, pp, micro- and global batch;
+    heads where the table varied them), its seconds per iteration or an out-of-memory."""
+
+    dp: int
+    tp: int
+    pp: int
+    mbs: int
+    gbs: int
+    heads: int
+    seconds: float | None
+    mem_gb: float | None
+    oom: bool
+    repeat: bool
+    quote: str
+
+
+class SweepTable(TypedDict, total=False):
+    """One table of the sweep: its model, precision, accumulation, reference layout, rows."""
+
+    id: str
+    section: str
+    model: str  # a transformer spec, ``{heads}`` filled from the row where heads vary
+    model_quote: str
+    precision: str
+    grad_accumulation: str
+    stack_quote: str
+    stage_layers: dict[str, list[int]]  # blocks per stage, by stages, where uneven
+    reference: list[int]
+    rows: list[SweepRow]
+
+
+class Miss(TypedDict):
+    """A layout the simulator ranks otherwise than measured, and why."""
+
+    table: str
+    layout: str
+    why: str
+
+
+class Sweep(TypedDict):
+    """The checked-in sweep file as parsed."""
+
+    about: str
+    source: dict[str, str]
+    stack_of: str
+    stack_note: str
+    tables: list[SweepTable]
+    unmodelled: str
+    misses: list[Miss]
+
+
+def sweep() -> Sweep:
     """The checked-in sweep, as published."""
     text = resources.files("harness.validate.published").joinpath(SWEEP).read_text()
-    data: dict[str, Any] = json.loads(text)
+    data: Sweep = json.loads(text)
     return data
 
 
-def rows_of(table: dict[str, Any]) -> list[Measured]:
+def rows_of(table: SweepTable) -> list[Measured]:
     return [Measured(table=table["id"], data=r["dp"], tensor=r["tp"], pipeline=r["pp"],
                      microbatch=r["mbs"], global_batch=r["gbs"], seconds=r["seconds"],
                      quote=r["quote"], heads=r.get("heads"), mem_gb=r.get("mem_gb"),
@@ -79,12 +131,12 @@ def rows_of(table: dict[str, Any]) -> list[Measured]:
             for r in table["rows"]]
 
 
-def stack_row(data: dict[str, Any]) -> devices.Row:
+def stack_row(data: Sweep) -> devices.Row:
     """The corpus row whose stack the sweep ran (BigScience's Megatron-DeepSpeed)."""
     return devices.row_by_id(data["stack_of"])
 
 
-def simulate(table: dict[str, Any], row: Measured, stack: devices.Row) -> dict[str, float]:
+def simulate(table: SweepTable, row: Measured, stack: devices.Row) -> dict[str, float]:
     """The measured layout's step and its fullest device's memory, simulated with the stack
     BigScience ran that day."""
     precision = find_precision(table["precision"])

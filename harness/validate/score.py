@@ -42,6 +42,7 @@ from harness.predict.step import (
     shard_bytes,
     uses_collectives,
 )
+from results.schema import TableRow
 from results.store import MANIFEST, ResultsStore, load, load_table_safe
 
 # `stratbench comm` operation -> the collective gloo actually runs (PS push/pull have no direct
@@ -188,7 +189,7 @@ def validate_comm(store: ResultsStore) -> pd.DataFrame:
     from harness.sim import simulate_collective
 
     points = comm_table(store.root, "comm")
-    rows: list[dict[str, Any]] = []
+    rows: list[TableRow] = []
     if points.empty:
         return pd.DataFrame(rows)
     points["realtime"] = realtime_rows(points)
@@ -255,7 +256,7 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
 
     frame = load(store.root)
     ok = frame[(frame["status"] == "ok") & frame["cluster"].str.startswith("netns")]
-    rows: list[dict[str, Any]] = []
+    rows: list[TableRow] = []
     fits = comm_table(store.root, "calibration")
     points = comm_table(store.root, "comm")
     runtimes: dict[tuple[str, str, str, int], float] = {}  # runtime_overhead, computed once
@@ -430,7 +431,7 @@ def _exchange_gaps(frame: pd.DataFrame, points: pd.DataFrame, framework: str,
 
 def _predict_layout_row(store: ResultsStore, r: dict[str, Any], base: Any,
                         links: MeasuredLinks, fits: pd.DataFrame, measured: pd.DataFrame
-                        ) -> dict[str, Any] | None:
+                        ) -> TableRow | None:
     layout = layout_of(r)
     if layout is None:
         return None
@@ -520,7 +521,7 @@ def cached_validation(store: ResultsStore, fingerprint: str) -> tuple[str, pd.Da
 
 
 def _wire_row(r: dict[str, Any], sim: dict[str, Any], grad_bytes: float, hosts: int,
-              wire: float) -> dict[str, Any]:
+              wire: float) -> TableRow:
     """The simulator's bytes per host per step (all its transfers over the hosts: servers
     share the workers' hosts here) against what the hosts' interfaces sent."""
     predicted = float(sim["bytes_per_step"]) / hosts
