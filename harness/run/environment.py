@@ -8,6 +8,7 @@ parent process must stay free of both frameworks (DESIGN.md's boundaries).
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import platform
@@ -101,7 +102,22 @@ def git_commit() -> dict[str, Any]:
 
 
 def probe_framework(name: str, timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
-    """Run `harness.probes <name>` in a child and return its JSON, or why it could not."""
+    """Run `harness.probes <name>` in a child and return its JSON, or why it could not. An
+    answer found is kept for the process (a framework's versions and devices cannot change
+    under a running command, and each probe imports the framework: seconds); a failure is
+    probed again next time."""
+    if name not in _FOUND:
+        result = _probe(name, timeout)
+        if not result.get("available"):
+            return result
+        _FOUND[name] = result
+    return copy.deepcopy(_FOUND[name])
+
+
+_FOUND: dict[str, dict[str, Any]] = {}
+
+
+def _probe(name: str, timeout: float) -> dict[str, Any]:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
     try:
         proc = subprocess.run(
