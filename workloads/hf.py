@@ -18,8 +18,9 @@ and the field.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from workloads.dims import TransformerDims, is_dims, parse_dims
 from workloads.quantities import read_number
@@ -39,6 +40,50 @@ _TIED_BY_DEFAULT = ("gemma",)
 _GPT2 = ("gpt2",)
 _NEOX = ("gpt_neox",)
 _DEEPSEEK = ("deepseek_v2", "deepseek_v3")
+
+
+@dataclass(frozen=True)
+class _Config:
+    """A ``config.json`` as read: free-form JSON (each ``model_type`` has keys of its own,
+    most of which are not read), and the file it came from, which every error names."""
+
+    data: dict[str, Any]
+    where: str
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.data
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+
+class _Fields(TypedDict, total=False):
+    """The TransformerDims fields a config gives (the options give the rest)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    mlp: str
+    tied: bool
+    positions: str
+    max_positions: int
+    head_size: int
+    experts: int
+    top_k: int
+    shared: int
+    expert_ffn: int
+    dense_layers: int
+    q_rank: int
+    kv_rank: int
+    rope_dim: int
+    qk_dim: int
+    v_dim: int
 
 
 def dims_of(text: str) -> TransformerDims | None:
@@ -64,8 +109,8 @@ def parse_hf(text: str) -> TransformerDims:
         raise WorkloadError(f"hf:{path_text}: give the training sequence length, "
                             f"hf:{path_text},seq=N (max_position_embeddings is the longest "
                             f"the model accepts, not what it trains at)")
-    config = _read(Path(path_text))
     where = f"hf config {path_text}"
+    config = _read(Path(path_text), where)
     kind = config.get("model_type")
     known = (*_LLAMA_LIKE, *_GPT2, *_NEOX, *_DEEPSEEK)
     if kind not in known:
@@ -83,7 +128,7 @@ def parse_hf(text: str) -> TransformerDims:
                            name=text.strip(), window=window, **fields)
 
 
-def _window(config: dict[str, Any], seq: int, where: str) -> int:
+def _window(config: _Config, seq: int, where: str) -> int:
     """The sliding window every layer attends over (Mistral 7B v0.1's 4,096: each token sees
     the last 4,096), or 0 where attention spans the sequence: no window, one at least as
     long as ``seq``, or one switched off (Qwen2's ``use_sliding_window`` false). Layers that
@@ -108,7 +153,7 @@ def _window(config: dict[str, Any], seq: int, where: str) -> int:
     return window
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path, where: str) -> _Config:
     try:
         data = json.loads(path.read_text("utf-8"))
     except OSError as exc:
@@ -117,11 +162,14 @@ def _read(path: Path) -> dict[str, Any]:
         raise WorkloadError(f"hf config {path}: not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise WorkloadError(f"hf config {path}: not a JSON object")
-    return data
+    return _Config(data, where)
 
 
-def _field(config: dict[str, Any], key: str, where: str, default: Any = None) -> Any:
-    value = config.get(key, default)
+def _field(config: _Config, key: str, where: str, default: Any = None) -> int:
+    return _whole_field(config.get(key, default), key, where)
+
+
+def _whole_field(value: Any, key: str, where: str) -> int:
     if value is None:
         raise WorkloadError(f"{where}: missing field {key!r}")
     if isinstance(value, bool) or not isinstance(value, int):
@@ -129,7 +177,7 @@ def _field(config: dict[str, Any], key: str, where: str, default: Any = None) ->
     return value
 
 
-def _llama(config: dict[str, Any], where: str, kind: str = "llama") -> dict[str, Any]:
+def _llama(config: _Config, where: str, kind: str = "llama") -> _Fields:
     heads = _field(config, "num_attention_heads", where)
     key = "hidden_activation" if "hidden_activation" in config else "hidden_act"
     act = config.get(key, "silu")
@@ -140,13 +188,13 @@ def _llama(config: dict[str, Any], where: str, kind: str = "llama") -> dict[str,
     hidden = _field(config, "hidden_size", where)
     head_dim = config.get("head_dim")
     # attention wider (or narrower) than the model: Qwen3's 64 heads of 128 on 5,120
-    width = ({"head_size": _field(config, "head_dim", where)}
-             if head_dim is not None and head_dim * heads != hidden else {})
+    width: _Fields = ({"head_size": _field(config, "head_dim", where)}
+                      if head_dim is not None and head_dim * heads != hidden else {})
     for key, every in (("decoder_sparse_step", 1), ("mlp_only_layers", [])):
         if config.get(key, every) != every:
             raise WorkloadError(f"{where}: field {key!r} {config[key]!r}: only experts in "
                                 f"every layer is read")
-    moe: dict[str, Any] = {}
+    moe: _Fields = {}
     experts = config.get("num_local_experts", config.get("num_experts"))
     if experts:
         moe = {"experts": _field(config, "num_local_experts" if "num_local_experts" in config
@@ -169,7 +217,7 @@ def _llama(config: dict[str, Any], where: str, kind: str = "llama") -> dict[str,
             "positions": "rope", **width, **moe}
 
 
-def _deepseek(config: dict[str, Any], where: str) -> dict[str, Any]:
+def _deepseek(config: _Config, where: str) -> _Fields:
     """DeepSeek-V2/V3 (their configuration_deepseek.py's keys): multi-head latent attention
     and routed experts every ``moe_layer_freq`` layers after the first
     ``first_k_dense_replace`` dense ones (only every layer, 1, is read)."""
@@ -181,29 +229,29 @@ def _deepseek(config: dict[str, Any], where: str) -> dict[str, Any]:
     if kv_heads != heads:
         raise WorkloadError(f"{where}: field 'num_key_value_heads' {kv_heads!r}: latent "
                             f"attention up-projects keys and values for all {heads} heads")
-    fields = {"layers": _field(config, "num_hidden_layers", where),
+    fields: _Fields = {
+              "layers": _field(config, "num_hidden_layers", where),
               "hidden": _field(config, "hidden_size", where), "heads": heads,
               "ffn": _field(config, "intermediate_size", where),
               "vocab": _field(config, "vocab_size", where), "mlp": "swiglu",
               "tied": bool(config.get("tie_word_embeddings", False)), "positions": "rope",
               # null in the Lite models: queries straight from the hidden state
-              "q_rank": _field(config | {"q_lora_rank": config.get("q_lora_rank") or 0},
-                               "q_lora_rank", where),
+              "q_rank": _whole_field(config.get("q_lora_rank") or 0, "q_lora_rank", where),
               "kv_rank": _field(config, "kv_lora_rank", where),
               "rope_dim": _field(config, "qk_rope_head_dim", where),
               "qk_dim": _field(config, "qk_nope_head_dim", where),
               "v_dim": _field(config, "v_head_dim", where)}
     experts = config.get("n_routed_experts")
     if experts:
-        fields |= {"experts": _field(config, "n_routed_experts", where),
+        fields.update({"experts": _field(config, "n_routed_experts", where),
                    "top_k": _field(config, "num_experts_per_tok", where),
                    "shared": _field(config, "n_shared_experts", where, 0),
                    "expert_ffn": _field(config, "moe_intermediate_size", where),
-                   "dense_layers": _field(config, "first_k_dense_replace", where, 0)}
+                   "dense_layers": _field(config, "first_k_dense_replace", where, 0)})
     return fields
 
 
-def _gpt2(config: dict[str, Any], where: str) -> dict[str, Any]:
+def _gpt2(config: _Config, where: str) -> _Fields:
     hidden = _field(config, "n_embd", where)
     return {"layers": _field(config, "n_layer", where), "hidden": hidden,
             "heads": _field(config, "n_head", where),
@@ -212,7 +260,7 @@ def _gpt2(config: dict[str, Any], where: str) -> dict[str, Any]:
             "positions": "learned", "max_positions": _field(config, "n_positions", where)}
 
 
-def _neox(config: dict[str, Any], where: str) -> dict[str, Any]:
+def _neox(config: _Config, where: str) -> _Fields:
     return {"layers": _field(config, "num_hidden_layers", where),
             "hidden": _field(config, "hidden_size", where),
             "heads": _field(config, "num_attention_heads", where),

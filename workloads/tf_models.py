@@ -212,7 +212,11 @@ def _model_class(config: ModelConfig) -> type:
     raise WorkloadError(f"no TF model for config {type(config).__name__}")
 
 
-def model_inputs(spec: WorkloadSpec, batch: dict[str, Any]) -> Any:
+#: a batch (workloads.data.Batch) as numpy arrays or the tensors made of them
+TensorBatch = dict[str, np.ndarray | tf.Tensor]
+
+
+def model_inputs(spec: WorkloadSpec, batch: TensorBatch) -> Any:
     """What the model's call() takes from a batch dict."""
     if spec.task == CLICK:
         return {"dense": batch["dense"], "ids": batch["ids"]}
@@ -285,7 +289,8 @@ def count_params(model: keras.Model, workload: UserWorkload | None = None) -> in
     return sum(math.prod(v.shape) for v in model.trainable_weights)
 
 
-def per_example_loss(spec: WorkloadSpec, model: keras.Model, batch: dict[str, Any]) -> tf.Tensor:
+def per_example_loss(spec: WorkloadSpec, model: keras.Model, batch: TensorBatch
+                     ) -> tf.Tensor:
     """Loss per sample, shape (B,) (LM: mean over positions), for tf.distribute loops that
     scale by the global batch (tf.nn.compute_average_loss)."""
     out = model(model_inputs(spec, batch), training=True)
@@ -297,7 +302,7 @@ def per_example_loss(spec: WorkloadSpec, model: keras.Model, batch: dict[str, An
     return tf.reduce_mean(per_item, axis=-1) if spec.task == LANGUAGE_MODEL else per_item
 
 
-def loss(spec: WorkloadSpec, model: keras.Model, batch: dict[str, Any]) -> tf.Tensor:
+def loss(spec: WorkloadSpec, model: keras.Model, batch: TensorBatch) -> tf.Tensor:
     """Mean loss of a built-in workload on a batch (softmax or sigmoid cross-entropy)."""
     return tf.reduce_mean(per_example_loss(spec, model, batch))
 

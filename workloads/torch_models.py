@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workloads.configs import CNNConfig, MLPConfig, ModelConfig, RecsysConfig, TransformerConfig
+from workloads.data import Batch
 from workloads.spec import CLICK, LANGUAGE_MODEL, WorkloadError, WorkloadSpec
 from workloads.user import UserWorkload
 from workloads.weights import init_weights
@@ -244,11 +245,11 @@ def count_params(model: nn.Module, workload: UserWorkload | None = None) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def to_tensors(batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+def to_tensors(batch: Batch) -> dict[str, torch.Tensor]:
     return {k: torch.as_tensor(v) for k, v in batch.items()}
 
 
-def loss(spec: WorkloadSpec, model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+def loss(spec: WorkloadSpec, model: nn.Module, batch: Batch) -> torch.Tensor:
     """Mean loss of a built-in workload on a batch (softmax or sigmoid cross-entropy)."""
     b = to_tensors(batch)
     if spec.task == CLICK:
