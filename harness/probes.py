@@ -8,17 +8,20 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the child imports nothing of the parent's
+    from harness.run.environment import FrameworkProbe, Gpu
 
 
-def probe_tensorflow() -> dict[str, Any]:
+def probe_tensorflow() -> FrameworkProbe:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
         import tensorflow as tf
     except ImportError as exc:
         return {"available": False, "reason": f"not installed ({exc}); "
                 "pip install 'stratbench[tf]'"}
-    gpus = []
+    gpus: list[Gpu] = []
     for dev in tf.config.list_physical_devices("GPU"):
         details = tf.config.experimental.get_device_details(dev)
         gpus.append({"name": dev.name, "device_name": details.get("device_name"),
@@ -38,7 +41,7 @@ def probe_tensorflow() -> dict[str, Any]:
             "cpus": [d.name for d in tf.config.list_physical_devices("CPU")]}
 
 
-def probe_torch() -> dict[str, Any]:
+def probe_torch() -> FrameworkProbe:
     try:
         import torch
     except ImportError as exc:
@@ -46,7 +49,7 @@ def probe_torch() -> dict[str, Any]:
                 "pip install 'stratbench[torch]'"}
     import torch.distributed as dist
 
-    gpus = []
+    gpus: list[Gpu] = []
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(i)

@@ -18,7 +18,7 @@ import sys
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import psutil
 
@@ -28,6 +28,54 @@ PROBE_TIMEOUT_S = 120.0
 # TPU VMs and Colab advertise a TPU through these variables or device files.
 TPU_ENV_VARS = ("TPU_NAME", "COLAB_TPU_ADDR", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES")
 TPU_DEVICE_GLOBS = ("accel*", "vfio/[0-9]*")
+
+
+class Gpu(TypedDict, total=False):
+    """A GPU as the driver (nvidia-smi) or a framework's probe sees it."""
+
+    index: int
+    name: str
+    memory_bytes: int | None
+    driver: str
+    device_name: str | None  # TensorFlow's details
+    compute_capability: list[int] | None
+    capability: str  # torch's "major.minor"
+
+
+class TpuHints(TypedDict, total=False):
+    """Signs of a TPU (``tpu_hints``); the manifest adds the TPUs TensorFlow lists."""
+
+    present: bool
+    env: dict[str, str]
+    devices: list[str]
+    tensorflow: list[str]
+
+
+#: the project's commit and whether the tree was dirty, from where it was read (``from`` is a
+#: keyword: the functional form)
+GitCommit = TypedDict("GitCommit", {"commit": str | None, "dirty": bool | None, "from": str})
+
+
+class FrameworkProbe(TypedDict, total=False):
+    """What ``python -m harness.probes NAME`` prints of a framework (or why it is not
+    ``available``: None where it was not probed)."""
+
+    available: bool | None
+    reason: str
+    version: str
+    gpus: list[Gpu]
+    # TensorFlow
+    keras_version: str | None
+    keras_implementation: str
+    built_with_cuda: bool
+    tpus: list[str]
+    cpus: list[str]
+    # torch
+    cuda: str | None
+    threads: int
+    distributed: bool
+    backends: dict[str, bool]
+    nccl_version: str | None
 
 
 def _version(dist: str) -> str | None:
@@ -48,7 +96,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def nvidia_smi_gpus() -> list[dict[str, Any]]:
+def nvidia_smi_gpus() -> list[Gpu]:
     """GPUs as the driver sees them, independent of any framework's CUDA build."""
     exe = shutil.which("nvidia-smi")
     if not exe:
@@ -60,7 +108,7 @@ def nvidia_smi_gpus() -> list[dict[str, Any]]:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    gpus = []
+    gpus: list[Gpu] = []
     for line in out.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) < 4:
@@ -75,14 +123,14 @@ def nvidia_smi_gpus() -> list[dict[str, Any]]:
     return gpus
 
 
-def tpu_hints() -> dict[str, Any]:
+def tpu_hints() -> TpuHints:
     """Signs of a TPU visible without initialising one (TPUStrategy needs a real one)."""
     env = {k: os.environ[k] for k in TPU_ENV_VARS if k in os.environ}
     devices = sorted(str(p) for g in TPU_DEVICE_GLOBS for p in Path("/dev").glob(g))
     return {"present": bool(env or devices), "env": env, "devices": devices}
 
 
-def git_commit() -> dict[str, Any]:
+def git_commit() -> GitCommit:
     """The project's commit, from the source tree of this package or the working directory."""
     here = Path(__file__).resolve().parent.parent
     for where in (here, Path.cwd()):
@@ -101,7 +149,7 @@ def git_commit() -> dict[str, Any]:
     return {"commit": os.environ.get("STRATBENCH_COMMIT"), "dirty": None, "from": "env"}
 
 
-def probe_framework(name: str, timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+def probe_framework(name: str, timeout: float = PROBE_TIMEOUT_S) -> FrameworkProbe:
     """Run `harness.probes <name>` in a child and return its JSON, or why it could not. An
     answer found is kept for the process (a framework's versions and devices cannot change
     under a running command, and each probe imports the framework: seconds); a failure is
@@ -114,10 +162,10 @@ def probe_framework(name: str, timeout: float = PROBE_TIMEOUT_S) -> dict[str, An
     return copy.deepcopy(_FOUND[name])
 
 
-_FOUND: dict[str, dict[str, Any]] = {}
+_FOUND: dict[str, FrameworkProbe] = {}
 
 
-def _probe(name: str, timeout: float) -> dict[str, Any]:
+def _probe(name: str, timeout: float) -> FrameworkProbe:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
     try:
         proc = subprocess.run(
@@ -130,7 +178,7 @@ def _probe(name: str, timeout: float) -> dict[str, Any]:
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return {"available": False, "reason": f"probe failed: {tail}"}
-    result: dict[str, Any] = json.loads(lines[-1])
+    result: FrameworkProbe = json.loads(lines[-1])
     return result
 
 
@@ -170,9 +218,10 @@ def collect(frameworks: bool | tuple[str, ...] = True) -> dict[str, Any]:
     }
     if frameworks:
         wanted = tuple(FRAMEWORK_PROBES) if isinstance(frameworks, bool) else frameworks
-        skipped = {"available": None, "reason": "not probed: this run does not use it"}
-        tf = probe_framework("tensorflow") if "tf" in wanted else dict(skipped)
-        torch = probe_framework("torch") if "torch" in wanted else dict(skipped)
+        skipped: FrameworkProbe = {"available": None,
+                                   "reason": "not probed: this run does not use it"}
+        tf = probe_framework("tensorflow") if "tf" in wanted else skipped.copy()
+        torch = probe_framework("torch") if "torch" in wanted else skipped.copy()
         manifest["frameworks"] = {"tensorflow": tf, "torch": torch}
         manifest["gpus"]["tensorflow"] = tf.get("gpus", [])
         manifest["gpus"]["torch"] = torch.get("gpus", [])
