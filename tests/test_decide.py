@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from harness.core.units import compare, format_fraction, format_ratio, times_the
 from harness.recommend.decide import Goal, acceptable, best_per_strategy, meets, runnable, verdict
-from harness.recommend.records import Candidate, Option
+from harness.recommend.records import Candidate, MeasuredRun, Option
 
 FORBIDDEN = re.compile(r"(?<![\d.])1(\.0)?x\b|\d[eE][+-]?\d")
 PHRASE = re.compile(r"(under 1%|\d+%|[\d,]+(?:\.\d)?x) (slower|faster)")
@@ -167,3 +168,45 @@ def test_every_decision_and_its_sentence_agree_with_the_table(table, goal):
         assert rule == "only_one_device", rule
         assert not any(runnable(p) and p.status == "ok" and p.fits
                        and int(p.replicas) > 1 for p in table)
+
+
+def _candidate(strategy: str, replicas: int, time: float, cost: float, efficiency: float,
+               status: str = "ok") -> Candidate:
+    return Candidate(framework="torch", strategy=strategy, replicas=replicas, status=status,
+                     source="measured", train_time_s=time, cost_usd=cost,
+                     scaling_efficiency=efficiency, reason=f"{strategy}'s reason")
+
+
+@pytest.mark.parametrize("ddp_efficiency, ddp_status, budget, rule, keys, numbers", [
+    (0.625, "ok", None, "fastest_efficient", ["skipped", "skipped_why"], []),
+    (0.3, "ok", None, "below_efficiency", ["same_framework"], ["time_ratio", "cost_ratio"]),
+    (0.625, "ok", 0.5, "over_limits", [], ["cost_over", "time_over"]),
+])
+def test_a_decision_as_stored_keeps_each_rules_keys_in_their_order(
+        ddp_efficiency, ddp_status, budget, rule, keys, numbers):
+    """The nightly store keeps ``decided_by`` as JSON (its key order included): each rule's
+    keys and numbers, in the order they were always written."""
+    table = [_candidate("single_device", 1, 100.0, 1.0, 1.0),
+             _candidate("ddp", 2, 80.0, 1.6, ddp_efficiency, ddp_status)]
+    goal = Goal(1e6, budget_usd=budget)
+    v = verdict("w", "t", best_per_strategy(table, goal), table, goal)
+    assert v.decided_by is not None
+    stored = v.decided_by.as_dict()
+    assert list(stored) == ["rule", "numbers", "baseline", "option", *keys]
+    assert stored["rule"] == rule
+    assert list(stored["numbers"]) == ["budget_usd", "deadline_s", "min_efficiency", *numbers]
+    assert v.as_dict()["pick"] == (None if v.pick is None else v.pick.summary())
+
+
+def test_a_candidate_row_has_the_columns_its_source_gives_it():
+    """A table row names what a candidate has: a measured run's weight check only where a
+    run gave one, a layout only where it has one, a rank once ranked."""
+    plain = _candidate("ddp", 2, 80.0, 1.6, 0.6)
+    row = plain.as_row()
+    assert {"layout", "weights_match", "rank", "baseline_fits"}.isdisjoint(row)
+    assert row["reason"] == "ddp's reason" and row["exchange"] == "allreduce"
+    ran = replace(plain, measured=MeasuredRun(None, math.nan, 1e9), layout="", rank=1,
+                  baseline_fits=False)
+    row = ran.as_row()
+    assert row["weights_match"] is None and row["measured_memory_bytes"] == 1e9
+    assert row["layout"] == "" and row["rank"] == 1 and row["baseline_fits"] is False
