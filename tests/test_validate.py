@@ -608,7 +608,7 @@ def test_step_times_per_strategy_reproduce_from_their_checked_in_runs(emulated_v
     assert {int(r) for r in flat["replicas"]} == {2, 4, 6}
     per_strategy = flat["error"].abs().groupby(strategy).median().round(3).to_dict()
     # torch's parameter server at 9.6% before its servers carried the bytes their tables'
-    # lookups move (WorkloadSpec.ps_traffic; issue 28): the bytes are right now (the wire
+    # lookups move (PsDeployment.traffic; issue 28): the bytes are right now (the wire
     # table), and recsys:S's 2-host steps (8-13 ms) come out 18% long; 10.8% before a round
     # went worker by worker (sim.ps_round: 2-host mlp:M -19/-20% -> -2/-9%, 4- and 6-host
     # mlp:M 2-7 points longer)

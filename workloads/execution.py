@@ -27,7 +27,11 @@ class PsDeployment:
     of whole tensors left them (None: equal shards; given, they fix the count);
     ``colocated``: each server beside a worker rather than on a host of its own, ``beside``
     the workers they sit beside where a run placed them; ``pull``: "changed" rows or "whole"
-    variables (TF's ParameterServerStrategy: ``WorkloadSpec.ps_bytes``).
+    variables (TF's ParameterServerStrategy: ``WorkloadSpec.ps_bytes``); ``traffic``: one
+    worker's (push, pull) bytes per server where a runner's placement and transport are
+    known (``sim.sparse_traffic.torch_ps_traffic``), else the step's bytes split by shard
+    size. A step that sums several micro-batches before it pushes (``WorkloadSpec.drawing``)
+    pushes more rows than a runner's one batch: the traffic then no longer applies.
     """
 
     shards: int | None = None
@@ -35,6 +39,7 @@ class PsDeployment:
     beside: tuple[int, ...] | None = None
     shard_weights: tuple[float, ...] | None = None
     pull: str = "changed"
+    traffic: tuple[tuple[float, ...], tuple[float, ...]] | None = None
 
     def __post_init__(self) -> None:
         if self.pull not in PS_PULLS:
@@ -80,7 +85,11 @@ class Execution:
     ``precision``: what the device computes in (None: its training precision, fp32 bytes);
     ``framework``: whose defaults it runs under (None: torch); ``fused_attention`` and
     ``channels_last``: None is as the framework runs them by default; ``ps``: the parameter
-    servers' deployment.
+    servers' deployment; ``recomputed``: every layer checkpointed, so the device model runs
+    the forward twice (FLOPs- and time-based profiles scale their own figures by 4/3) and a
+    replica keeps only the layers' inputs; ``owner_shares``: embedding sharding's each rank's
+    share of the rows a replica asks for (one per worker; None: a built-in model's from its
+    runner's placement, ``sim.sparse_traffic.embedding_owner_shares``, else an even split).
     """
 
     precision: str | None = None
@@ -88,6 +97,15 @@ class Execution:
     fused_attention: bool | None = None
     channels_last: bool | None = None
     ps: PsDeployment = DEFAULT_PS
+    recomputed: bool = False
+    owner_shares: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.owner_shares is not None and (
+                any(not (math.isfinite(x) and x >= 0) for x in self.owner_shares)
+                or sum(self.owner_shares) <= 0):
+            raise WorkloadError(f"owner shares {list(self.owner_shares)} must be >= 0, not "
+                                f"all 0")
 
 
 #: nothing stated: the device's training precision under torch's defaults

@@ -6,7 +6,6 @@ for built-in families, the architecture config that both framework builders foll
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -87,21 +86,9 @@ class WorkloadSpec:
     tables: EmbeddingTables | None = None
     # what the weights are updated with (a known model's cited setup; Adam otherwise)
     optimizer: str = "adam"
-    # where the size came from: definition | declared by the workload | measured run ID
-    sized_by: str = "definition"
     # micro-batches a replica sums before it exchanges (``drawing``): its embedding gradient
     # holds every one's lookups
     draws: int = 1
-    # one worker's (push, pull) bytes per parameter server, where a runner's placement and
-    # transport are known (sim.sparse_traffic.torch_ps_traffic); else ps_bytes, by shard size
-    ps_traffic: tuple[tuple[float, ...], tuple[float, ...]] | None = None
-    # embedding sharding: each rank's share of the rows a replica asks for (one per worker);
-    # when None, a built-in model's from its runner's placement
-    # (sim.sparse_traffic.embedding_owner_shares), else an even split
-    owner_shares: tuple[float, ...] | None = None
-    # every layer checkpointed: the device model runs the forward twice (FLOPs- and
-    # time-based profiles scale their own figures by 4/3)
-    recomputed: bool = False
     # FSDP's wrapping unit, in parameters: one block where the workload has blocks (torchtitan
     # wraps each TransformerBlock, torch's transformer_auto_wrap_policy each layer class); 0:
     # units of ``bucket_bytes``
@@ -114,11 +101,6 @@ class WorkloadSpec:
             raise WorkloadError(f"profile batch={self.batch_size} must be >= 1")
         if not 0 < self.sparsity <= 1:
             raise WorkloadError(f"profile sparsity={self.sparsity} must be in (0, 1]")
-        if self.owner_shares is not None and (
-                any(not (math.isfinite(x) and x >= 0) for x in self.owner_shares)
-                or sum(self.owner_shares) <= 0):
-            raise WorkloadError(f"owner shares {list(self.owner_shares)} must be >= 0, not "
-                                f"all 0")
         if self.bucket_bytes < 1:
             raise WorkloadError(f"profile bucket={self.bucket_bytes} must be >= 1 byte")
 
@@ -328,11 +310,10 @@ class WorkloadSpec:
         before it exchanges (gradient accumulation): the union of the rows they touch
         (``rows_touched``) and every lookup's row, as TensorFlow concatenates IndexedSlices
         rather than merging them. Its compute stays one micro-batch's; a runner's measured
-        per-server traffic no longer applies."""
+        per-server traffic no longer applies (``PsDeployment.traffic``)."""
         if times <= 1 or self.sparsity >= 1:
             return self
-        return replace(self, sparsity=self._sparsity_over(times), draws=self.draws * times,
-                       ps_traffic=None)
+        return replace(self, sparsity=self._sparsity_over(times), draws=self.draws * times)
 
     @property
     def lookup_rows_bytes(self) -> float:
@@ -358,8 +339,9 @@ class WorkloadSpec:
         worker changed (the torch RPC servers here), or "whole": every variable read whole
         (TF's ParameterServerStrategy: measured on the wire, recsys:S on 3 hosts moved 1.8 MB
         per host per step against 0.14 MB of rows). From fractions alone, the union as
-        independent draws; where a runner's tables are known (``ps_traffic``, per server:
-        Zipf draws repeat, so the union is smaller) the step model takes those instead."""
+        independent draws; where a runner's tables are known (``PsDeployment.traffic``, per
+        server: Zipf draws repeat, so the union is smaller) the step model takes those
+        instead."""
         if pull not in PS_PULLS:
             raise WorkloadError(choices_message("parameter-server pull", pull, PS_PULLS))
         if pull == "whole":  # TF: IndexedSlices pushed as they come, variables read whole

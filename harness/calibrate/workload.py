@@ -72,8 +72,7 @@ def workload_facts(text: str, measured: pd.DataFrame | None = None) -> WorkloadS
                 f"{'single_device' if workload.framework == 'torch' else 'one_device'}`) or "
                 f"declare params= (and flops_per_sample=) in its UserWorkload")
         return replace(_facts(workload.name, float(workload.params), workload.batch_size,
-                              workload.sparsity, workload.flops_per_sample,
-                              sized_by="declared by the workload"),
+                              workload.sparsity, workload.flops_per_sample),
                        frameworks=(workload.framework,))
     from harness.sim.model.structure import fsdp_unit_params
 
@@ -99,7 +98,7 @@ def _from_rows(name: str, rows: pd.DataFrame, flops: float | None, sparsity: flo
     if flops is None and ops:
         flops = 3 * total_forward_flops(ops)
     return _facts(name, float(last["grad_bytes"]) / BYTES_PER_PARAM, per_replica,
-                  sparsity, flops, sized_by=f"measured run {last['run_id']}", ops=ops,
+                  sparsity, flops, ops=ops,
                   activation_bytes_per_sample=saved_activations(rows))
 
 

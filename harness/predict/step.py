@@ -140,7 +140,7 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
                                   colocated=ps.colocated, beside=ps.beside, pull=lib.ps_pull)
         processes += len(ps.shard_bytes) + (record.extra_processes if record else 0)
         if framework == "torch" and model == "parameter_server":
-            profile = dataclasses.replace(profile, ps_traffic=torch_ps_traffic(
+            deployment = dataclasses.replace(deployment, traffic=torch_ps_traffic(
                 profile.name, profile.batch_size, replicas,
                 len(ps.shard_bytes)))
     split = (one_replica if isinstance(one_replica, ComputeSplit)

@@ -227,8 +227,8 @@ def layouts_at(model: LayeredModel, target: Target, devices: int, batch: int,
 def _fastest_per_kind(options: list[tuple[Layout, str]], model: LayeredModel, target: Target,
                       batch: int, calibration: Calibration | None,
                       step_compute_s: float | None, optimizer: str,
-                      precision: Precision | None, execution: Execution
-                      ) -> list[LayoutRow]:
+                      precision: Precision | None,
+                      execution: Execution = DEFAULT_EXECUTION) -> list[LayoutRow]:
     """Per kind of split (data+tensor+expert, ...), the simulated row of the fastest of
     ``options`` (the first listed among equals), kinds in the order they are first listed.
     Simulated in the order of a lower bound on their step (``layout_step_bound``: no

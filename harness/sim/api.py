@@ -141,7 +141,7 @@ def _replica_memory(profile: WorkloadSpec, calib: cal.Calibration, execution: Ex
     if calib.device is None:
         return {}
     per_sample = activations_on_device(profile, calib, workload or profile.row_names()[0],
-                                       checkpointed=profile.recomputed, execution=execution)
+                                       checkpointed=execution.recomputed, execution=execution)
     kept = replace(profile, activation_bytes_per_sample=per_sample)
     memory = replica_memory(kept, "sim", strategy, workers, optimizer_slots(profile.optimizer))
     fit = memory_fit(memory.total, calib)

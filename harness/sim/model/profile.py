@@ -24,9 +24,8 @@ __all__ = ["PROFILE_KEYS", "for_simulation"]
 PROFILE_KEYS = PROFILE_GRAMMAR_KEYS
 
 
-def for_simulation(spec: WorkloadSpec, *, sized_by: str = "definition") -> WorkloadSpec:
+def for_simulation(spec: WorkloadSpec) -> WorkloadSpec:
     """``spec`` as the simulator reads it: its operators stated once (a built-in's from its
-    architecture) and where its size came from."""
+    architecture)."""
     return replace(spec, params=max(1, int(spec.params)), ops=spec.operators,
-                   sparsity=spec.expected_sparsity(),
-                   sized_by=sized_by)
+                   sparsity=spec.expected_sparsity())

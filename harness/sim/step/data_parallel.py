@@ -159,7 +159,7 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
         finish = _after_backward_step(env, topology, workers, profile, compute, classes, colls)
     elif strategy == EMBEDDING_SHARDING:
         finish = _embedding_step(topology, workers, profile, compute, classes, colls,
-                                 exchange_share, oneway_share)
+                                 execution.owner_shares, exchange_share, oneway_share)
     elif strategy == "fsdp":
         optimizer = after = profile.optimizer_s / workers  # each rank updates its shard
         finish = _fsdp_step(env, topology, workers, profile, compute, classes, colls, library)
@@ -213,9 +213,10 @@ def _server_step(env: CountingEnvironment, strategy: str, topology: Topology, wo
     if not colocated:
         colls = _Collectives(with_servers(topology, shards), mode,
                              [*range(workers), *_server_devices(topology, shards)])
-    # each server's own (push, pull) bytes where the runner's are known, else the step's
-    # bytes split as the shards' sizes
-    traffic = profile.ps_traffic if strategy == "parameter_server" else None
+    # each server's own (push, pull) bytes where the runner's are known (for its one batch,
+    # not a sum of several: ``WorkloadSpec.drawing``), else the step's bytes split as the
+    # shards' sizes
+    traffic = ps.traffic if strategy == "parameter_server" and profile.draws == 1 else None
     if traffic is not None and len(traffic[0]) != shards:
         traffic = None
     nbytes = ((sum(traffic[0]), sum(traffic[1])) if traffic
@@ -349,7 +350,8 @@ def _exchange_time(colls: _Collectives, matrix: np.ndarray, share: float,
 
 def _embedding_step(topology: Topology, workers: int, profile: WorkloadSpec,
                     compute: float, classes: list[tuple[int, float]], colls: _Collectives,
-                    share: float = 1.0, oneway: float = 1.0) -> Callable[[], float]:
+                    owner_shares: Sequence[float] | None = None, share: float = 1.0,
+                    oneway: float = 1.0) -> Callable[[], float]:
     """Each replica's distinct rows (``sparse_rows_bytes``: their values and an int64 id
     each) asked of their owners in the owners' shares (``owner_shares``, else a built-in
     model's by its runner's placement, else evenly), its own share never leaving it: the
@@ -363,7 +365,7 @@ def _embedding_step(topology: Topology, workers: int, profile: WorkloadSpec,
     rows = (profile.sparse_rows_bytes / (profile.embedding_row_bytes + 8)
             if profile.embedding_row_bytes else 0.0)
     values = rows * profile.embedding_row_bytes
-    shares = profile.owner_shares or embedding_owner_shares(
+    shares = owner_shares or embedding_owner_shares(
         profile.name, profile.batch_size, workers)
     if shares is not None and len(shares) != workers:
         raise SpecError(f"{len(shares)} owner shares for {workers} workers")

@@ -196,7 +196,7 @@ def compute_seconds(profile: WorkloadSpec, calibration: Calibration | None,
     step = device_step(profile, calibration, execution)
     if step is not None:
         assert calibration is not None and calibration.device is not None
-        again = step.forward_s if profile.recomputed else 0.0
+        again = step.forward_s if execution.recomputed else 0.0
         return (step.passes_s + again + step.overhead_s,
                 f"device model: {calibration.device.name}, {step.bound}, "
                 f"{step.precision_note}")
