@@ -330,8 +330,9 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
     if targets and not answers and missing:
         where, _, said = missing[0].partition(": ")
         head, _, todo = said.partition("; ")
+        workload, _, on = where.partition(" on ")
         raise Unanswered(f"no results for {missing[0]}", Verdict(
-            workload=where, target="", status="none",
+            workload=workload, target=on, status="none",
             headline=head or f"no results for {where}", why=todo))
     _refuse_unmet([a.verdict for a in answers], goal, explicit=bool(targets))
     return Recommendation(tuple(answers), tuple(missing), mechanisms_in_words(ctx.mechanisms))
