@@ -150,10 +150,10 @@ def test_a_share_is_read_on_the_cluster_the_sweep_ran_on(data):
                              uplink_bytes_s=links.uplink_bytes_s, rack_rtt_s=links.rack_rtt_s,
                              built=rack_sizes(swept_hosts, racks) if racks > 1 else ())
     wire = simulate_collective(emulated_topology(on_swept, trips=0), swept_hosts,
-                               "allreduce_ring", nbytes)["time_s"]
+                               "allreduce_ring", nbytes).time_s
     trips = library("torch").trips("allreduce_ring")
     modelled = simulate_collective(emulated_topology(on_swept, trips=trips), swept_hosts,
-                                   "allreduce_ring", nbytes)["time_s"]
+                                   "allreduce_ring", nbytes).time_s
     measured = (modelled - wire) + wire / share
     read = link_share(_sweep(swept, swept_hosts, nbytes, measured), pd.DataFrame(), "torch",
                       placed(links, job), cluster, job)

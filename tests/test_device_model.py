@@ -300,9 +300,9 @@ def test_every_strategy_computes_alike_on_one_device():
             for name in ("ddp", "fsdp", "torch:parameter_server")]
     layout = simulate_layout("preset:dgx_h100_ib,hosts=1", layered(text, PRECISIONS["bf16"]),
                              Layout(), 4, precision=PRECISIONS["bf16"], execution=bf16)
-    computes = [r["compute_s"] + r["optimizer_s"] for r in (*rows, layout)]
+    computes = [r.compute_s + r.optimizer_s for r in (*rows, layout)]
     assert max(computes) / min(computes) - 1 < 0.01
-    assert all("device model" in r["compute_source"] for r in rows)
+    assert all("device model" in r.compute_source for r in rows)
 
 
 # Memory: Korthikanti et al. 2022, arXiv:2205.05198, Table 2 --------------------------------
@@ -565,19 +565,19 @@ def test_the_405b_layout_nvidia_ran_on_80_gb_fits_with_the_stacks_gradient_buffe
         spec = f"preset:{row.system},hosts={row.gpus // 8}"
         ran = simulate_layout(spec, model, row.layout(), row.global_batch, None,
                               precision=precision)
-        assert ran["status"] == "ok", (row.id, ran["reason"])
-        assert "half-precision gradients" in ran["layout"]
+        assert ran.ok, (row.id, ran.reason)
+        assert "half-precision gradients" in ran.layout.describe()
         if row.precision != "bf16":
             continue
         fused = replace(row.layout(), grad_accumulation="fused")
         megatron = simulate_layout(spec, model, fused, row.global_batch, None,
                                    precision=precision)
         held = sum(layer.params for layer in model.layers) / (row.tensor * row.pipeline)
-        assert megatron["memory_per_device_bytes"] - ran["memory_per_device_bytes"] == \
+        assert megatron.memory_per_device_bytes - ran.memory_per_device_bytes == \
             pytest.approx(2 * held, rel=0.05)
         # on 576 GPUs (data 4 x context 2 sharding the optimizer 8 ways) the difference
         # decides; from 1,152 on the wider sharding leaves room either way
-        assert (megatron["status"] == "does not fit") == (row.gpus == 576)
+        assert (megatron.status == "does not fit") == (row.gpus == 576)
 
 
 def test_model_parallel_rows_quote_the_layout_they_are_simulated_with():

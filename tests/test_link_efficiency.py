@@ -9,7 +9,7 @@ import pytest
 from harness.calibrate.link_share import link_key, link_share
 from harness.calibrate.links import MeasuredLinks, emulated_topology
 from harness.calibrate.workload import workload_facts
-from harness.predict.step import predict_step
+from harness.predict.step import PredictedRow, predict_step
 from harness.sim import simulate_collective
 
 MIB16 = float(1 << 24)
@@ -19,7 +19,7 @@ LINKS = MeasuredLinks(hosts=4, bandwidth_bytes_s=300e6 / 8, rtt_s=100e-6, burst_
 def _wire_s(ranks: int) -> float:
     return simulate_collective(emulated_topology(dataclasses.replace(LINKS, hosts=ranks),
                                                  trips=0), ranks, "allreduce_ring",
-                               MIB16)["time_s"]
+                               MIB16).time_s
 
 
 def _points(*sweeps: tuple[str, str, int, float, str]) -> pd.DataFrame:
@@ -71,8 +71,8 @@ def test_a_share_slows_the_collectives_and_leaves_the_parameter_servers_rpc_alon
     def step(strategy: str, share: float, ps: PsLayout | None = None) -> float:
         row = predict_step("torch", strategy, profile, LINKS, 4, 0.02, fits=pd.DataFrame(),
                            cores=8, ps=ps, link_share=share)
-        assert row is not None and row["link_share"] == (share if ps is None else 1.0)
-        return float(row["step_time_median_s"])
+        assert row is not None and row.link_share == (share if ps is None else 1.0)
+        return float(row.row.step_time_median_s)
 
     full, half = step("ddp", 1.0), step("ddp", 0.5)
     assert 1.8 < (half - 0.02) / (full - 0.02) < 2.1
@@ -94,7 +94,7 @@ def test_an_all_to_all_share_is_read_near_the_exchange_or_not_at_all():
     def wire(op: str, nbytes: float) -> float:
         name = "allreduce_ring" if op == "all_reduce" else op
         return simulate_collective(emulated_topology(links, trips=0), 2, name,
-                                   nbytes)["time_s"]
+                                   nbytes).time_s
 
     rows = [("all_to_all", float(1 << 20), 1.05), ("all_to_all", float(1 << 22), 2.0),
             ("all_reduce", float(1 << 22), 1.1), ("all_reduce", MIB16, 1.0)]
@@ -124,7 +124,7 @@ def test_embedding_shardings_dense_all_reduce_reads_the_share_near_its_own_size(
     links = dataclasses.replace(LINKS, hosts=2)
     at = "netns:hosts=2,rate=300mbit"
     wire = {nbytes: simulate_collective(emulated_topology(links, trips=0), 2, "allreduce_ring",
-                                        nbytes)["time_s"] for nbytes in (float(1 << 22), MIB16)}
+                                        nbytes).time_s for nbytes in (float(1 << 22), MIB16)}
     points = pd.DataFrame([{"framework": "torch", "cluster": at, "op": "all_reduce",
                             "bytes": nbytes, "world": 2, "time_s": wire[nbytes] * k,
                             "run_id": "s"} for nbytes, k in ((1 << 22, 1.1), (MIB16, 1.0))])
@@ -172,7 +172,7 @@ def test_embedding_sharding_times_its_all_to_alls_at_their_share_and_its_runtime
     profile = workload_facts("recsys:M").at(batch=256)
     links = dataclasses.replace(LINKS, hosts=4)
 
-    def step(exchange: float | None, cores: int = 8, runtime_s: float = 0.0) -> dict:
+    def step(exchange: float | None, cores: int = 8, runtime_s: float = 0.0) -> PredictedRow:
         row = predict_step("torch", "embedding_sharding", profile, links, 4, 0.01,
                            fits=pd.DataFrame(), cores=cores, link_share=0.9,
                            exchange_share=exchange, runtime_s=runtime_s)
@@ -180,11 +180,11 @@ def test_embedding_sharding_times_its_all_to_alls_at_their_share_and_its_runtime
         return row
 
     same, half = step(None), step(0.45)
-    assert same["exchange_share"] is None and half["exchange_share"] == 0.45
-    assert step(0.9)["step_time_median_s"] == pytest.approx(same["step_time_median_s"])
-    moved = same["step_time_median_s"] - 0.01  # the all-to-alls and the dense all-reduce
-    assert 1.3 < (half["step_time_median_s"] - 0.01) / moved < 2.0
-    alone = step(None, cores=8, runtime_s=0.05)["step_time_median_s"]
-    shared = step(None, cores=2, runtime_s=0.05)["step_time_median_s"]
-    assert shared - step(None, cores=2)["step_time_median_s"] == pytest.approx(0.10)
-    assert alone - same["step_time_median_s"] == pytest.approx(0.05)
+    assert same.exchange_share is None and half.exchange_share == 0.45
+    assert step(0.9).row.step_time_median_s == pytest.approx(same.row.step_time_median_s)
+    moved = same.row.step_time_median_s - 0.01  # the all-to-alls and the dense all-reduce
+    assert 1.3 < (half.row.step_time_median_s - 0.01) / moved < 2.0
+    alone = step(None, cores=8, runtime_s=0.05).row.step_time_median_s
+    shared = step(None, cores=2, runtime_s=0.05).row.step_time_median_s
+    assert shared - step(None, cores=2).row.step_time_median_s == pytest.approx(0.10)
+    assert alone - same.row.step_time_median_s == pytest.approx(0.05)

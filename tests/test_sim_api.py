@@ -15,13 +15,16 @@ from harness.core.errors import SpecError
 from harness.sim import (
     DEFAULT_STRATEGIES,
     REAL_TO_SIM,
+    Layout,
     parse_topology,
     resolve_strategy,
     simulate,
     simulate_collective,
+    simulate_layout,
     simulate_step,
 )
 from harness.sim.api import COLLECTIVE_ALGORITHMS
+from harness.sim.model.structure import layered
 from harness.sim.network.topology import TopologyError, scale_bandwidth
 from harness.sim.step.async_ps import simulate_async_ps
 from harness.sim.systems.calibration import Calibration, LinkCalibration, apply, from_preset
@@ -39,18 +42,54 @@ PROFILE = WorkloadSpec(params=25_000_000, batch_size=32, step_time_s=0.1,
 
 def test_rows_have_the_results_schema():
     rows = simulate("two_level:hosts=2,gpus=4,intra=300GB/s,inter=25Gbit", 8, "all", PROFILE)
-    assert [r["strategy"] for r in rows] == list(DEFAULT_STRATEGIES)
+    assert [r.strategy for r in rows] == list(DEFAULT_STRATEGIES)
     for r in rows:
+        flat = r.to_row()  # the row stored: the schema's columns
         for key in SCHEMA:
-            assert key in r, key
-        assert r["source"] == "simulated" and r["framework"] == "sim"
-        assert r["status"] == "ok" and r["reason"] == ""
-        assert r["replicas"] == 8 and r["workload"] == "mlp" and r["size"] == "M"
-        assert r["step_time_median_s"] >= 0.1
-        assert r["throughput_samples_s"] == pytest.approx(
-            8 * 32 / r["step_time_median_s"], rel=0.2)
-        assert "bytes_inter" in r and "utilisation_inter" in r
+            assert key in flat, key
+        assert flat["source"] == "simulated" and flat["framework"] == "sim"
+        assert r.status == "ok" and r.reason == ""
+        assert r.replicas == 8 and r.workload == "mlp" and r.size == "M"
+        assert r.step_time_median_s >= 0.1
+        assert r.throughput_samples_s == pytest.approx(
+            8 * 32 / r.step_time_median_s, rel=0.2)
+        assert "bytes_inter" in flat and "utilisation_inter" in flat
+        assert set(r.class_bytes) == set(r.utilisation) == {"intra", "inter"}
 
+
+IDENTITY = ["source", "framework", "strategy", "requested_strategy", "workload", "size",
+            "cluster", "replicas", "case_id", "price_per_device_hour", "calibration_sources"]
+OUTCOME = ["status", "reason", "step_time_median_s", "step_time_ci95_low_s",
+           "step_time_ci95_high_s", "throughput_samples_s", "scaling_efficiency",
+           "max_weight_diff", "exposed_comm_s"]
+SIMULATED = ["comm_s", "compute_s", "optimizer_s", "bytes_per_step", "bytes_per_worker",
+             "staleness_mean", "staleness_max", "compute_source", "sim_mode", "sim_events",
+             "sim_wall_s", "sim_notes"]
+MEMORY = ["memory_per_device_bytes", "memory_activations_bytes", "memory_reserved_bytes",
+          "device_memory_bytes"]
+
+
+def test_a_row_is_stored_flat_in_the_order_the_simulator_always_wrote_it():
+    """``to_row``, what Parquet and ``simulate --json`` receive: the identity, the outcome
+    (an unavailable row only its step's NaNs), each link class's bytes and utilisation, the
+    cost, then a described device's memory; a layout's columns and memory come before its
+    outcome."""
+    gone, ring = simulate("torus:dims=2x2,bw=10GB/s", 4, ["parameter_server", "ddp"], PROFILE)
+    assert list(gone.to_row()) == [*IDENTITY, *OUTCOME, "bytes_per_step"]
+    assert list(ring.to_row()) == [*IDENTITY, *OUTCOME, *SIMULATED, "bytes_ici",
+                                   "utilisation_ici", "cost_per_million_samples_usd"]
+    (on_device,) = simulate("preset:dgx_h100_ib,hosts=1", 8, "ddp", PROFILE)
+    assert list(on_device.to_row())[-5:] == ["cost_per_million_samples_usd", *MEMORY]
+    assert on_device.to_row()["device_memory_bytes"] == on_device.device_memory_bytes == 80e9
+    layout = simulate_layout("preset:dgx_h100_ib,hosts=1", layered("transformer:S"),
+                             Layout(data=2, stages=2, tensor=2, microbatches=2), 8)
+    assert list(layout.to_row()) == [
+        *IDENTITY, *layout.layout.to_columns(), "global_batch", "bubble_fraction",
+        *MEMORY[:2], "memory_recompute_bytes", *MEMORY[2:], "attention", "recompute",
+        "precision", "sequence_parallel", "zero", *OUTCOME, *SIMULATED,
+        "cost_per_million_samples_usd"]
+    assert layout.to_row()["layout"] == layout.layout.describe() == (
+        "dp=2,pp=2,tp=2,microbatches=2,1f1b")
 
 def test_real_strategy_names_map_onto_simulated_ones():
     assert resolve_strategy("ddp") == "allreduce_ring"
@@ -64,7 +103,7 @@ def test_real_strategy_names_map_onto_simulated_ones():
     with pytest.raises(SpecError, match="unknown strategy 'gossip'"):
         resolve_strategy("gossip")
     rows = simulate("switch:n=4,bw=10Gbit", 4, ["ddp", "allreduce_ring"], PROFILE)
-    assert [r["requested_strategy"] for r in rows] == ["ddp"]  # same simulation once
+    assert [r.requested_strategy for r in rows] == ["ddp"]  # same simulation once
 
 
 def test_every_multi_device_catalog_strategy_has_a_simulation():
@@ -92,20 +131,20 @@ def test_one_worker_runs_every_strategy_with_nothing_to_exchange():
     """One worker: every strategy is its compute, central storage included (its one
     device holds the store, so its round moves nothing)."""
     rows = simulate("switch:n=2,bw=1Gbit", 1, "all", PROFILE)
-    assert {r["strategy"] for r in rows} >= {"central_storage", "parameter_server"}
-    synchronous = [r for r in rows if r["strategy"] != "parameter_server_async"]
-    assert all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]
+    assert {r.strategy for r in rows} >= {"central_storage", "parameter_server"}
+    synchronous = [r for r in rows if r.strategy != "parameter_server_async"]
+    assert all(r.status == "ok" for r in rows), [r for r in rows if r.status != "ok"]
     for r in synchronous:
-        assert r["exposed_comm_s"] == pytest.approx(0.0, abs=1e-12), r
-        assert r["step_time_median_s"] == pytest.approx(0.1 + 0.002), r
+        assert r.exposed_comm_s == pytest.approx(0.0, abs=1e-12), r
+        assert r.step_time_median_s == pytest.approx(0.1 + 0.002), r
 
 
 def test_what_a_topology_cannot_run_is_an_unavailable_row():
     rows = simulate("torus:dims=2x2,bw=10GB/s", 4, ["parameter_server", "allreduce_ring"],
                     PROFILE)
-    assert rows[0]["status"] == "unavailable" and "torus" in rows[0]["reason"]
-    assert math.isnan(rows[0]["step_time_median_s"])
-    assert rows[1]["status"] == "ok"
+    assert rows[0].status == "unavailable" and "torus" in rows[0].reason
+    assert math.isnan(rows[0].step_time_median_s)
+    assert rows[1].status == "ok"
 
 
 def test_presets_bring_device_speed_and_price():
@@ -113,10 +152,10 @@ def test_presets_bring_device_speed_and_price():
     rows = simulate("preset:dgx_h100_ib", 16, "ddp", profile)
     preset = from_preset("dgx_h100_ib")
     assert preset.device_flops is not None
-    assert rows[0]["compute_s"] == pytest.approx(3e9 * 16 / preset.device_flops)
-    assert rows[0]["price_per_device_hour"] == pytest.approx(12.29)
-    assert rows[0]["cost_per_million_samples_usd"] > 0
-    assert "compute=preset" in rows[0]["calibration_sources"]
+    assert rows[0].compute_s == pytest.approx(3e9 * 16 / preset.device_flops)
+    assert rows[0].price_per_device_hour == pytest.approx(12.29)
+    assert rows[0].cost_per_million_samples_usd > 0
+    assert "compute=preset" in rows[0].calibration_sources
 
 
 def test_a_measured_calibration_overrides_the_spec():
@@ -124,8 +163,8 @@ def test_a_measured_calibration_overrides_the_spec():
     slow = Calibration({"net": LinkCalibration(1e-4, 1 / 1e8, "measured")})
     fast_row = simulate(spec, 8, "allreduce_ring", PROFILE)[0]
     slow_row = simulate(spec, 8, "allreduce_ring", PROFILE, slow)[0]
-    assert slow_row["step_time_median_s"] > fast_row["step_time_median_s"]
-    assert "link:net=measured" in slow_row["calibration_sources"]
+    assert slow_row.step_time_median_s > fast_row.step_time_median_s
+    assert "link:net=measured" in slow_row.calibration_sources
 
 
 @SETTINGS
@@ -209,10 +248,10 @@ def test_sparse_gradients_help_parameter_servers_only():
 def test_collective_prediction_in_nccl_tests_units(algorithm):
     row = simulate_collective("two_level:hosts=2,gpus=4,intra=100GB/s,inter=100Gbit", 8,
                               algorithm, 64e6)
-    assert row["status"] == "ok" and row["time_s"] > 0
-    assert row["algbw"] == pytest.approx(64e6 / row["time_s"])
+    assert row.status == "ok" and row.time_s > 0
+    assert row.algbw == pytest.approx(64e6 / row.time_s)
     if algorithm.startswith("allreduce"):
-        assert row["busbw"] == pytest.approx(row["algbw"] * 2 * 7 / 8)
+        assert row.busbw == pytest.approx(row.algbw * 2 * 7 / 8)
 
 
 def test_calibration_apply_changes_only_named_classes():

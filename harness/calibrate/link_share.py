@@ -120,9 +120,9 @@ def link_share(points: pd.DataFrame, fits: pd.DataFrame, framework: str,
     swept_on = str(swept["cluster"].iloc[-1])
     at_rate = as_swept(links, swept_on, ranks)
     modelled = simulate_collective(emulated_topology(at_rate, (alpha, serial_beta), trips),
-                                   ranks, algorithm, nbytes)["time_s"]
+                                   ranks, algorithm, nbytes).time_s
     wire = simulate_collective(emulated_topology(at_rate, trips=0), ranks, algorithm,
-                               nbytes)["time_s"]
+                               nbytes).time_s
     rest = modelled - wire  # what the model adds to the bytes' time
     if not (math.isfinite(measured) and measured > rest and wire > 0):
         return None

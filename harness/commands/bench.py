@@ -96,8 +96,8 @@ def simulate_stage(store: ResultsStore, run_id: str, workloads: list[str]) -> in
         topology_workers = 8 * 16 if "dgx" in preset else 8 * 4
         for name in workloads:
             profile = workload_facts(name)
-            rows += simulate(target, topology_workers, "all", profile, from_preset(preset),
-                             workload=name)
+            rows += [r.to_row() for r in simulate(target, topology_workers, "all", profile,
+                                                  from_preset(preset), workload=name)]
     store.write_table(run_id, "simulated", "presets", pd.DataFrame(rows))
     return len(rows)
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,6 +23,13 @@ from harness.core.paths import results_dir
 from harness.core.strategies import ALLREDUCE_ALGORITHMS, MODEL_PARALLEL
 from workloads.optimizers import OPTIMIZER_SLOTS
 from workloads.precision import PRECISIONS as PRECISION_NAMES
+
+if TYPE_CHECKING:  # the domain's records, imported where they are built (a verb stays light)
+    from harness.calibrate.links import MeasuredLinks
+    from harness.predict.emulated import Calibrated
+    from harness.predict.step import PredictedRow
+    from harness.sim import LayoutRow, Scalar, SimulatedRow
+    from workloads.spec import WorkloadSpec
 
 
 def _profile(workload: str | None, profile: str | None, results: Path, topology: str,
@@ -134,19 +142,40 @@ def _topology_option(topology: str | None, system: str | None) -> str:
     return topology
 
 
+@dataclass(frozen=True)
+class Unmodelled:
+    """A real strategy the simulator has no model of on emulated hosts: its row is its name
+    (``framework:strategy``), the status and why."""
+
+    strategy: str
+    reason: str
+
+    def to_row(self) -> dict[str, Scalar]:
+        return {"status": "unavailable", "strategy": self.strategy, "reason": self.reason,
+                "step_time_median_s": math.nan}
+
+    def shown(self) -> SimulatedRow:
+        """What the table reads of it (``format_rows``): its name, status and reason."""
+        from harness.sim import SimulatedRow
+
+        return SimulatedRow(strategy=self.strategy, requested_strategy=self.strategy,
+                            workload="", size="", cluster="", replicas=0, case_id="",
+                            price_per_device_hour=math.nan, calibration_sources="",
+                            status="unavailable", reason=self.reason)
+
+
 def simulate_emulated(topology: str, workers: int, workload: str | None,
                       framework: str | None, strategies: tuple[str, ...],
-                      results: Path) -> list[dict[str, Any]]:
+                      results: Path) -> list[PredictedRow | Unmodelled]:
     """``--topology netns:...``: this machine's emulated hosts, predicted as `validate` scores
     and `recommend` ranks them (harness.predict.emulated): the links as probed
     here, cores shared as they would be, each framework's measured compute, library and
     runtime costs. Real strategy names only (the frameworks' own schedules)."""
     from harness.calibrate.fits import comm_table
     from harness.calibrate.links import links_of_cluster, probed_networks
-    from harness.calibrate.workload import emulated_compute, no_compute_message, workload_facts
-    from harness.core.strategies import EMULATED
+    from harness.calibrate.workload import workload_facts
     from harness.core.strategies import strategy as find_strategy
-    from harness.predict.emulated import Calibration, emulated_strategies, predict_emulated
+    from harness.predict.emulated import Calibration, emulated_strategies
     from harness.recommend.targets import parse_targets
     from results.store import ResultsStore
 
@@ -171,26 +200,32 @@ def simulate_emulated(topology: str, workers: int, workload: str | None,
               ([framework] if framework else ["torch", "tf"]) for name in
               (strategies or [s.name for s in emulated_strategies(facts, fw)])]
     links = links_of_cluster(networks, target.spec)
-    rows: list[dict[str, Any]] = []
-    for fw, strategy in wanted:
-        compute = emulated_compute(measured, facts, fw)
-        if compute is None:
-            raise InputError(no_compute_message(facts.name))
-        row = predict_emulated(calibration, facts, links, fw, strategy, workers, compute,
-                               topology)
-        if row is None:
-            rows.append({"status": "unavailable", "strategy": f"{fw}:{strategy}",
-                         "reason": f"no model of {fw} {strategy} on emulated hosts (they "
-                                   f"run: {', '.join(s.label for s in EMULATED)})",
-                         "step_time_median_s": math.nan})
-            continue
-        row.update(source="simulated", strategy=f"{fw}:{strategy}", workload=facts.name,
-                   cluster=topology, replicas=workers,
-                   calibration_sources=f"links: {links.source}; {fw}'s share of them: "
-                                       f"{row['link_share']:.2f} ({row['link_share_source']}); "
-                                       f"compute: {compute.note}")
-        rows.append(row)
-    return rows
+    return [_emulated(calibration, facts, links, fw, strategy, workers, topology)
+            for fw, strategy in wanted]
+
+
+def _emulated(calibration: Calibrated, facts: WorkloadSpec, links: MeasuredLinks, fw: str,
+              strategy: str, workers: int, topology: str) -> PredictedRow | Unmodelled:
+    """One real strategy on the emulated hosts, its row named as the cluster and workload
+    (``simulate_emulated``)."""
+    from harness.calibrate.workload import emulated_compute, no_compute_message
+    from harness.core.strategies import EMULATED
+    from harness.predict.emulated import predict_emulated
+
+    compute = emulated_compute(calibration.measured, facts, fw)
+    if compute is None:
+        raise InputError(no_compute_message(facts.name))
+    predicted = predict_emulated(calibration, facts, links, fw, strategy, workers, compute,
+                                 topology)
+    if predicted is None:
+        return Unmodelled(f"{fw}:{strategy}", f"no model of {fw} {strategy} on emulated hosts "
+                                              f"(they run: "
+                                              f"{', '.join(s.label for s in EMULATED)})")
+    sources = (f"links: {links.source}; {fw}'s share of them: {predicted.link_share:.2f} "
+               f"({predicted.link_share_source}); compute: {compute.note}")
+    return replace(predicted, strategy=f"{fw}:{strategy}", row=replace(
+        predicted.row, workload=facts.name, cluster=topology, replicas=workers,
+        calibration_sources=sources))
 
 
 # The simulator's strategies that exchange gradients in buckets (DDP's, FSDP's units).
@@ -284,7 +319,7 @@ def _simulate_layout(topology: str, workload: str | None, profile: str | None, r
                      calib: Any, layout: Any, global_batch: int | None, recompute: str,
                      optimizer: str, microbatches: int | None,
                      precision: str | None = None, fit_step: float | None = None,
-                     stage_layers: str | None = None) -> dict[str, Any]:
+                     stage_layers: str | None = None) -> LayoutRow:
     from harness.core.layout import parse_stage_layers
     from harness.sim import simulate_layout
     from harness.sim.model.structure import layered
@@ -312,7 +347,7 @@ def _simulate_layout(topology: str, workload: str | None, profile: str | None, r
     if fit_step is not None:
         calib = _fitted(topology, calib, fit_step, lambda c: simulate_layout(
             topology, model, layout, batch, c, optimizer=optimizer, recompute=recompute,
-            precision=bytes_at)["step_time_median_s"], precision)
+            precision=bytes_at).step_time_median_s, precision)
     return simulate_layout(topology, model, layout, batch, calib, step_compute_s=compute,
                            optimizer=optimizer, recompute=recompute, precision=bytes_at)
 
@@ -413,55 +448,52 @@ def _check_precision(topology: str, precision: str) -> None:
         raise InputError(f"--precision {precision}: {exc}") from None
 
 
-def format_layout_row(r: dict[str, Any]) -> str:
+def format_layout_row(r: LayoutRow) -> str:
     from harness.core.units import format_bytes
 
     return "\n".join([
         f"{'layout':<44}{'step ms':>10}{'bubble':>8}{'samples/s':>12}{'efficiency':>12}"
         f"{'memory/device':>15}",
-        f"{r['layout']:<44}{r['step_time_median_s'] * 1e3:>10.2f}"
-        f"{r['bubble_fraction']:>8.1%}{r['throughput_samples_s']:>12.4g}"
-        f"{r['scaling_efficiency']:>12.2f}{format_bytes(r['memory_per_device_bytes']):>15}",
-        f"  {r['sim_notes']}; global batch {r['global_batch']}; "
-        f"{r.get('calibration_sources', '')}",
-        *([f"  {r['reason']}"] if r.get("status") != "ok" else []),
+        f"{r.layout.describe():<44}{r.step_time_median_s * 1e3:>10.2f}"
+        f"{r.bubble_fraction:>8.1%}{r.throughput_samples_s:>12.4g}"
+        f"{r.scaling_efficiency:>12.2f}{format_bytes(r.memory_per_device_bytes):>15}",
+        f"  {r.sim_notes}; global batch {r.global_batch}; {r.calibration_sources}",
+        *([f"  {r.reason}"] if not r.ok else []),
         *([f"  {tight}"] if (tight := _tight(r)) else []),
-        f"  compute: {r.get('compute_source', '')}"])
+        f"  compute: {r.compute_source}"])
 
 
-def _tight(r: dict[str, Any]) -> str:
+def _tight(r: LayoutRow) -> str:
     """The headroom note of a layout that fits its described device beyond the fullest
     published run's share ('' otherwise)."""
-    device = r.get("device_memory_bytes", math.nan)
-    if r.get("status") != "ok" or not math.isfinite(device):
+    if not r.ok or not math.isfinite(r.device_memory_bytes):
         return ""
     from harness.validate.layout_sweep import headroom_note
 
-    return headroom_note(r["memory_per_device_bytes"],
-                         device - r.get("memory_reserved_bytes", 0.0))
+    return headroom_note(r.memory_per_device_bytes,
+                         r.device_memory_bytes - r.memory_reserved_bytes)
 
 
-def format_rows(rows: list[dict[str, Any]]) -> str:
+def format_rows(rows: Sequence[SimulatedRow]) -> str:
     from harness.core.units import format_bytes
 
-    sized = any("memory_per_device_bytes" in r for r in rows)  # a described device's
+    sized = any(r.memory_per_device_bytes is not None for r in rows)  # a described device's
     lines = [f"{'strategy':<28}{'step ms':>10}{'exposed comm ms':>17}{'samples/s':>12}"
              f"{'efficiency':>12}{'MB/worker':>11}" + (f"{'mem/device':>12}" if sized else "")
              + "  note"]
-    for r in sorted(rows, key=lambda r: (r["status"] != "ok", r["step_time_median_s"]
-                                         if r["status"] == "ok" else math.inf)):
-        memory = (f"{format_bytes(r['memory_per_device_bytes']):>12}"
-                  if "memory_per_device_bytes" in r else f"{'':>12}") if sized else ""
-        if r["status"] != "ok":
-            said = (r["reason"] if str(r["reason"]).startswith(r["status"])
-                    else f"{r['status']}: {r['reason']}")
-            lines.append(f"{r['strategy']:<28}{'-':>10}{'':>17}{'':>12}{'':>12}{'':>11}"
+    for r in sorted(rows, key=lambda r: (not r.ok, r.step_time_median_s if r.ok
+                                         else math.inf)):
+        memory = (f"{format_bytes(r.memory_per_device_bytes):>12}"
+                  if r.memory_per_device_bytes is not None else f"{'':>12}") if sized else ""
+        if not r.ok:
+            said = r.reason if r.reason.startswith(r.status) else f"{r.status}: {r.reason}"
+            lines.append(f"{r.strategy:<28}{'-':>10}{'':>17}{'':>12}{'':>12}{'':>11}"
                          f"{memory}  {said}")
             continue
-        lines.append(f"{r['strategy']:<28}{r['step_time_median_s'] * 1e3:>10.2f}"
-                     f"{r['exposed_comm_s'] * 1e3:>17.2f}{r['throughput_samples_s']:>12.0f}"
-                     f"{r['scaling_efficiency']:>12.2f}{r['bytes_per_worker'] / 1e6:>11.1f}"
-                     f"{memory}  {r.get('calibration_sources', '')}")
+        lines.append(f"{r.strategy:<28}{r.step_time_median_s * 1e3:>10.2f}"
+                     f"{r.exposed_comm_s * 1e3:>17.2f}{r.throughput_samples_s:>12.0f}"
+                     f"{r.scaling_efficiency:>12.2f}{r.bytes_per_worker / 1e6:>11.1f}"
+                     f"{memory}  {r.calibration_sources}")
     return "\n".join(lines)
 
 
@@ -748,10 +780,11 @@ def _print_emulated(o: SimulateOptions, topology: str) -> None:
     rows = simulate_emulated(topology, o.workers, o.workload, o.framework, o.strategies,
                              results_dir(o.results))
     if o.as_json:
-        print_json(rows)
+        print_json([r.to_row() for r in rows])
         return
     info(f"predicted {o.workers} emulated hosts of {topology} as validate scores them")
-    click.echo(format_rows(rows))
+    click.echo(format_rows([r.shown() if isinstance(r, Unmodelled)
+                            else replace(r.row, strategy=r.strategy) for r in rows]))
 
 
 def _print_layout(o: SimulateOptions, topology: str, calib: Any, read_as: str) -> None:
@@ -770,10 +803,10 @@ def _print_layout(o: SimulateOptions, topology: str, calib: Any, read_as: str) -
                            layout, o.global_batch, o.recompute, o.optimizer, o.microbatches,
                            o.precision, o.fit_step, o.stage_layers)
     if o.as_json:
-        print_json([row | {"read_as": read_as}])
+        print_json([row.to_row() | {"read_as": read_as}])
         return
     info(read_as)
-    info(f"simulated {row['layout']} on {topology}"
+    info(f"simulated {row.layout.describe()} on {topology}"
          + (f" with calibration {o.calibration}" if o.calibration else ""))
     checked = _published_check(topology, o.precision,
                                o.fit_step is None and not o.calibration)
@@ -804,7 +837,7 @@ def _print_data_parallel(o: SimulateOptions, topology: str, calib: Any, read_as:
                              f"{o.workers} workers")
         prof = replace(prof, batch_size=per_replica)
 
-    def run(c: Any) -> list[dict[str, Any]]:
+    def run(c: Any) -> list[SimulatedRow]:
         return simulate(topology, o.workers, names, prof, c, workload=o.workload,
                         stragglers=o.stragglers, straggler_factor=o.straggler_factor,
                         execution=execution)
@@ -813,15 +846,15 @@ def _print_data_parallel(o: SimulateOptions, topology: str, calib: Any, read_as:
         if len(expand(names)) != 1:
             raise InputError("--fit-step fits one step: name one --strategy")
         calib = _fitted(topology, calib, o.fit_step,
-                        lambda c: run(c)[0]["step_time_median_s"], o.precision)
+                        lambda c: run(c)[0].step_time_median_s, o.precision)
     rows = run(calib)
     if o.as_json:
-        print_json([r | {"read_as": read_as} for r in rows])
+        print_json([r.to_row() | {"read_as": read_as} for r in rows])
         return
     info(read_as)
     info(f"simulated {o.workers} workers on {topology}"
          + (f" with calibration {o.calibration}" if o.calibration else ""))
-    sources = sorted({str(r.get("compute_source")) for r in rows if r.get("compute_source")})
+    sources = sorted({r.compute_source for r in rows if r.compute_source})
     for source in sources:
         info(f"compute: {source}")
     checked = _published_check(topology, o.precision, o.fit_step is None and not o.calibration

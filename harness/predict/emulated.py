@@ -5,12 +5,17 @@ prints them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pandas as pd
 
+from harness.calibrate.links import MeasuredLinks
+from harness.core.strategies import Strategy
 from workloads.spec import WorkloadSpec
+
+if TYPE_CHECKING:
+    from harness.predict.step import PredictedRow
 
 
 class Calibrated(Protocol):
@@ -31,7 +36,8 @@ class Calibration:
     runtimes: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
 
-def emulated_strategies(facts: WorkloadSpec, framework: str | None = None) -> list[Any]:
+def emulated_strategies(facts: WorkloadSpec, framework: str | None = None
+                        ) -> list[Strategy]:
     """The strategy records an emulated cluster runs for ``facts``'s workload (of
     ``framework``, if given): every emulated one, embedding sharding only where there are
     embedding tables to shard."""
@@ -41,9 +47,9 @@ def emulated_strategies(facts: WorkloadSpec, framework: str | None = None) -> li
             and (s.exchange != "embedding" or facts.embedding_row_bytes > 0)]
 
 
-def predict_emulated(ctx: Calibrated, facts: WorkloadSpec, links: Any, framework: str,
-                     strategy: str, hosts: int, compute: Any, cluster: str
-                     ) -> dict[str, Any] | None:
+def predict_emulated(ctx: Calibrated, facts: WorkloadSpec, links: MeasuredLinks,
+                     framework: str, strategy: str, hosts: int, compute: Any, cluster: str
+                     ) -> PredictedRow | None:
     """The simulator's row for ``framework/strategy`` on ``hosts`` emulated hosts of this
     machine (one replica each, as harness/runners lay them out): ``links`` as probed (the
     share of them the library's collectives reach where it was swept on ``cluster``'s
@@ -77,12 +83,11 @@ def predict_emulated(ctx: Calibrated, facts: WorkloadSpec, links: Any, framework
                        cores=machine_cores(), ps=ps, runtime_s=ctx.runtimes[key],
                        link_share=share.efficiency if share else 1.0,
                        exchange_share=exchange.efficiency if exchange else None)
-    if row is not None:
-        row["link_share_source"] = (
-            "probed rate (parameter servers)" if not uses_collectives(framework, strategy)
-            else f"{share.cluster}, {share.world} ranks" if share
-            else "probed rate (no all-reduce swept on such links)")
-        if exchange is not None:
-            row["link_share_source"] += (f"; all-to-all {exchange.efficiency:.2f} at "
-                                         f"{exchange.nbytes / 2**20:g} MiB")
-    return row
+    if row is None:
+        return None
+    source = ("probed rate (parameter servers)" if not uses_collectives(framework, strategy)
+              else f"{share.cluster}, {share.world} ranks" if share
+              else "probed rate (no all-reduce swept on such links)")
+    if exchange is not None:
+        source += f"; all-to-all {exchange.efficiency:.2f} at {exchange.nbytes / 2**20:g} MiB"
+    return replace(row, link_share_source=source)

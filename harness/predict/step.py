@@ -37,6 +37,7 @@ from harness.calibrate.workload import worker_compute
 from harness.core.strategies import MODEL_PARALLEL, library
 from harness.core.strategies import strategy as find_strategy
 from harness.sim.model.sparse_traffic import torch_ps_traffic
+from harness.sim.rows import LayoutRow, Scalar, SimulatedRow
 from harness.sim.systems.compute import ComputeSplit
 from workloads.execution import Execution, PsDeployment
 
@@ -52,6 +53,47 @@ def uses_collectives(framework: str, strategy: str) -> bool:
     """Whether the strategy exchanges through its library's collectives (Strategy's)."""
     record = find_strategy(framework, strategy)
     return record is not None and record.uses_collectives
+
+
+@dataclass(frozen=True, kw_only=True)
+class PredictedRow:
+    """The simulator's row for a framework's strategy on emulated hosts: ``row`` as the
+    simulator answered it (under the simulator's strategy, ``model``), on ``topology`` (the
+    hosts as links, the library's costs added), and the share of the links it was given."""
+
+    row: SimulatedRow
+    topology: str
+    model: str  # the simulator's strategy
+    framework: str
+    strategy: str  # the framework's
+    link_share: float = 1.0  # of the links the library's collectives reach
+    exchange_share: float | None = None  # of them its all-to-alls reach, where swept
+    link_share_source: str | None = None  # where the share was read (predict_emulated)
+
+    def to_row(self) -> dict[str, Scalar]:
+        """The simulator's flat row with the prediction's columns (framework and strategy
+        the real ones)."""
+        out = self.row.to_row() | {
+            "topology": self.topology, "model": self.model, "framework": self.framework,
+            "strategy": self.strategy, "link_share": self.link_share,
+            "exchange_share": self.exchange_share}
+        if self.link_share_source is not None:
+            out["link_share_source"] = self.link_share_source
+        return out
+
+
+@dataclass(frozen=True)
+class PredictedLayout:
+    """The simulator's row for a pipeline / tensor-parallel run of torch's runners on
+    emulated hosts, and the ``topology`` it was simulated on."""
+
+    row: LayoutRow
+    topology: str
+
+    @property
+    def model(self) -> str:
+        """The simulator's strategy (pipeline, tensor_parallel, ...)."""
+        return self.row.strategy
 
 
 def machine_cores() -> int:
@@ -103,7 +145,7 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
                  ps: PsLayout | None = None,
                  runtime_s: float = 0.0,
                  link_share: float = 1.0,
-                 exchange_share: float | None = None) -> dict[str, Any] | None:
+                 exchange_share: float | None = None) -> PredictedRow | None:
     """The simulator's row for `framework/strategy` with `replicas` workers on `links`
     (one per host), or None where the simulator has no model for it. ``profile``: a
     harness.sim WorkloadSpec (its compute time is replaced by what a worker computes,
@@ -156,10 +198,10 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
         execution=Execution(ps=deployment), runtime_s=runtime_s,
         exchange_share=exchange_share / link_share if collective and exchange_share else 1.0,
         oneway_share=1.0 / link_share if collective else 1.0)
-    row.update(topology=topology, model=model, framework=framework, strategy=strategy,
-               link_share=link_share if collective else 1.0,
-               exchange_share=exchange_share if collective and exchange_share else None)
-    return row
+    return PredictedRow(row=row, topology=topology, model=model, framework=framework,
+                        strategy=strategy, link_share=link_share if collective else 1.0,
+                        exchange_share=exchange_share if collective and exchange_share
+                        else None)
 
 
 # Model-parallel strategies as the torch runners run them (harness/runners): gloo's ring for
@@ -170,7 +212,7 @@ MODEL_PARALLEL_STRATEGIES = MODEL_PARALLEL
 
 def predict_layout(workload: str, layout: Any, links: MeasuredLinks, batch: int,
                    one_replica_s: float, one_replica_batch: int, *, fits: pd.DataFrame,
-                   cores: int | None = None, pass_overhead_s: float = 0.0) -> dict[str, Any]:
+                   cores: int | None = None, pass_overhead_s: float = 0.0) -> PredictedLayout:
     """The simulator's row for a pipeline / tensor-parallel run of ``workload`` on emulated
     hosts (one stage or tensor rank per host): compute from the run's one-replica step
     (``one_replica_s`` for ``one_replica_batch`` samples, the whole model on one process),
@@ -190,8 +232,7 @@ def predict_layout(workload: str, layout: Any, links: MeasuredLinks, batch: int,
     row = simulate_layout(topology, model, layout, batch, None, step_compute_s=compute,
                           optimizer="sgd", cores=cores or machine_cores(),
                           pass_overhead_s=pass_overhead_s)
-    row.update(topology=topology, model=row["strategy"], framework="torch")
-    return row
+    return PredictedLayout(row=row, topology=topology)
 
 
 def layout_of(row: dict[str, Any]) -> Any:
@@ -244,7 +285,7 @@ def pass_overhead(measured: pd.DataFrame, fits: pd.DataFrame, workload: str,
                                    int(r["global_batch"]), float(base["step_time_median_s"]),
                                    int(base["global_batch"]), fits=fits, cores=cores)
         passes = 2 * (layout.microbatches + layout.stages - 1)
-        samples.append((float(r["step_time_median_s"]) - predicted["step_time_median_s"])
+        samples.append((float(r["step_time_median_s"]) - predicted.row.step_time_median_s)
                        / passes)
     return max(0.0, _median(samples)) if samples else 0.0
 
@@ -292,8 +333,8 @@ def runtime_overhead(measured: pd.DataFrame, fits: pd.DataFrame, framework: str,
                                  loopback_links(fits, framework, hosts), workers,
                                  worker_compute(base, framework, strategy), fits=fits,
                                  cores=cores, ps=ps)
-        if predicted is not None and predicted["status"] == "ok":
-            own = float(r["step_time_median_s"]) - predicted["step_time_median_s"]
+        if predicted is not None and predicted.row.ok:
+            own = float(r["step_time_median_s"]) - predicted.row.step_time_median_s
             if record.runtime_in_lockstep:  # per rank with a core each, as predict_step scales
                 own /= max(1.0, hosts / (cores or machine_cores()))
             samples.append(own)

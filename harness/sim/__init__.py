@@ -1,8 +1,9 @@
 """The SimPy network simulator: topologies, collective schedules, a step model, an API.
 
 Imports neither TensorFlow nor torch (only numpy and simpy), so simulating works on a laptop
-without a framework. The CLI calls :func:`simulate` (and :func:`simulate_collective`); the
-rest is here for the recommender, the calibrator and the tests.
+without a framework. The CLI calls :func:`simulate` (and :func:`simulate_collective`), whose
+answers are records (``SimulatedRow``, ``LayoutRow``, ``SimulatedCollective``; ``to_row``
+for a stored row); the rest is here for the recommender, the calibrator and the tests.
 """
 
 from harness.core.errors import SpecError
@@ -17,6 +18,7 @@ from harness.sim.model.layered import Layer, LayeredModel, Layout
 from harness.sim.model.profile import for_simulation
 from harness.sim.network.engine import CollectiveResult, run_collective
 from harness.sim.network.topology import Topology
+from harness.sim.rows import LayoutRow, Scalar, SimulatedCollective, SimulatedRow
 from harness.sim.schedules.schedule import Schedule, Step, Transfer, execute
 from harness.sim.step.data_parallel import simulate_step
 from harness.sim.step.result import StepResult
@@ -40,8 +42,12 @@ __all__ = [
     "Layer",
     "LayeredModel",
     "Layout",
+    "LayoutRow",
     "LinkCalibration",
+    "Scalar",
     "Schedule",
+    "SimulatedCollective",
+    "SimulatedRow",
     "SpecError",
     "Step",
     "StepResult",

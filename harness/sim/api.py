@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TypedDict
 
 from harness.core.errors import SpecError
 from harness.sim.model.layered import LayeredModel, Layout, recompute_mode
@@ -24,6 +24,7 @@ from harness.sim.model.memory import (
 )
 from harness.sim.network.engine import MODES, run_collective
 from harness.sim.network.topology import Hierarchy, Topology, TopologyError, n_devices, with_servers
+from harness.sim.rows import UNAVAILABLE, LayoutRow, SimulatedCollective, SimulatedRow
 from harness.sim.schedules.closed_forms import busbw
 from harness.sim.schedules.collectives import (
     all_to_all,
@@ -72,7 +73,7 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
              stragglers: int = 0, straggler_factor: float = 1.0, mode: str = "fast",
              execution: Execution = DEFAULT_EXECUTION, library: str = "nccl",
              runtime_s: float = 0.0, exchange_share: float = 1.0,
-             oneway_share: float = 1.0) -> list[dict[str, Any]]:
+             oneway_share: float = 1.0) -> list[SimulatedRow]:
     """Simulate one training step of each strategy; one results row per strategy.
 
     ``strategy``: 'all', a simulator name (allreduce_ring, allreduce_tree,
@@ -104,16 +105,8 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
     rows = []
     stem, size = profile.row_names()
     for requested, sim in pairs:
-        base = {
-            "source": "simulated", "framework": "sim", "strategy": sim,
-            "requested_strategy": requested, "workload": workload or stem,
-            "size": size, "cluster": topology_spec, "replicas": workers,
-            "case_id": f"sim/{sim}/{workload or stem}/{topology_spec}/{workers}",
-            "price_per_device_hour": (NAN if calib.price_per_device_hour is None
-                                      else calib.price_per_device_hour),
-            "calibration_sources": ",".join(f"{k}={v}" for k, v in
-                                            sorted(calib.sources().items())),
-        }
+        named = _identity(sim, requested, workload or stem, size, topology_spec, workers,
+                          calib)
         try:
             result = simulate_step(sim, topo, workers, profile, calib, stragglers=stragglers,
                                    straggler_factor=straggler_factor, mode=mode,
@@ -122,35 +115,60 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
                                    exchange_share=exchange_share,
                                    oneway_share=oneway_share)
         except TopologyError as exc:
-            rows.append(base | _unavailable(str(exc)))
-            continue
-        row = base | _row(result, single, profile.batch_size, calib)
-        rows.append(row | _replica_memory(profile, calib, execution, sim, workers,
-                                          workload, row))
+            row = SimulatedRow(**named, status=UNAVAILABLE, reason=str(exc))
+        else:
+            row = SimulatedRow(**named, **_outcome(result, single, profile.batch_size, calib))
+        rows.append(_replica_memory(profile, calib, execution, sim, workers,
+                                    workload, row))
     return rows
+
+
+def _identity(strategy: str, requested: str, workload: str, size: str, cluster: str,
+              replicas: int, calib: cal.Calibration) -> _Identity:
+    """The columns that name a simulated row, and the calibration's price and sources."""
+    price = calib.price_per_device_hour
+    return {"strategy": strategy, "requested_strategy": requested, "workload": workload,
+            "size": size, "cluster": cluster, "replicas": replicas,
+            "case_id": f"sim/{strategy}/{workload}/{cluster}/{replicas}",
+            "price_per_device_hour": NAN if price is None else price,
+            "calibration_sources": ",".join(f"{k}={v}" for k, v in
+                                            sorted(calib.sources().items()))}
+
+
+class _Identity(TypedDict):
+    """``SimulatedRow``'s identity fields, as keywords."""
+
+    strategy: str
+    requested_strategy: str
+    workload: str
+    size: str
+    cluster: str
+    replicas: int
+    case_id: str
+    price_per_device_hour: float
+    calibration_sources: str
 
 
 def _replica_memory(profile: WorkloadSpec, calib: cal.Calibration, execution: Execution,
                     strategy: str,
-                    workers: int, workload: str | None, row: dict[str, Any]
-                    ) -> dict[str, Any]:
+                    workers: int, workload: str | None, row: SimulatedRow) -> SimulatedRow:
     """A data-parallel strategy's memory on a described device, and ``does not fit`` where
     it needs more than the device has: what the recommender judges its candidates by
-    (``sim.memory.replica_memory``, activations by ``kept_activations``); nothing
+    (``sim.memory.replica_memory``, activations by ``kept_activations``); the row as it is
     where no device is described."""
     if calib.device is None:
-        return {}
+        return row
     per_sample = activations_on_device(profile, calib, workload or profile.row_names()[0],
                                        checkpointed=execution.recomputed, execution=execution)
     kept = replace(profile, activation_bytes_per_sample=per_sample)
     memory = replica_memory(kept, "sim", strategy, workers, optimizer_slots(profile.optimizer))
     fit = memory_fit(memory.total, calib)
-    out: dict[str, Any] = {
-        "memory_per_device_bytes": memory.total, "memory_activations_bytes": memory.activations,
-        "memory_reserved_bytes": fit.reserved, "device_memory_bytes": fit.capacity}
-    if not fit.fits and row.get("status") == "ok":
-        out |= {"status": "does not fit", "reason": fit.reason}
-    return out
+    row = replace(row, memory_per_device_bytes=memory.total,
+                  memory_activations_bytes=memory.activations,
+                  memory_reserved_bytes=fit.reserved, device_memory_bytes=fit.capacity)
+    if not fit.fits and row.ok:
+        row = replace(row, status="does not fit", reason=fit.reason)
+    return row
 
 
 def simulate_layout(topology_spec: str, model: LayeredModel, layout: Layout,
@@ -160,8 +178,8 @@ def simulate_layout(topology_spec: str, model: LayeredModel, layout: Layout,
                     recompute: str | bool = False, mode: str = "fast",
                     cores: float | None = None, pass_overhead_s: float = 0.0,
                     precision: Precision | None = None,
-                    execution: Execution = DEFAULT_EXECUTION) -> dict[str, Any]:
-    """One step of a data x pipeline x tensor layout as a results row (with the memory the
+                    execution: Execution = DEFAULT_EXECUTION) -> LayoutRow:
+    """One step of a data x pipeline x tensor layout as a row (with the memory the
     fullest device needs). ``global_batch`` defaults to the model's batch per replica times
     the data-parallel degree, cut into ``layout.microbatches`` micro-batches per pipeline.
     ``cores``: devices are one-thread processes sharing this many cores (emulated hosts).
@@ -181,34 +199,20 @@ def simulate_layout(topology_spec: str, model: LayeredModel, layout: Layout,
                                  execution=execution)
     micro = batch // (layout.data * layout.microbatches)
     single = _one_device_s(model, micro, calib, step_compute_s, precision)
+    fused = fuses_attention(execution)
     memory = model_parallel_memory(model, layout, micro, optimizer, recompute,
-                                   precision or FP32, fused_attention=fuses_attention(execution))
+                                   precision or FP32, fused_attention=fused)
     fit = memory_fit(memory.total, calib)
-    base = {
-        "source": "simulated", "framework": "sim", "strategy": result.strategy,
-        "requested_strategy": result.strategy, "workload": model.name, "size": "",
-        "cluster": topology_spec, "replicas": layout.devices,
-        "case_id": f"sim/{result.strategy}/{model.name}/{topology_spec}/{layout.devices}",
-        "price_per_device_hour": (NAN if calib.price_per_device_hour is None
-                                  else calib.price_per_device_hour),
-        "calibration_sources": ",".join(f"{k}={v}" for k, v in
-                                        sorted(calib.sources().items())),
-        **layout.to_columns(),
-        "global_batch": batch, "bubble_fraction": result.bubble,
-        "memory_per_device_bytes": memory.total,
-        "memory_activations_bytes": memory.activations,
-        "memory_recompute_bytes": memory.recompute_working,
-        "memory_reserved_bytes": fit.reserved, "device_memory_bytes": fit.capacity,
-        "attention": "fused" if fuses_attention(execution) else "unfused",
-        "recompute": recompute_mode(recompute),
-        "precision": precision.name if precision else "fp32",
-        "virtual_stages": layout.virtual, "sequence_parallel": layout.sequence_parallel,
-        "zero": layout.zero,
-    }
-    row = base | _row(result, single, micro, calib)
-    if not fit.fits:
-        row |= {"status": "does not fit", "reason": fit.reason}
-    return row
+    row = LayoutRow(
+        **_identity(result.strategy, result.strategy, model.name, "", topology_spec,
+                    layout.devices, calib),
+        **_outcome(result, single, micro, calib),
+        layout=layout, global_batch=batch, bubble_fraction=result.bubble,
+        memory_per_device_bytes=memory.total, memory_activations_bytes=memory.activations,
+        memory_recompute_bytes=memory.recompute_working, memory_reserved_bytes=fit.reserved,
+        device_memory_bytes=fit.capacity, attention="fused" if fused else "unfused",
+        recompute=recompute_mode(recompute), precision=precision.name if precision else "fp32")
+    return row if fit.fits else replace(row, status="does not fit", reason=fit.reason)
 
 
 def layout_step_bound(topology_spec: str, model: LayeredModel, layout: Layout,
@@ -295,24 +299,38 @@ def _one_device_s(model: LayeredModel, micro: int, calib: cal.Calibration,
                                calib)[0]
 
 
-def _unavailable(reason: str) -> dict[str, Any]:
-    return {"status": "unavailable", "reason": reason, "step_time_median_s": NAN,
-            "step_time_ci95_low_s": NAN, "step_time_ci95_high_s": NAN,
-            "throughput_samples_s": NAN, "scaling_efficiency": NAN, "max_weight_diff": NAN,
-            "exposed_comm_s": NAN, "bytes_per_step": NAN}
+class _Outcome(TypedDict):
+    """``SimulatedRow``'s fields a simulated step fills, as keywords."""
+
+    step_time_median_s: float
+    throughput_samples_s: float
+    scaling_efficiency: float
+    exposed_comm_s: float
+    comm_s: float
+    compute_s: float
+    optimizer_s: float
+    bytes_per_step: float
+    bytes_per_worker: float
+    staleness_mean: float
+    staleness_max: float
+    compute_source: str
+    sim_mode: str
+    sim_events: int
+    sim_wall_s: float
+    sim_notes: str
+    class_bytes: dict[str, float]
+    utilisation: dict[str, float]
+    cost_per_million_samples_usd: float
 
 
-def _row(r: StepResult, single_step_s: float, batch: int, calib: cal.Calibration
-         ) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "status": "ok", "reason": "",
+def _outcome(r: StepResult, single_step_s: float, batch: int, calib: cal.Calibration
+             ) -> _Outcome:
+    price = calib.price_per_device_hour
+    return {
         "step_time_median_s": r.step_time_s,
-        # a simulation is deterministic: the interval is the point
-        "step_time_ci95_low_s": r.step_time_s, "step_time_ci95_high_s": r.step_time_s,
         "throughput_samples_s": r.throughput_samples_s,
         # T1 / (N * TN) in throughput terms: against N replicas that never communicate
         "scaling_efficiency": r.throughput_samples_s * single_step_s / (r.workers * batch),
-        "max_weight_diff": NAN,
         "exposed_comm_s": r.exposed_comm_s, "comm_s": r.comm_s, "compute_s": r.compute_s,
         "optimizer_s": r.optimizer_s, "bytes_per_step": r.bytes_per_step,
         "bytes_per_worker": r.bytes_per_worker,
@@ -320,16 +338,11 @@ def _row(r: StepResult, single_step_s: float, batch: int, calib: cal.Calibration
         "staleness_max": NAN if r.staleness_max is None else r.staleness_max,
         "compute_source": r.compute_source, "sim_mode": r.mode, "sim_events": r.events,
         "sim_wall_s": r.wall_s, "sim_notes": "; ".join(r.notes),
+        "class_bytes": dict(r.class_bytes), "utilisation": dict(r.utilisation),
+        "cost_per_million_samples_usd": (
+            NAN if price is None or not r.throughput_samples_s
+            else price * r.workers / 3600 / r.throughput_samples_s * 1e6),
     }
-    for k, v in r.class_bytes.items():
-        row[f"bytes_{k}"] = v
-    for k, v in r.utilisation.items():
-        row[f"utilisation_{k}"] = v
-    price = calib.price_per_device_hour
-    row["cost_per_million_samples_usd"] = (
-        NAN if price is None or not r.throughput_samples_s
-        else price * r.workers / 3600 / r.throughput_samples_s * 1e6)
-    return row
 
 
 COLLECTIVE_ALGORITHMS = (*ALLREDUCE, "reduce_scatter_ring", "all_gather_ring",
@@ -339,9 +352,10 @@ COLLECTIVE_ALGORITHMS = (*ALLREDUCE, "reduce_scatter_ring", "all_gather_ring",
 
 def simulate_collective(topology_spec: str, workers: int, algorithm: str, nbytes: float,
                         calibration: cal.Calibration | None = None, *, mode: str = "fast",
-                        ps_shards: int | None = None) -> dict[str, Any]:
+                        ps_shards: int | None = None) -> SimulatedCollective:
     """One collective of ``nbytes`` per rank, in nccl-tests units (time, algbw, busbw): what
-    the simulator predicts for a ``stratbench comm`` measurement."""
+    the simulator predicts for a ``stratbench comm`` measurement; ``unavailable`` (with the
+    reason) where the topology cannot run it."""
     if algorithm not in COLLECTIVE_ALGORITHMS:
         raise SpecError(f"unknown collective {algorithm!r} (choose from "
                         f"{', '.join(COLLECTIVE_ALGORITHMS)})")
@@ -374,13 +388,13 @@ def simulate_collective(topology_spec: str, workers: int, algorithm: str, nbytes
             devices = [*range(workers), *range(base.devices + base.servers,
                                                base.devices + base.servers + k)]
     except TopologyError as exc:
-        return {"source": "simulated", "collective": algorithm, "cluster": topology_spec,
-                "replicas": workers, "bytes": nbytes, "status": "unavailable",
-                "reason": str(exc), "time_s": NAN, "algbw": NAN, "busbw": NAN}
+        return SimulatedCollective(collective=algorithm, cluster=topology_spec,
+                                   replicas=workers, nbytes=nbytes, status=UNAVAILABLE,
+                                   reason=str(exc))
     r = run_collective(schedule, topo, nbytes, mode=mode, devices=devices)
-    return {"source": "simulated", "collective": algorithm, "cluster": topology_spec,
-            "replicas": workers, "bytes": nbytes, "status": "ok", "reason": "",
-            "time_s": r.time_s, "algbw": r.algbw,
-            "busbw": busbw(schedule.collective, workers, nbytes, r.time_s) if r.time_s else NAN,
-            "bytes_sent": r.bytes_sent, "steps": r.steps, "sim_mode": r.mode,
-            "sim_events": r.events, "sim_wall_s": r.wall_s}
+    return SimulatedCollective(
+        collective=algorithm, cluster=topology_spec, replicas=workers, nbytes=nbytes,
+        time_s=r.time_s, algbw=r.algbw,
+        busbw=busbw(schedule.collective, workers, nbytes, r.time_s) if r.time_s else NAN,
+        bytes_sent=r.bytes_sent, steps=r.steps, sim_mode=r.mode, sim_events=r.events,
+        sim_wall_s=r.wall_s)

@@ -506,7 +506,7 @@ def predict_step(row: Row, efficiency: float | None = None) -> dict[str, float |
                                batch_size=row.batch_per_gpu, step_time_s=micro,
                                given_name=row.id)
         (result,) = simulate(f"preset:{row.system},hosts=1", row.gpus, "ddp", profile)
-        exposed = float(result["exposed_comm_s"])
+        exposed = float(result.exposed_comm_s)
     one = micro + update + exposed + rate.device.step_overhead_s  # a step of one micro-batch
     step = accumulated_step("ddp", one, micro, update, row.accumulation, add)
     return {"step_s": step, "micro_s": micro, "optimizer_s": update, "exposed_comm_s": exposed,

@@ -30,6 +30,7 @@ from harness.core.strategies import library
 from harness.core.strategies import strategy as find_strategy
 from harness.predict.step import (
     MODEL_PARALLEL_STRATEGIES,
+    PredictedRow,
     PsLayout,
     layout_of,
     local_runs,
@@ -203,11 +204,11 @@ def validate_comm(store: ResultsStore) -> pd.DataFrame:
             continue
         topology = emulated_topology(links, trips=library(framework).trips(collective))
         net = NetworkTimes(
-            total=simulate_collective(topology, world, collective, nbytes)["time_s"],
+            total=simulate_collective(topology, world, collective, nbytes).time_s,
             wire=simulate_collective(emulated_topology(links, trips=0), world, collective,
-                                     nbytes)["time_s"],
+                                     nbytes).time_s,
             # the wire latency that loopback did not have
-            latency=simulate_collective(topology, world, collective, 1.0)["time_s"],
+            latency=simulate_collective(topology, world, collective, 1.0).time_s,
             bucket_s=links.bucket_s)
         floor, source = floor_time(points, framework, p["op"], world, nbytes,
                                    realtime=p["realtime"])
@@ -295,7 +296,7 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
                            runtime_s=runtimes[key],
                            link_share=share.efficiency if share else 1.0,
                            exchange_share=exchange.efficiency if exchange else None)
-        if sim is None or sim["status"] != "ok":
+        if sim is None or not sim.row.ok:
             continue
         wire = r.get("wire_bytes_per_step")
         if isinstance(wire, float) and math.isfinite(wire) and wire > 0:
@@ -304,11 +305,11 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
         rows.append({"kind": "step", "run_id": r["run_id"], "cluster": r["cluster"],
                      "what": f"{r['framework']}/{r['strategy']}/{r['workload']}:{r['size']}",
                      "bytes": facts.gradient_bytes, "replicas": r["replicas"],
-                     "topology": sim["topology"], "model": sim["model"],
-                     "link_share": sim["link_share"],
-                     "exchange_share": sim.get("exchange_share"), "measured_s": measured,
-                     "predicted_s": sim["step_time_median_s"],
-                     "error": sim["step_time_median_s"] / measured - 1})
+                     "topology": sim.topology, "model": sim.model,
+                     "link_share": sim.link_share,
+                     "exchange_share": sim.exchange_share, "measured_s": measured,
+                     "predicted_s": sim.row.step_time_median_s,
+                     "error": sim.row.step_time_median_s / measured - 1})
     return pd.DataFrame(rows)
 
 
@@ -448,11 +449,11 @@ def _predict_layout_row(store: ResultsStore, r: dict[str, Any], base: Any,
     return {"kind": "step", "run_id": r["run_id"], "cluster": r["cluster"],
             "what": f"{r['framework']}/{r['strategy']}[{layout.describe()}]/"
                     f"{r['workload']}:{r['size']}",
-            "bytes": float(sim["bytes_per_step"]), "replicas": r["replicas"],
-            "topology": sim["topology"], "model": sim["model"], "measured_s": step,
-            "predicted_s": sim["step_time_median_s"],
-            "error": sim["step_time_median_s"] / step - 1,
-            "bubble_predicted": sim["bubble_fraction"], "pass_overhead_s": overhead}
+            "bytes": float(sim.row.bytes_per_step), "replicas": r["replicas"],
+            "topology": sim.topology, "model": sim.model, "measured_s": step,
+            "predicted_s": sim.row.step_time_median_s,
+            "error": sim.row.step_time_median_s / step - 1,
+            "bubble_predicted": sim.row.bubble_fraction, "pass_overhead_s": overhead}
 
 
 def summarize(table: pd.DataFrame) -> dict[str, float]:
@@ -520,15 +521,15 @@ def cached_validation(store: ResultsStore, fingerprint: str) -> tuple[str, pd.Da
     return stored_in, table.drop(columns=["stored_in_run", "name"], errors="ignore")
 
 
-def _wire_row(r: dict[str, Any], sim: dict[str, Any], grad_bytes: float, hosts: int,
+def _wire_row(r: dict[str, Any], sim: PredictedRow, grad_bytes: float, hosts: int,
               wire: float) -> TableRow:
     """The simulator's bytes per host per step (all its transfers over the hosts: servers
     share the workers' hosts here) against what the hosts' interfaces sent."""
-    predicted = float(sim["bytes_per_step"]) / hosts
+    predicted = float(sim.row.bytes_per_step) / hosts
     return {"kind": "wire", "run_id": r["run_id"], "cluster": r["cluster"],
             "what": f"{r['framework']}/{r['strategy']}/{r['workload']}:{r['size']}",
-            "bytes": grad_bytes, "replicas": r["replicas"], "topology": sim["topology"],
-            "model": sim["model"], "measured_s": math.nan, "predicted_s": math.nan,
+            "bytes": grad_bytes, "replicas": r["replicas"], "topology": sim.topology,
+            "model": sim.model, "measured_s": math.nan, "predicted_s": math.nan,
             "measured_bytes": wire, "predicted_bytes": predicted,
             "error": predicted / wire - 1}
 
