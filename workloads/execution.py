@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from workloads.spec import PS_PULLS, WorkloadError, choices_message
+from workloads.precision import precision as find_precision
+from workloads.spec import PS_PULLS, WorkloadError, WorkloadSpec, choices_message
 
 #: workers per parameter-server shard when no count is given
 WORKERS_PER_SHARD = 8
@@ -106,6 +107,27 @@ class Execution:
                 or sum(self.owner_shares) <= 0):
             raise WorkloadError(f"owner shares {list(self.owner_shares)} must be >= 0, not "
                                 f"all 0")
+
+    # --- what FSDP exchanges: the step model reads these
+
+    def sharded_element(self, spec: WorkloadSpec) -> int:
+        """Bytes of one element FSDP gathers its parameters and reduce-scatters their
+        gradients in: its compute precision's (FSDP2's MixedPrecisionPolicy param_dtype,
+        which the reduction takes unless told otherwise), else the workload's exchanged
+        element. Replicated weights stay fp32 under autocast, so DDP, all-reduce and
+        parameter-server strategies exchange at ``spec.bytes_per_element``."""
+        if self.precision is None:
+            return spec.bytes_per_element
+        return find_precision(self.precision).value_bytes
+
+    def sharded_bytes(self, spec: WorkloadSpec) -> float:
+        """Bytes of all the parameters as FSDP gathers them (and reduces their gradients)."""
+        return float(spec.params * self.sharded_element(spec))
+
+    def fsdp_unit_bytes(self, spec: WorkloadSpec) -> float:
+        """Bytes of one FSDP unit's gradient (its parameters at ``sharded_element``)."""
+        return (spec.unit_params * self.sharded_element(spec) if spec.unit_params
+                else float(spec.bucket_bytes))
 
 
 #: nothing stated: the device's training precision under torch's defaults

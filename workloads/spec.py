@@ -75,11 +75,6 @@ class WorkloadSpec:
     # bucket): bytes per exchanged gradient element, the optimizer's time per step, DDP's
     # bucket or FSDP's unit
     bytes_per_element: int = BYTES_PER_PARAM
-    # what FSDP gathers its parameters and reduce-scatters their gradients in: its compute
-    # precision (FSDP2's MixedPrecisionPolicy param_dtype, which the reduction takes unless
-    # told otherwise); 0: ``bytes_per_element``. Replicated weights stay fp32 under autocast,
-    # so DDP, all-reduce and parameter-server strategies exchange at ``bytes_per_element``
-    sharded_bytes_per_element: int = 0
     optimizer_s: float = 0.0
     bucket_bytes: int = DEFAULT_BUCKET
     # embedding tables a known model states (a built-in recommender's are its config's)
@@ -194,22 +189,6 @@ class WorkloadSpec:
         return costs.touched_fraction(self.config, batch)
 
     # --- what a step exchanges: read by the simulator, the memory model, the recommender
-
-    @property
-    def sharded_element(self) -> int:
-        """Bytes of one element FSDP gathers and reduces."""
-        return self.sharded_bytes_per_element or self.bytes_per_element
-
-    @property
-    def sharded_bytes(self) -> float:
-        """Bytes of all the parameters as FSDP gathers them (and reduces their gradients)."""
-        return float(self.params * self.sharded_element)
-
-    @property
-    def fsdp_unit_bytes(self) -> float:
-        """Bytes of one FSDP unit's gradient (its parameters at ``sharded_element``)."""
-        return (self.unit_params * self.sharded_element if self.unit_params
-                else float(self.bucket_bytes))
 
     def at(self, step_time_s: float | None = None, batch: int | None = None) -> WorkloadSpec:
         """This workload with a compute time per step (where one is measured or stated) or

@@ -247,11 +247,11 @@ def _strategy_names(strategies: tuple[str, ...], framework: str | None) -> list[
 
 def _deployed(profile: Any, names: list[str] | str, ps_shards: int | None,
               ps_placement: str | None, bucket: str | None,
-              bytes_per_element: int | None, precision: str | None = None) -> Any:
+              bytes_per_element: int | None) -> Any:
     """The profile as the deployment runs it; an option no chosen strategy uses is refused.
-    A precision is what FSDP gathers and reduces in; the replicated strategies' weights and
-    gradients stay fp32 under autocast (or Keras's mixed policy) unless ``bytes_per_element``
-    says otherwise (DDP's bf16_compress_hook: 2)."""
+    The replicated strategies' weights and gradients stay fp32 under autocast (or Keras's
+    mixed policy) unless ``bytes_per_element`` says otherwise (DDP's bf16_compress_hook: 2);
+    FSDP gathers and reduces in the precision (``Execution.sharded_element``)."""
     from harness.core.units import parse_size
     from harness.sim.step.strategies import expand_strategies
 
@@ -270,11 +270,6 @@ def _deployed(profile: Any, names: list[str] | str, ps_shards: int | None,
                           unit_params=0)  # FSDP's units the size stated, not a block
     if bytes_per_element is not None:
         profile = replace(profile, bytes_per_element=bytes_per_element)
-    if precision is not None:
-        from workloads.precision import precision as find_precision
-
-        profile = replace(profile,
-                          sharded_bytes_per_element=find_precision(precision).value_bytes)
     return profile
 
 
@@ -828,8 +823,7 @@ def _print_data_parallel(o: SimulateOptions, topology: str, calib: Any, read_as:
                         pull=library(o.framework or "torch").ps_pull))
     prof = _deployed(_profile(o.workload, o.profile, results_dir(o.results), topology, calib,
                               o.framework, execution),
-                     names, o.ps_shards, o.ps_placement, o.bucket, o.bytes_per_element,
-                     o.precision)
+                     names, o.ps_shards, o.ps_placement, o.bucket, o.bytes_per_element)
     if o.global_batch is not None:
         per_replica, rest = divmod(o.global_batch, o.workers)
         if rest or not per_replica:

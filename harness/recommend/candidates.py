@@ -359,11 +359,6 @@ def topology_points(ctx: Context, facts: WorkloadSpec, target: Target) -> list[C
     price, basis = _price(ctx, target, measured_here=device is None)
     execution = Execution(precision=ctx.precision)
     profile = with_device_update(facts.at(step_time_s=compute_s), calibration, execution)
-    if ctx.precision is not None:  # FSDP gathers and reduces in it; replicas' weights and
-        from workloads.precision import precision as find_precision  # gradients stay fp32
-
-        profile = replace(profile, sharded_bytes_per_element=find_precision(
-            ctx.precision).value_bytes)
     one = _per_replica(facts, profile, ctx.global_batch, 1)
     assert one is not None  # one device takes every sample of a step
     single_facts, single_profile, single_times = one

@@ -162,7 +162,8 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
                                  execution.owner_shares, exchange_share, oneway_share)
     elif strategy == "fsdp":
         optimizer = after = profile.optimizer_s / workers  # each rank updates its shard
-        finish = _fsdp_step(env, topology, workers, profile, compute, classes, colls, library)
+        finish = _fsdp_step(env, topology, workers, profile, compute, classes, colls, library,
+                            execution)
     elif strategy in ("parameter_server", "central_storage"):
         finish, colls, optimizer = _server_step(
             env, strategy, topology, workers, profile, compute, classes, mode, execution.ps)
@@ -387,11 +388,12 @@ def _embedding_step(topology: Topology, workers: int, profile: WorkloadSpec,
 def _fsdp_step(env: simpy.Environment, topology: Topology, workers: int,
                profile: WorkloadSpec, compute: float,
                classes: list[tuple[int, float]], colls: _Collectives,
-               library: str = "nccl") -> Callable[[], float]:
+               library: str = "nccl", execution: Execution = DEFAULT_EXECUTION
+               ) -> Callable[[], float]:
     """Units of ``fsdp_unit_bytes`` on FSDP's one timeline (``harness/sim/fsdp``), each
     unit's compute its share of the slowest worker's, its collectives as ``library`` runs
-    them (``fsdp_schedules``)."""
-    total = profile.sharded_bytes
+    them (``fsdp_schedules``), its bytes at the element ``execution`` exchanges."""
+    total = execution.sharded_bytes(profile)
     factor = max(f for _, f in classes)
     gather, scatter = fsdp_schedules(topology, workers, library)
 
@@ -404,7 +406,8 @@ def _fsdp_step(env: simpy.Environment, topology: Topology, workers: int,
                         backward_s=compute * factor * 2 / 3 * unit / total,
                         gather_s=gathers[0], scatter_s=comm(scatter, unit))
 
-    end = unit_timeline([unit_pass(unit) for unit in buckets(total, profile.fsdp_unit_bytes)])
+    units = buckets(total, execution.fsdp_unit_bytes(profile))
+    end = unit_timeline([unit_pass(unit) for unit in units])
     return lambda: end
 
 
