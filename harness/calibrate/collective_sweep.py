@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.calibrate import fits as calibrate
-from harness.core.case import COMM_ROUNDS, Case
+from harness.core.case import COMM_ROUNDS, Case, Options
 from harness.launch import placement as layout
 from harness.launch.netns import Cluster
 from harness.launch.processes import run_group
@@ -58,7 +58,7 @@ def run_comm(framework: str, cluster: str, sizes: list[int], world: int,
     system allows it (the points' `realtime` column says whether it did). ``ops``: the
     operations to time (the framework's own default set when None)."""
     realtime = realtime and framework in REALTIME_FRAMEWORKS
-    options: dict[str, object] = {"sizes": sizes, "rounds": rounds, "realtime": realtime}
+    options: Options = {"sizes": sizes, "rounds": rounds, "realtime": realtime}
     if ops:
         options["ops"] = list(ops)
     case = Case(framework=framework, strategy="comm", workload="", cluster=cluster,

@@ -127,7 +127,7 @@ def measured_links(store: ResultsStore, run_id: str, cluster: str) -> MeasuredLi
 
 
 
-def links_from_probes(cluster: str, links: list[dict[str, Any]], burst: float,
+def links_from_probes(cluster: str, links: list[dict[str, float]], burst: float,
                       source: str = "probe") -> MeasuredLinks:
     spec = parse_cluster(cluster)
     across = [link for link in links if link.get("cross_rack")]
@@ -169,7 +169,7 @@ def links_of_cluster(networks: list[dict[str, Any]], cluster: str) -> MeasuredLi
     spec = parse_cluster(cluster)
     rate = spec.rate_bits or math.nan
 
-    def links_of(pred: Any) -> list[dict[str, Any]]:
+    def links_of(pred: Any) -> list[dict[str, float]]:  # launch.netns.measure_links
         return [link for net in networks if pred(net) for link in net.get("links", [])]
 
     def same_rate(net: dict[str, Any]) -> bool:

@@ -6,9 +6,12 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:  # every command imports this module: the device corpus only where used
+    from harness.validate.devices import Mechanisms
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -75,7 +78,7 @@ def mechanism_options(func: F) -> F:
 
 
 def stated_mechanisms(stack_name: str | None, capabilities: bool = True,
-                      **options: Any) -> tuple[dict[str, Any], str]:
+                      **options: Any) -> tuple[Mechanisms, str]:
     """The mechanisms a command runs with, and the named stack's description ('' without
     one): ``--stack``'s (a published run's), then each mechanism option given on the
     command line over it; without ``--stack``, every option as given or defaulted.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 import click
 
@@ -10,7 +10,27 @@ from harness.commands.common import json_option, print_json
 from workloads.spec import WorkloadSpec
 
 
-def describe(spec: WorkloadSpec) -> dict[str, Any]:
+class WorkloadRow(TypedDict, total=False):
+    """A workload as the command lists it (``--json``): a built-in's sizes and costs; a known
+    model's also say what a sample is, the sources and the notes."""
+
+    name: str
+    family: str
+    size: str
+    task: str
+    params: int
+    flops_per_sample: float | None
+    grad_bytes: int
+    batch_per_replica: int
+    sparsity: float
+    kind: str  # builtin or known
+    activation_bytes_per_sample: float | None
+    sample: str
+    source: list[str]
+    notes: str
+
+
+def describe(spec: WorkloadSpec) -> WorkloadRow:
     return {
         "name": spec.name, "family": spec.family, "size": spec.size, "task": spec.task,
         "params": spec.params, "flops_per_sample": spec.flops_per_sample,
@@ -20,7 +40,7 @@ def describe(spec: WorkloadSpec) -> dict[str, Any]:
     }
 
 
-def describe_known(name: str) -> dict[str, Any]:
+def describe_known(name: str) -> WorkloadRow:
     """A known model's row: the built-in keys plus what a sample is and the sources."""
     from workloads.known import get_known
 
@@ -29,7 +49,7 @@ def describe_known(name: str) -> dict[str, Any]:
                                      "source": list(model.source), "notes": model.notes}
 
 
-def _table(title: str, rows: list[dict[str, Any]]) -> None:
+def _table(title: str, rows: list[WorkloadRow]) -> None:
     click.echo(f"{title:<15}{'params':>17}{'GFLOP/sample':>14}{'grad MB':>12}{'batch':>7}"
                f"{'act MB/sample':>15}{'touched':>10}")
     for r in rows:

@@ -39,6 +39,43 @@ def reference_threads(role: str, threads: int) -> int:
     return 1 if threads > 1 else 2
 
 
+class Options(TypedDict, total=False):
+    """What a case carries beside its fields, to the workers as JSON: the workload's row
+    labels, a strategy's options (``Strategy.options``), a model-parallel layout under
+    ``core.layout.COLUMNS``, a `comm` sweep's grid, and the fault tables' test hooks."""
+
+    workload_label: str  # the row's workload and size, and a user model's framework
+    workload_size: str
+    workload_framework: str
+    ps_shards: int
+    tf_loop: str  # custom (the default, never stored) or fit
+    bucket_mb: float
+    collective: str
+    collective_timeout_s: float
+    cross_device_ops: str
+    # the layout (Layout.case_options)
+    pipeline_stages: int
+    tensor_parallel: int
+    context_parallel: int
+    expert_parallel: int
+    microbatches: int
+    pipeline_schedule: str
+    virtual_stages: int
+    stage_layers: str
+    # a `comm` sweep: bytes per point, rounds, operations, real-time priority
+    sizes: list[int]
+    rounds: int
+    ops: list[str]
+    realtime: bool
+    # test hooks: a rank killed or frozen at a step, a server killed after a delay
+    die_rank: int
+    die_at_step: int
+    hang_at_step: int
+    die_role: str
+    die_index: int
+    die_after_s: float
+
+
 @dataclass(frozen=True)
 class Case:
     framework: str
@@ -52,7 +89,7 @@ class Case:
     timeout_s: float
     per_replica_batch: int
     seed: int = 0
-    options: dict[str, Any] = field(default_factory=dict)
+    options: Options = field(default_factory=Options)
 
     @property
     def case_id(self) -> str:

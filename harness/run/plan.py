@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from harness.core.case import (
     LOCAL_REPLICAS,
     PS_SHARDS,
     Case,
     CaseOptions,
+    Options,
     replicas_for,
 )
 from harness.core.errors import InputError
@@ -51,8 +52,8 @@ def plan(strategies: list[Strategy], workloads: list[WorkloadChoice], cluster: s
     _refuse_unused(strategies, pipeline or CaseOptions())
     for choice in workloads:
         for strat in sorted(strategies, key=lambda s: (s.framework, s.exchange != "none")):
-            options: dict[str, Any] = {"workload_label": choice.label,
-                                       "workload_size": choice.size}
+            options: Options = {"workload_label": choice.label,
+                                "workload_size": choice.size}
             if choice.framework:
                 options["workload_framework"] = choice.framework
             if strat.exchange == "parameter_server":
@@ -99,7 +100,7 @@ def _embedding_tables(choice: WorkloadChoice, strategy: str) -> None:
 
 
 def _tensor_options(choice: WorkloadChoice, hosts: int, asked: CaseOptions,
-                    options: dict[str, Any]) -> int:
+                    options: Options) -> int:
     """The tensor-parallel degree (the case's replicas); InputError for one the heads do
     not divide."""
     config = _transformer(choice, "tensor_parallel splits each block by its heads")
@@ -110,12 +111,12 @@ def _tensor_options(choice: WorkloadChoice, hosts: int, asked: CaseOptions,
     if tensor < 2 or tensor > config.heads or config.heads % tensor:
         raise InputError(f"tensor-parallel degree {tensor} must divide the {config.heads} "
                          f"attention heads of {choice.ref} (and be at least 2)")
-    options.update(Layout(tensor=tensor).case_options())
+    options.update(cast(Options, Layout(tensor=tensor).case_options()))
     return tensor
 
 
 def _pipeline_options(choice: WorkloadChoice, hosts: int, asked: CaseOptions,
-                      options: dict[str, Any]) -> int:
+                      options: Options) -> int:
     """Stages (the case's replicas) and micro-batches of a pipeline case, in ``options``;
     InputError (one line) for a split the workload cannot take."""
     config = _transformer(choice, "pipeline splits a model by its blocks")
@@ -132,9 +133,9 @@ def _pipeline_options(choice: WorkloadChoice, hosts: int, asked: CaseOptions,
     if batch % microbatches:
         raise InputError(f"{microbatches} micro-batches do not divide the pipeline's batch "
                          f"of {batch} ({choice.batch} per stage x {stages} stages)")
-    options.update(Layout(stages=stages, microbatches=microbatches,
-                          schedule=asked.schedule or "1f1b", stage_blocks=blocks)
-                   .case_options())
+    options.update(cast(Options, Layout(stages=stages, microbatches=microbatches,
+                                        schedule=asked.schedule or "1f1b",
+                                        stage_blocks=blocks).case_options()))
     return stages
 
 

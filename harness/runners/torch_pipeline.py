@@ -81,7 +81,8 @@ class _Busy:
 def run(case: Case, index: int, workdir: Path) -> WorkerReport:
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-    layout = Layout.from_columns(case.options, case.replicas) or Layout(stages=case.replicas)
+    layout = (Layout.from_columns(dict(case.options), case.replicas)
+              or Layout(stages=case.replicas))
     stages, microbatches = case.replicas, layout.microbatches
     spec, config = tw.transformer(case)
     torch.manual_seed(case.seed)
