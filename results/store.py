@@ -193,7 +193,7 @@ class ResultsStore:
     def manifest(self, run_id: str) -> dict[str, Any] | None:
         path = self.run_dir(run_id) / MANIFEST
         try:
-            data: dict[str, Any] = json.loads(path.read_text())
+            data = json.loads(path.read_text())  # the document start_run wrote
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:

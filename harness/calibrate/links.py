@@ -154,10 +154,8 @@ def measured_topology(store: ResultsStore, run_id: str, cluster: str,
 
 def probed_networks(store: Any) -> list[dict[str, Any]]:
     """The link probes every emulated run of ``store`` recorded (its manifests)."""
-    out: list[dict[str, Any]] = []
-    for run_id in store.run_ids():
-        out += (store.manifest(run_id) or {}).get("networks", []) or []
-    return out
+    return [network for run_id in store.run_ids()
+            for network in (store.manifest(run_id) or {}).get("networks", []) or []]
 
 
 def links_of_cluster(networks: list[dict[str, Any]], cluster: str) -> MeasuredLinks:
