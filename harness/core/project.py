@@ -60,7 +60,7 @@ class TargetGoal:
     global_batch: int | None = None  # samples per optimizer step (recommend --global-batch)
     # the stack's mechanisms every model-parallel layout runs with (recommend's --tp-overlap
     # and its kind: harness.core.layout.MECHANISMS), as (name, value) pairs
-    stack: tuple[tuple[str, Any], ...] = ()
+    stack: tuple[tuple[str, str | bool], ...] = ()
 
     def describe(self) -> str:
         parts = [self.target]
@@ -242,7 +242,7 @@ def parse_project(data: dict[str, Any], path: Path, table: str) -> Project:
         id=data.get("id"))
 
 
-def _stack(value: dict[str, Any] | str, where: str) -> tuple[tuple[str, Any], ...]:
+def _stack(value: dict[str, Any] | str, where: str) -> tuple[tuple[str, str | bool], ...]:
     """A target's ``stack``, checked as recommend's options are: a table, each key a
     mechanism, each value one of its choices (true or false for an overlap), and ``like``
     naming a stack they override; or a stack's name alone. A name is kept as ``like``
@@ -255,7 +255,7 @@ def _stack(value: dict[str, Any] | str, where: str) -> tuple[tuple[str, Any], ..
     return ((("like", like),) if like is not None else ()) + _mechanisms(table, where)
 
 
-def _mechanisms(table: dict[str, Any], where: str) -> tuple[tuple[str, Any], ...]:
+def _mechanisms(table: dict[str, Any], where: str) -> tuple[tuple[str, str | bool], ...]:
     for name, value in table.items():
         kind = (bool if name in SEARCH_DEFAULTS or isinstance(getattr(Layout(), name, None), bool)
                 else str)
