@@ -151,18 +151,18 @@ class Layout:
         stages of the same layouts over and over."""
         return _ranks(self, stage, loops, next_context)
 
-    def to_columns(self) -> dict[str, Any]:
+    def to_columns(self) -> dict[str, int | str]:
         """The layout as a result row stores it: ``layout`` (its description) and one
         column per ``COLUMNS`` field."""
         return {"layout": self.describe(),
                 **{column: getattr(self, name) for name, column in COLUMNS.items()}}
 
-    def case_options(self) -> dict[str, Any]:
+    def case_options(self) -> dict[str, int | str]:
         """What a case carries of its layout (its options, under ``COLUMNS``, and uneven
         stages as ``stage_layers``, '1,2,1'): the runners read it back with
         ``from_columns``, the same as a stored row."""
-        options = {column: getattr(self, name) for name, column in COLUMNS.items()
-                   if name != "data"}
+        options: dict[str, int | str] = {column: getattr(self, name)
+                                         for name, column in COLUMNS.items() if name != "data"}
         if self.stage_blocks:
             options[STAGE_LAYERS] = ",".join(map(str, self.stage_blocks))
         return options
