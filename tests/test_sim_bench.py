@@ -10,14 +10,14 @@ from harness.sim.bench import ALGORITHMS, main, measure
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_1024_workers_two_level_100mb_allreduce_within_5_seconds(algorithm):
     row = measure(1024, algorithm, 100e6, "fast")
-    assert row["wall_s"] <= 5.0
-    assert row["sim_time_s"] > 0 and row["transfers"] > 1024
+    assert row.wall_s <= 5.0
+    assert row.sim_time_s > 0 and row.transfers > 1024
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_8192_workers_two_level_100mb_allreduce_within_60_seconds(algorithm):
     row = measure(8192, algorithm, 100e6, "fast")
-    assert row["wall_s"] <= 60.0
+    assert row.wall_s <= 60.0
 
 
 @pytest.mark.parametrize(("algorithm", "workers"),
@@ -28,8 +28,8 @@ def test_fast_equals_detailed_beyond_a_hundred_workers(algorithm, workers):
     the fast mode's events at 128)."""
     fast = measure(workers, algorithm, 100e6, "fast")
     detailed = measure(workers, algorithm, 100e6, "detailed")
-    assert fast["sim_time_s"] == pytest.approx(detailed["sim_time_s"], rel=1e-9)
-    assert detailed["events"] > 100 * fast["events"]
+    assert fast.sim_time_s == pytest.approx(detailed.sim_time_s, rel=1e-9)
+    assert detailed.events > 100 * fast.events
 
 
 def test_bench_command_prints_a_table(capsys):

@@ -25,13 +25,15 @@ and < 1 GB, synchronous; 2048 and 8192 workers in < 1 s each, asynchronous).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import resource
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
 from harness.core.units import parse_size
 from harness.sim.network.engine import run_collective
@@ -43,18 +45,33 @@ PS_STRATEGIES = ("parameter_server", "parameter_server_async")
 DEFAULT_WORKERS = (64, 256, 1024, 2048, 4096, 8192)
 
 
+@dataclass(frozen=True)
+class AllReduceTiming:
+    """One all-reduce built and timed: a row of the benchmark table (its fields in the
+    order ``--json`` prints them)."""
+
+    workers: int
+    algorithm: str
+    mode: str
+    wall_s: float  # schedule construction + simulation
+    sim_time_s: float
+    events: int
+    events_per_s: float
+    steps: int
+    transfers: int
+
+
 def measure(workers: int, algorithm: str, nbytes: float, mode: str, per_host: int = 8
-            ) -> dict[str, Any]:
+            ) -> AllReduceTiming:
     """Build and time one all-reduce; returns one row of the benchmark table."""
     topo = parse_topology(two_level(workers, per_host))
     started = time.perf_counter()
     schedule = allreduce_schedule(f"allreduce_{algorithm}", topo, workers, nbytes)
     result = run_collective(schedule, topo, nbytes, mode=mode)
     wall = time.perf_counter() - started
-    return {"workers": workers, "algorithm": algorithm, "mode": mode, "wall_s": wall,
-            "sim_time_s": result.time_s, "events": result.events,
-            "events_per_s": result.events / wall if wall > 0 else float("inf"),
-            "steps": result.steps, "transfers": result.transfers}
+    return AllReduceTiming(workers, algorithm, mode, wall, result.time_s, result.events,
+                           result.events / wall if wall > 0 else float("inf"), result.steps,
+                           result.transfers)
 
 
 def two_level(workers: int, per_host: int = 8) -> str:
@@ -62,8 +79,25 @@ def two_level(workers: int, per_host: int = 8) -> str:
             f"inter=400Gbit,nic=per_device")
 
 
+@dataclass(frozen=True)
+class ParameterServerTiming:
+    """One parameter-server step timed, with the memory its simulation allocated."""
+
+    strategy: str
+    workers: int
+    shards: int
+    wall_s: float
+    step_s: float
+    bytes_per_step: float
+    throughput_samples_s: float
+    staleness_mean: float | None
+    notes: tuple[str, ...]
+    peak_alloc_bytes: int  # tracemalloc's peak, numpy included
+    peak_rss_bytes: int  # the process's
+
+
 def measure_parameter_server(workers: int, strategy: str = "parameter_server"
-                             ) -> dict[str, Any]:
+                             ) -> ParameterServerTiming:
     """One parameter-server step (synchronous, or ``parameter_server_async``'s steady state)
     with the default shards and dedicated servers; wall time and memory."""
     from harness.sim.step.data_parallel import simulate_step
@@ -78,19 +112,30 @@ def measure_parameter_server(workers: int, strategy: str = "parameter_server"
     simulate_step(strategy, topo, workers, profile)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    return {"strategy": strategy, "workers": workers, "shards": -(-workers // 8),
-            "wall_s": wall, "step_s": r.step_time_s, "bytes_per_step": r.bytes_per_step,
-            "throughput_samples_s": r.throughput_samples_s,
-            "staleness_mean": r.staleness_mean, "notes": list(r.notes),
-            "peak_alloc_bytes": peak,
-            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    return ParameterServerTiming(
+        strategy, workers, -(-workers // 8), wall, r.step_time_s, r.bytes_per_step,
+        r.throughput_samples_s, r.staleness_mean, tuple(r.notes), peak,
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 
 
 MODEL_PARALLEL_LAYOUTS = ((8, 16, 8), (16, 8, 8), (4, 32, 8), (32, 4, 8), (16, 16, 4))
 GPT3_BATCH = 1536
 
 
-def measure_layout(data: int, stages: int, tensor: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class LayoutTiming:
+    """One 3D-parallel step timed."""
+
+    layout: str
+    devices: int
+    wall_s: float
+    step_s: float
+    bubble: float | None
+    events: int
+    collectives: int
+
+
+def measure_layout(data: int, stages: int, tensor: int) -> LayoutTiming:
     """One 3D-parallel step of gpt3_175b on preset:dgx_h100_ib (128 hosts), micro-batch 1."""
     from harness.sim.model.layered import Layout
     from harness.sim.model.structure import layered
@@ -103,9 +148,8 @@ def measure_layout(data: int, stages: int, tensor: int) -> dict[str, Any]:
     layout = Layout(data, stages, tensor, GPT3_BATCH // data)
     r = model_parallel_step(topo, layered("gpt3_175b"), layout, GPT3_BATCH, calib)
     wall = time.perf_counter() - started
-    return {"layout": layout.describe(), "devices": layout.devices, "wall_s": wall,
-            "step_s": r.step_time_s, "bubble": r.bubble, "events": r.events,
-            "collectives": r.collectives}
+    return LayoutTiming(layout.describe(), layout.devices, wall, r.step_time_s, r.bubble,
+                        r.events, r.collectives)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,16 +172,16 @@ def main(argv: list[str] | None = None) -> int:
                        for w in args.workers], args.json,
                       f"{'strategy':<24}{'workers':>7}{'shards':>7}{'wall_s':>8}{'step_ms':>9}"
                       f"{'alloc_MB':>10}{'rss_MB':>8}",
-                      lambda r: f"{r['strategy']:<24}{r['workers']:>7}{r['shards']:>7}"
-                                f"{r['wall_s']:>8.3f}{r['step_s'] * 1e3:>9.2f}"
-                                f"{r['peak_alloc_bytes'] / 1e6:>10.1f}"
-                                f"{r['peak_rss_bytes'] / 1e6:>8.0f}")
+                      lambda r: f"{r.strategy:<24}{r.workers:>7}{r.shards:>7}"
+                                f"{r.wall_s:>8.3f}{r.step_s * 1e3:>9.2f}"
+                                f"{r.peak_alloc_bytes / 1e6:>10.1f}"
+                                f"{r.peak_rss_bytes / 1e6:>8.0f}")
     if args.model_parallel:
         return _table([measure_layout(*layout) for layout in MODEL_PARALLEL_LAYOUTS], args.json,
                       f"{'layout':<44}{'devices':>8}{'wall_s':>8}{'step_s':>8}{'bubble':>8}"
                       f"{'collectives':>12}",
-                      lambda r: f"{r['layout']:<44}{r['devices']:>8}{r['wall_s']:>8.3f}"
-                                f"{r['step_s']:>8.2f}{r['bubble']:>8.1%}{r['collectives']:>12}")
+                      lambda r: f"{r.layout:<44}{r.devices:>8}{r.wall_s:>8.3f}"
+                                f"{r.step_s:>8.2f}{r.bubble:>8.1%}{r.collectives:>12}")
     nbytes = parse_size(args.size)
     rows = []
     for workers in args.workers:
@@ -148,17 +192,18 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.json:
                     _print_row(rows[-1], header=len(rows) == 1)
     if args.json:
-        json.dump(rows, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        _json(rows)
     return 0
 
 
-def _table(rows: list[dict[str, Any]], as_json: bool, header: str,
-           line: Callable[[dict[str, Any]], str]) -> int:
+Timing = TypeVar("Timing", AllReduceTiming, ParameterServerTiming, LayoutTiming)
+
+
+def _table(rows: Sequence[Timing], as_json: bool, header: str,
+           line: Callable[[Timing], str]) -> int:
     """Rows as JSON, or as a table under ``header``, one ``line`` each."""
     if as_json:
-        json.dump(rows, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        _json(rows)
         return 0
     print(header)
     for r in rows:
@@ -166,13 +211,19 @@ def _table(rows: list[dict[str, Any]], as_json: bool, header: str,
     return 0
 
 
-def _print_row(r: dict[str, Any], header: bool) -> None:
+def _json(rows: Sequence[AllReduceTiming | ParameterServerTiming | LayoutTiming]) -> None:
+    """The rows as a JSON list of objects, each record's fields in order."""
+    json.dump([dataclasses.asdict(r) for r in rows], sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+def _print_row(r: AllReduceTiming, header: bool) -> None:
     if header:
         print(f"{'workers':>7} {'algorithm':<17} {'mode':<8} {'wall_s':>8} {'sim_ms':>9} "
               f"{'events':>8} {'events/s':>10} {'steps':>6} {'transfers':>11}")
-    print(f"{r['workers']:>7} {r['algorithm']:<17} {r['mode']:<8} {r['wall_s']:>8.3f} "
-          f"{r['sim_time_s'] * 1e3:>9.3f} {r['events']:>8} {r['events_per_s']:>10.0f} "
-          f"{r['steps']:>6} {r['transfers']:>11}", flush=True)
+    print(f"{r.workers:>7} {r.algorithm:<17} {r.mode:<8} {r.wall_s:>8.3f} "
+          f"{r.sim_time_s * 1e3:>9.3f} {r.events:>8} {r.events_per_s:>10.0f} "
+          f"{r.steps:>6} {r.transfers:>11}", flush=True)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ class FluidNetwork:
         return done
 
     def deliver(self, links: Sequence[int], nbytes: float, latency: float
-                ) -> Generator[simpy.Event, object, None]:
+                ) -> Generator[simpy.Event, None, None]:
         """A message over ``links``: its bytes share the links with every other flow, and it
         arrives ``latency`` after its last byte leaves (the path's propagation and switch
         delays, paid once per message, not per byte). Run it as a process or ``yield from``."""

@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 COLLECTIVES = ("allreduce", "reduce_scatter", "all_gather", "broadcast", "reduce",
                "all_to_all")
@@ -47,7 +48,7 @@ class Transfer:
     reduce: bool
 
 
-def _arr(value: object, n: int, dtype: type) -> np.ndarray:
+def _arr(value: ArrayLike, n: int, dtype: type) -> np.ndarray:
     out: np.ndarray = np.asarray(value, dtype=dtype)
     if out.ndim == 0:
         out = np.full(n, out, dtype=dtype)
@@ -106,10 +107,12 @@ class Step:
                            bool(self.reduce[i]))
 
 
-def step(src: object, dst: object, lo: object, size: object = 1, *, reduce: object,
-         repeat: int = 1, shift: object = 0, base: object = 0, period: object = 1,
-         fan: int = 1, fan_src: int = 0, fan_dst: int = 0, fan_lo: int = 0) -> Step:
-    """Build a Step, broadcasting scalars; an empty step is allowed (and ignored later)."""
+def step(src: ArrayLike, dst: ArrayLike, lo: ArrayLike, size: ArrayLike = 1, *,
+         reduce: ArrayLike, repeat: int = 1, shift: ArrayLike = 0, base: ArrayLike = 0,
+         period: ArrayLike = 1, fan: int = 1, fan_src: int = 0, fan_dst: int = 0,
+         fan_lo: int = 0) -> Step:
+    """Build a Step, broadcasting scalars (each array-like one entry per transfer, or one
+    for all); an empty step is allowed (and ignored later)."""
     src_a = np.asarray(src, dtype=np.int64).reshape(-1)
     n = src_a.size
     s = Step(_arr(src_a, n, np.int64), _arr(dst, n, np.int64), _arr(lo, n, np.int64),

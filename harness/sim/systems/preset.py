@@ -33,7 +33,8 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import TypedDict, cast, get_args, get_origin, get_type_hints, is_typeddict
 
 import tomllib
 
@@ -194,7 +195,9 @@ def _load_file(path: str, stamp: int) -> Preset:
     del stamp  # part of the cache key only: an edited file is read again
     text = Path(path).read_text("utf-8")
     try:
-        data = tomllib.loads(text) if path.endswith(".toml") else json.loads(text)
+        # what the file says it is; parse_system checks it
+        data = cast(SystemFile, tomllib.loads(text) if path.endswith(".toml")
+                    else json.loads(text))
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         raise SpecError(f"system file {path}: not valid "
                         f"{'TOML' if path.endswith('.toml') else 'JSON'}: {exc}") from None
@@ -202,24 +205,118 @@ def _load_file(path: str, stamp: int) -> Preset:
     return replace(preset, path=path, name=path)
 
 
-_TOP = {"name": str, "description": str, "hosts": int, "spec": str, "device": (dict, str),
-        "scale_up": dict, "scale_out": dict, "price_per_device_hour": (dict, type(None)),
-        "source": list, "assumptions": list, "published_busbw": list}
-_DEVICE = {"name": str, "kind": str, "peak_flops": (dict, float, int), "peak_flops_note": str,
-           "memory_bytes": (float, int), "memory_bandwidth": (float, int),
-           "assumed_efficiency": (float, int), "note": str, "matmul_efficiency": dict,
-           "matmul_efficiency_note": str, "sms": int, "launch_overhead": str,
-           "step_overhead": str, "overhead_note": str, "reserved_bytes": (float, int),
-           "reserved_note": str, "gemm_fixed": str, "gemm_k_overhead": (float, int),
-           "gemm_shape_note": str}
-_SCALE_UP = {"name": str, "devices": int, "bandwidth": str, "latency": str, "note": str}
-_SCALE_OUT = {"name": str, "nics_per_host": int, "nic_bandwidth": str, "latency": str,
-              "hosts_per_leaf": int, "oversub": (float, int), "note": str}
-_PRICE = {"usd": (float, int), "basis": str, "source": list}
+class DeviceFile(TypedDict, total=False):
+    """A system file's ``device`` table (JSON numbers may be integers where a float is
+    asked for); ``name`` and ``peak_flops`` are required."""
+
+    name: str
+    kind: str  # gpu | tpu | cpu
+    peak_flops: dict[str, float] | float  # per precision, or one figure for bf16 and fp16
+    peak_flops_note: str
+    memory_bytes: float
+    memory_bandwidth: float  # bytes/s
+    assumed_efficiency: float
+    note: str
+    matmul_efficiency: dict[str, float]  # per precision
+    matmul_efficiency_note: str
+    sms: int
+    launch_overhead: str  # a duration: 5us
+    step_overhead: str
+    overhead_note: str
+    reserved_bytes: float
+    reserved_note: str
+    gemm_fixed: str
+    gemm_k_overhead: float
+    gemm_shape_note: str
 
 
-def _fields(data: Any, schema: dict[str, Any], where: str, required: tuple[str, ...]
-            ) -> dict[str, Any]:
+class ScaleUpFile(TypedDict, total=False):
+    """``scale_up``: devices per domain, each device's bandwidth each way."""
+
+    name: str
+    devices: int
+    bandwidth: str  # a rate: 450GB/s
+    latency: str
+    note: str
+
+
+class ScaleOutFile(TypedDict, total=False):
+    """``scale_out``: NICs per host and each one's rate (a leaf-spine fabric with
+    ``hosts_per_leaf``)."""
+
+    name: str
+    nics_per_host: int
+    nic_bandwidth: str  # a rate: 400Gbit
+    latency: str
+    hosts_per_leaf: int
+    oversub: float
+    note: str
+
+
+class PriceFile(TypedDict, total=False):
+    """``price_per_device_hour``: dollars, what they are (on-demand, ...) and the source."""
+
+    usd: float
+    basis: str
+    source: list[str]
+
+
+class PublishedBusbwFile(TypedDict):
+    """One of ``published_busbw``: a collective's published bus bandwidth on such a cluster."""
+
+    collective: str
+    algorithm: str
+    hosts: int
+    bytes: float
+    busbw_bytes_s: float
+    basis: str
+    source: list[str]
+
+
+class SystemFile(TypedDict, total=False):
+    """A system file as parsed from JSON or TOML, before ``parse_system`` checks it:
+    ``name``, ``device`` and a network (``spec``, or ``scale_up`` and ``scale_out``)."""
+
+    name: str
+    description: str
+    hosts: int
+    spec: str  # the topology grammar
+    device: DeviceFile | str  # or another built-in system's device, by its name
+    scale_up: ScaleUpFile
+    scale_out: ScaleOutFile
+    price_per_device_hour: PriceFile | None
+    source: list[str]
+    assumptions: list[str]
+    published_busbw: list[PublishedBusbwFile]
+
+
+#: key -> the JSON types (``isinstance`` arguments) a table's value may have
+Schema = dict[str, type | tuple[type, ...]]
+
+
+def _schema(table: type) -> Schema:
+    """A file table's keys and their JSON types, read from its TypedDict (one home for the
+    keys): a nested table is a dict, a float may be written as an integer."""
+    def kinds(hint: object) -> type | tuple[type, ...]:
+        arms = get_args(hint) if isinstance(hint, UnionType) else (hint,)
+        found: list[type] = []
+        for arm in arms:
+            origin = get_origin(arm) or arm
+            origin = dict if is_typeddict(origin) else origin
+            found += [float, int] if origin is float else [cast(type, origin)]
+        return found[0] if len(found) == 1 else tuple(found)
+
+    return {key: kinds(hint) for key, hint in get_type_hints(table).items()}
+
+
+_TOP = _schema(SystemFile)
+_DEVICE = _schema(DeviceFile)
+_SCALE_UP = _schema(ScaleUpFile)
+_SCALE_OUT = _schema(ScaleOutFile)
+_PRICE = _schema(PriceFile)
+
+
+def _fields(data: object, schema: Schema, where: str, required: tuple[str, ...]) -> None:
     """``data`` checked against ``schema`` (key -> type): one SpecError naming the key."""
     if not isinstance(data, dict):
         raise SpecError(f"{where} must be a table of keys")
@@ -236,7 +333,6 @@ def _fields(data: Any, schema: dict[str, Any], where: str, required: tuple[str, 
     for key in required:
         if key not in data:
             raise SpecError(f"{where}: missing key {key!r}")
-    return data
 
 
 def _positive(value: float, where: str) -> float:
@@ -246,13 +342,14 @@ def _positive(value: float, where: str) -> float:
     return value
 
 
-def _device(data: Any, where: str) -> Device:
+def _device(data: DeviceFile | str, where: str) -> Device:
     if isinstance(data, str):  # another system's device, by name: one home for its numbers
         if data not in preset_names():
             raise SpecError(f"{where}: device {data!r} names no built-in system "
                             f"(choose from {', '.join(preset_names())})")
         return _load_builtin(data).device
-    d = _fields(data, _DEVICE, f"{where}: device", ("name", "peak_flops"))
+    _fields(data, _DEVICE, f"{where}: device", ("name", "peak_flops"))
+    d = data
     peaks = d["peak_flops"]
     if not isinstance(peaks, dict):
         peaks = dict.fromkeys(TRAINING_PRECISIONS, peaks)
@@ -284,10 +381,12 @@ def _device(data: Any, where: str) -> Device:
     if d.get("gemm_k_overhead", 0) < 0:
         raise SpecError(f"{where}: device.gemm_k_overhead must be >= 0, not "
                         f"{d['gemm_k_overhead']}")
-    for key in ("launch_overhead", "step_overhead", "gemm_fixed"):
-        if key in d:
+    for key, text in (("launch_overhead", d.get("launch_overhead")),
+                      ("step_overhead", d.get("step_overhead")),
+                      ("gemm_fixed", d.get("gemm_fixed"))):
+        if text is not None:
             try:
-                overheads[key] = parse_duration(d[key])
+                overheads[key] = parse_duration(text)
             except (SpecError, InputError, ValueError) as exc:
                 raise SpecError(f"{where}: device.{key}: {exc}") from None
     return Device(
@@ -320,7 +419,7 @@ def _latency(text: str, where: str) -> str:
     return text
 
 
-def _network(data: dict[str, Any], where: str) -> tuple[str, str]:
+def _network(data: SystemFile, where: str) -> tuple[str, str]:
     """(topology spec, how it was read) from ``scale_up`` and ``scale_out``."""
     from harness.core.units import format_rate
 
@@ -330,10 +429,11 @@ def _network(data: dict[str, Any], where: str) -> tuple[str, str]:
         return data["spec"], ""
     if "scale_out" not in data:
         raise SpecError(f"{where}: missing key 'spec' (or 'scale_out' with 'scale_up')")
-    up = _fields(data.get("scale_up", {"devices": 1}), _SCALE_UP, f"{where}: scale_up",
-                 ("devices",))
-    out = _fields(data["scale_out"], _SCALE_OUT, f"{where}: scale_out",
-                  ("nics_per_host", "nic_bandwidth"))
+    one: ScaleUpFile = {"devices": 1}  # no scale-up domain: a device per host
+    up = data.get("scale_up", one)
+    _fields(up, _SCALE_UP, f"{where}: scale_up", ("devices",))
+    out = data["scale_out"]
+    _fields(out, _SCALE_OUT, f"{where}: scale_out", ("nics_per_host", "nic_bandwidth"))
     gpus, nics = up["devices"], out["nics_per_host"]
     if gpus < 1 or nics < 1:
         raise SpecError(f"{where}: scale_up.devices and scale_out.nics_per_host must be >= 1")
@@ -364,15 +464,18 @@ def _network(data: dict[str, Any], where: str) -> tuple[str, str]:
     return f"{kind}:{','.join(options)}", note
 
 
-def parse_system(data: Any, where: str) -> Preset:
-    """A system from its parsed JSON/TOML; SpecError (one line, naming the key) if malformed."""
-    d = _fields(data, _TOP, where, ("name", "device"))
+def parse_system(data: SystemFile, where: str) -> Preset:
+    """A system from its parsed JSON/TOML; SpecError (one line, naming the key) if malformed
+    (the file is checked here, whatever its parser gave)."""
+    _fields(data, _TOP, where, ("name", "device"))
+    d = data
     spec, note = _network(d, where)
-    price = d.get("price_per_device_hour")
-    if price is not None:
-        price = _fields(price, _PRICE, f"{where}: price_per_device_hour", ("usd", "basis"))
-        price = Price(_positive(price["usd"], f"{where}: price_per_device_hour.usd"),
-                      price["basis"], tuple(price.get("source", ())))
+    stated = d.get("price_per_device_hour")
+    price = None
+    if stated is not None:
+        _fields(stated, _PRICE, f"{where}: price_per_device_hour", ("usd", "basis"))
+        price = Price(_positive(stated["usd"], f"{where}: price_per_device_hour.usd"),
+                      stated["basis"], tuple(stated.get("source", ())))
     try:
         published = tuple(
             PublishedBusbw(b["collective"], b["algorithm"], int(b["hosts"]), float(b["bytes"]),
