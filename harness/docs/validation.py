@@ -7,6 +7,7 @@ to the model and its documented error move together).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -118,7 +119,7 @@ def sections(device_comparison: tuple[dict[str, float], list[dict[str, Any]]] | 
                       f"stratbench validate --results COPY` on a copy of `validation/{name}",
                       f"{what} Predicted from the folder's own calibration (local runs, "
                       "loopback and cluster sweeps) alone.",
-                      lambda table=scored[name]: emulated_report(table))
+                      functools.partial(emulated_report, scored[name]))
               for name, what in EMULATED.items()),
         Section("Device corpus", "python -m harness.validate.devices",
                 "Published single-GPU and single-node training throughputs against the device "
