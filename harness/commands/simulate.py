@@ -26,6 +26,7 @@ from workloads.precision import PRECISIONS as PRECISION_NAMES
 
 if TYPE_CHECKING:  # the domain's records, imported where they are built (a verb stays light)
     from harness.calibrate.links import MeasuredLinks
+    from harness.core.layout import Layout
     from harness.predict.emulated import Calibrated
     from harness.predict.step import PredictedRow
     from harness.sim import LayoutRow, Scalar, SimulatedRow
@@ -277,7 +278,7 @@ def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tenso
             microbatches: int | None, schedule: str, virtual: int | None = None,
             sequence_parallel: bool = False, distributed_optimizer: bool = False,
             context: int | None = None, expert: int | None = None,
-            mechanisms: dict[str, Any] | None = None) -> Any:
+            mechanisms: dict[str, Any] | None = None) -> Layout:
     """The data x pipeline x tensor split of ``workers``; InputError if it does not divide.
     ``--strategy fsdp`` with a tensor-parallel degree: FSDP over the data axis (torchtitan's
     2D). ``mechanisms``: the stack's (``stated_mechanisms``)."""

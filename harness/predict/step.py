@@ -27,7 +27,7 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 
@@ -290,7 +290,16 @@ def pass_overhead(measured: pd.DataFrame, fits: pd.DataFrame, workload: str,
     return max(0.0, _median(samples)) if samples else 0.0
 
 
-def shard_bytes(extra: dict[str, Any]) -> list[float]:
+class RecordedShards(TypedDict, total=False):
+    """What a parameter-server run's ``extra`` (results/schema.py) records of its shards,
+    the part of it ``shard_bytes`` reads."""
+
+    ps_shard_bytes: list[float]  # torch: bytes per server (harness/run/execute.py)
+    # TF: each variable's pieces, (ps device, shape) (harness/runners/tf_ps.py)
+    variable_shards: dict[str, list[tuple[str, list[int]]]]
+
+
+def shard_bytes(extra: RecordedShards) -> list[float]:
     """Bytes per parameter-server shard as the run recorded them (torch: per server; TF:
     the variables' pieces per ps device); [] where it did not."""
     shards = [float(b) for b in extra.get("ps_shard_bytes", [])]

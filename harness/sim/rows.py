@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.core.layout import Layout
+from results.schema import Scalar  # a flat row's value (re-exported for the row's readers)
 
 NAN = float("nan")
-#: A value of a flat results row bound for Parquet or JSON.
-Scalar = float | int | str | bool | None
 #: The status of a strategy the topology cannot run (its row holds the reason and NaN).
 UNAVAILABLE = "unavailable"
 
