@@ -582,18 +582,22 @@ def test_tensor_groups_divide_the_host():
 def test_a_split_beyond_the_published_headroom_is_called_tight():
     """Where no layout of a kind keeps the headroom, the fastest that fits stays, and the
     answer says how full it is beside the fullest published run."""
+    from dataclasses import replace
+
+    from harness.recommend.records import Candidate
     from harness.recommend.recommender import _fits, _tight, tight_note
 
     usable = load_preset("dgx_h100_ib").device.usable_memory_bytes
-    row = {"fits": True, "exchange": "model_parallel", "source": "simulated",
-           "device_memory_bytes": usable, "memory_per_device_bytes": 0.95 * usable}
+    row = Candidate(framework="torch", strategy="megatron", replicas=8, source="simulated",
+                    fits=True, exchange="model_parallel", device_memory_bytes=usable,
+                    memory_per_device_bytes=0.95 * usable)
     assert _tight(row)
-    row["tight"] = True
-    assert _fits(row) == "tight"
+    row = replace(row, tight=True)
+    assert _fits(row.as_row()) == "tight"  # as the terminal table reads a row
     assert tight_note(row).startswith("tight: 95% of the device's usable memory, where the "
                                       "fullest published run needs 88%")
-    assert not _tight(row | {"memory_per_device_bytes": 0.8 * usable})
-    assert not _tight(row | {"source": "measured"})
+    assert not _tight(replace(row, memory_per_device_bytes=0.8 * usable))
+    assert not _tight(replace(row, source="measured"))
     # simulate says it of a layout it is given, as recommend does of its picks
     from click.testing import CliRunner
 
