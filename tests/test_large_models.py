@@ -584,8 +584,8 @@ def test_a_split_beyond_the_published_headroom_is_called_tight():
     answer says how full it is beside the fullest published run."""
     from dataclasses import replace
 
-    from harness.recommend.records import Candidate
     from harness.recommend.recommender import _fits, _tight, tight_note
+    from harness.recommend.records import Candidate
 
     usable = load_preset("dgx_h100_ib").device.usable_memory_bytes
     row = Candidate(framework="torch", strategy="megatron", replicas=8, source="simulated",
