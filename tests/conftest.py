@@ -40,9 +40,11 @@ def emulated_validations():
     """Every checked-in emulated campaign scored by `validate` (docs/VALIDATION.md's
     sections), once a test run, by folder name; each run is predicted with the cores it
     recorded, so the machine's own count does not move them."""
+    from pathlib import Path
+
     from harness.docs.validation import emulated_tables
 
-    return emulated_tables()
+    return emulated_tables(Path(__file__).resolve().parent.parent / "validation")
 
 
 def _cuda_available() -> bool:

@@ -30,7 +30,8 @@ of the model is validated, and why a row stays off, is in docs/SIMULATOR.md.
 """
 
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+# The campaigns' folder: the checkout's, not the installed package's (run from its root)
+CAMPAIGNS = Path("validation")
 # The emulated campaigns, each predicted from its own folder's calibration alone and scored by
 # `stratbench validate`: what the runs were is in each folder's campaign script or README.
 EMULATED = {
@@ -51,10 +52,14 @@ EMULATED = {
 }
 
 
-def emulated_tables() -> dict[str, pd.DataFrame]:
-    """Every emulated campaign scored (`validate`), by folder name; the slowest input here,
-    so a caller that scored them already passes them to :func:`render`."""
-    return {name: validate(ResultsStore(ROOT / "validation" / name)) for name in EMULATED}
+def emulated_tables(root: Path = CAMPAIGNS) -> dict[str, pd.DataFrame]:
+    """Every emulated campaign under ``root`` scored (`validate`), by folder name; the slowest
+    input here, so a caller that scored them already passes them to :func:`render`."""
+    missing = [name for name in EMULATED if not (root / name / "runs").is_dir()]
+    if missing:
+        raise FileNotFoundError(f"no campaign {root / missing[0]} (run from the repository's "
+                                f"root, where validation/ is)")
+    return {name: validate(ResultsStore(root / name)) for name in EMULATED}
 
 
 def emulated_report(table: pd.DataFrame) -> str:
