@@ -52,7 +52,9 @@ def shard_setups() -> st.SearchStrategy[dict]:
     return st.one_of(even, uneven)
 
 
-@settings(max_examples=14, deadline=None)
+# derandomized: CI draws the same 14 clusters each run (a fresh clone has no example
+# database), and the counterexamples found so far are the xfail test below
+@settings(max_examples=14, deadline=None, derandomize=True)
 @given(topology=st.sampled_from(TOPOLOGIES), workers=st.integers(17, 64),
        shards=shard_setups(), colocated=st.booleans(), stragglers=st.integers(0, 4),
        factor=st.sampled_from([2.0, 3.0]), profile=st.sampled_from([PROFILE, UPDATING]))
@@ -73,6 +75,23 @@ def test_the_reduced_simulation_agrees_with_the_explicit_one(topology, workers, 
         assert reduced.staleness_mean == pytest.approx(explicit.staleness_mean, rel=BOUND)
     else:  # nothing reduced, or the row says the reduction is rounded
         assert INEXACT_NOTE in reduced.notes or reduced.notes == explicit.notes
+
+
+@pytest.mark.xfail(strict=True, reason="issue 63, open: 18 workers as 9 representatives "
+                   "on updating servers miss the 2% bound their row claims")
+@pytest.mark.parametrize("shards", [1, 3])
+def test_a_counterexample_hypothesis_found_beyond_the_bound(shards):
+    """Found by the property test above in CI (pre-existing at 7e63911): 18 workers on
+    dedicated servers that take 2% of a step per update; reduced throughput 4.5% low at one
+    shard, mean staleness 11% high at three. Strict: it fails once the reduction holds."""
+    topo = parse_topology(TOPOLOGIES[0])
+    run = dict(shards=shards, stragglers=0, straggler_factor=2.0)
+    reduced = simulate_async_ps(topo, 18, UPDATING, **run)
+    explicit = simulate_async_ps(topo, 18, UPDATING, max_explicit_workers=18, **run)
+    assert MEAN_FIELD_NOTE in reduced.notes
+    assert reduced.throughput_samples_s == pytest.approx(explicit.throughput_samples_s,
+                                                         rel=BOUND)
+    assert reduced.staleness_mean == pytest.approx(explicit.staleness_mean, rel=BOUND)
 
 
 CORNERS = [
