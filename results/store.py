@@ -247,8 +247,9 @@ def _load_cases(folder: Path) -> pd.DataFrame:
 def load(root: str | os.PathLike[str]) -> pd.DataFrame:
     """Every result row of every run under `root`, as one DataFrame (schema columns first)."""
     runs = Path(root) / "runs"
+    # a run without case files (a `comm` sweep's) adds nothing: skipped before any frame is built
     frames = [_load_cases(run / CASES) for run in sorted(runs.iterdir())
-              if run.is_dir()] if runs.is_dir() else []
+              if any(_parquet_files(run / CASES))] if runs.is_dir() else []
     frames = [f for f in frames if not f.empty]
     if not frames:
         return _empty_cases()

@@ -160,9 +160,14 @@ def test_two_concurrent_writers_do_not_clobber_each_other(tmp_path):
 
 def test_writer_killed_at_random_moments_never_leaves_a_corrupt_visible_file(tmp_path):
     ctx = multiprocessing.get_context("spawn")
-    for delay in (0.8, 1.3, 1.9):
+    for delay in (0.05, 0.3, 0.6):  # after its first file: a loaded machine starts it late
+        before = len(list(tmp_path.glob("runs/*/*/*.parquet")))
         proc = ctx.Process(target=_write_many, args=(str(tmp_path), 9, 10_000))
         proc.start()
+        deadline = time.monotonic() + 120
+        while (len(list(tmp_path.glob("runs/*/*/*.parquet"))) <= before
+               and time.monotonic() < deadline and proc.is_alive()):
+            time.sleep(0.02)
         time.sleep(delay)
         os.kill(proc.pid, signal.SIGKILL)
         proc.join(30)

@@ -16,6 +16,8 @@ slower emulated links):
 
 from __future__ import annotations
 
+import functools
+
 from workloads import costs
 from workloads.configs import CNNConfig, MLPConfig, ModelConfig, RecsysConfig, TransformerConfig
 from workloads.spec import (
@@ -63,8 +65,10 @@ _TASKS = {"mlp": CLASSIFICATION, "cnn": CLASSIFICATION, "transformer": LANGUAGE_
           "recsys": CLICK}
 
 
+@functools.cache
 def get_spec(family: str, size: str) -> WorkloadSpec:
-    """The spec of a built-in workload; WorkloadError names the bad family or size."""
+    """The spec of a built-in workload; WorkloadError names the bad family or size. Cached:
+    the record is frozen, and a recommender's Zipf row counts are worth computing once."""
     if family not in _TABLE:
         raise WorkloadError(choices_message("workload family", family, FAMILIES))
     if size not in _TABLE[family]:

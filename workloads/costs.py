@@ -141,8 +141,10 @@ def zipf_probabilities(rows: int, exponent: float) -> np.ndarray:
     return p
 
 
+@functools.lru_cache(maxsize=4096)
 def expected_unique_rows(rows: int, exponent: float, draws: int) -> float:
-    """E[#distinct rows] after `draws` i.i.d. Zipf lookups: sum_i 1 - (1 - p_i)^draws."""
+    """E[#distinct rows] after `draws` i.i.d. Zipf lookups: sum_i 1 - (1 - p_i)^draws
+    (a sum over every row of a table: cached, as validation asks the same few thousand)."""
     p = zipf_probabilities(rows, exponent)
     return float(np.sum(-np.expm1(draws * np.log1p(-p))))
 

@@ -65,25 +65,30 @@ def latest_validation(root: Any) -> pd.DataFrame:
     return table[table["stored_in_run"] == table["stored_in_run"].max()]
 
 
-def _sweep_time(sweep: pd.DataFrame, nbytes: float, statistic: str) -> float | None:
+def _sweep_curves(sweeps: pd.DataFrame, statistic: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The latest FLOOR_SWEEPS sweeps in `sweeps` as (sizes, times) curves, each sorted by
+    size; a sweep that lacks the statistic is left out."""
+    latest = latest_sweeps(sweeps)
+    curves = []
+    for run in latest["run_id"].unique():
+        sweep = latest[latest["run_id"] == run].sort_values("bytes")
+        if statistic not in sweep or sweep[statistic].isna().any():
+            continue
+        curves.append((sweep["bytes"].to_numpy(float), sweep[statistic].to_numpy(float)))
+    return curves
+
+
+def _curve_time(sizes: np.ndarray, times: np.ndarray, nbytes: float) -> float:
     """One sweep's time at `nbytes` (log-log interpolation between its sizes; beyond the
-    sweep, its last point's bandwidth); None where it lacks the statistic."""
-    sweep = sweep.sort_values("bytes")
-    if statistic not in sweep or sweep[statistic].isna().any():
-        return None
-    sizes = sweep["bytes"].to_numpy(float)
-    times = sweep[statistic].to_numpy(float)
+    sweep, its last point's bandwidth)."""
     if nbytes > sizes[-1]:
         return float(times[-1] * nbytes / sizes[-1])
     return float(np.exp(np.interp(np.log(nbytes), np.log(sizes), np.log(times))))
 
 
-def _latest_sweeps_time(sweeps: pd.DataFrame, nbytes: float, statistic: str) -> float | None:
-    """The median over the latest FLOOR_SWEEPS sweeps in `sweeps` of their time at `nbytes`."""
-    latest = latest_sweeps(sweeps)
-    times = [_sweep_time(latest[latest["run_id"] == run], nbytes, statistic)
-             for run in latest["run_id"].unique()]
-    found = [t for t in times if t is not None]
+def _median_time(curves: list[tuple[np.ndarray, np.ndarray]], nbytes: float) -> float | None:
+    """The median over the curves of their time at `nbytes`; None without a curve."""
+    found = [_curve_time(sizes, times, nbytes) for sizes, times in curves]
     return float(np.median(found)) if found else None
 
 
@@ -91,6 +96,12 @@ def _same_collective(points: pd.DataFrame, framework: str, op: str, world: int,
                      realtime: bool) -> pd.Series:
     return ((points["framework"] == framework) & (points["op"] == op)
             & (points["world"] == world) & (realtime_rows(points) == realtime))
+
+
+def _loopback_sweeps(points: pd.DataFrame, framework: str, op: str, world: int,
+                     realtime: bool) -> pd.DataFrame:
+    return points[(points["cluster"] == "local")
+                  & _same_collective(points, framework, op, world, realtime)]
 
 
 def loopback_time(points: pd.DataFrame, framework: str, op: str, world: int,
@@ -102,9 +113,8 @@ def loopback_time(points: pd.DataFrame, framework: str, op: str, world: int,
     Measured: gloo's 4 KiB all-reduce on 3 ranks takes about 3 ms on loopback and on
     unshaped emulated hosts alike (2 cores, 3 processes, normal priority), 10x the simulated
     wire time. None without such a sweep."""
-    local = points[(points["cluster"] == "local")
-                   & _same_collective(points, framework, op, world, realtime)]
-    return _latest_sweeps_time(local, nbytes, statistic)
+    local = _loopback_sweeps(points, framework, op, world, realtime)
+    return _median_time(_sweep_curves(local, statistic), nbytes)
 
 
 @functools.lru_cache(maxsize=256)
@@ -121,6 +131,12 @@ def _unshaped(clusters: pd.Series) -> pd.Series:
     return clusters.map(_is_unshaped).astype(bool)
 
 
+def _unshaped_sweeps(points: pd.DataFrame, framework: str, op: str, world: int,
+                     realtime: bool) -> pd.DataFrame:
+    return points[_unshaped(points["cluster"])
+                  & _same_collective(points, framework, op, world, realtime)]
+
+
 def unshaped_time(points: pd.DataFrame, framework: str, op: str, world: int,
                   nbytes: float, statistic: str = "time_s",
                   realtime: bool = False) -> float | None:
@@ -130,21 +146,42 @@ def unshaped_time(points: pd.DataFrame, framework: str, op: str, world: int,
     limit. A loopback floor lacks the path and the round trips: with it, small collectives
     on shaped hosts came out too slow in the median (torch +4.5%, TF +6.6%; with this floor
     -0.7%, +1.7%; docs/SIMULATOR.md). None without such a sweep."""
-    hosts = points[_unshaped(points["cluster"])
-                   & _same_collective(points, framework, op, world, realtime)]
-    return _latest_sweeps_time(hosts, nbytes, statistic)
+    hosts = _unshaped_sweeps(points, framework, op, world, realtime)
+    return _median_time(_sweep_curves(hosts, statistic), nbytes)
+
+
+class Floors:
+    """`floor_time` over one table of sweeps, each collective's floor curves selected once
+    (a campaign scores thousands of points against a few dozen sweeps)."""
+
+    SOURCES = (("unshaped", _unshaped_sweeps), ("loopback", _loopback_sweeps))
+
+    def __init__(self, points: pd.DataFrame) -> None:
+        self.points = points
+        self._curves: dict[tuple[str, str, str, int, str, bool],
+                           list[tuple[np.ndarray, np.ndarray]]] = {}
+
+    def time(self, framework: str, op: str, world: int, nbytes: float,
+             statistic: str = "time_s", realtime: bool = False) -> tuple[float | None, str]:
+        """(the floor, where it came from): unshaped emulated hosts where they were swept
+        at the same rank count, else loopback."""
+        for source, select in self.SOURCES:
+            key = (source, framework, op, world, statistic, realtime)
+            if key not in self._curves:
+                self._curves[key] = _sweep_curves(
+                    select(self.points, framework, op, world, realtime), statistic)
+            floor = _median_time(self._curves[key], nbytes)
+            if floor is not None:
+                return floor, source
+        return None, "none"
 
 
 def floor_time(points: pd.DataFrame, framework: str, op: str, world: int, nbytes: float,
                statistic: str = "time_s", realtime: bool = False
                ) -> tuple[float | None, str]:
     """(the floor, where it came from): unshaped emulated hosts where they were swept
-    at the same rank count, else loopback."""
-    for source, time_of in (("unshaped", unshaped_time), ("loopback", loopback_time)):
-        floor = time_of(points, framework, op, world, nbytes, statistic, realtime)
-        if floor is not None:
-            return floor, source
-    return None, "none"
+    at the same rank count, else loopback (`Floors` where many points share the sweeps)."""
+    return Floors(points).time(framework, op, world, nbytes, statistic, realtime)
 
 
 @dataclass(frozen=True)
@@ -196,6 +233,7 @@ def validate_comm(store: ResultsStore) -> pd.DataFrame:
     points["realtime"] = realtime_rows(points)
     # unshaped sweeps are the floor under the others' predictions, not predictions
     shaped = points["cluster"].str.startswith("netns") & ~_unshaped(points["cluster"])
+    floors = Floors(points)
     for p in points[shaped].to_dict("records"):
         collective = OP_TO_COLLECTIVE.get(p["op"])
         world, nbytes, framework = int(p["world"]), float(p["bytes"]), p["framework"]
@@ -210,8 +248,8 @@ def validate_comm(store: ResultsStore) -> pd.DataFrame:
             # the wire latency that loopback did not have
             latency=simulate_collective(topology, world, collective, 1.0).time_s,
             bucket_s=links.bucket_s)
-        floor, source = floor_time(points, framework, p["op"], world, nbytes,
-                                   realtime=p["realtime"])
+        floor, source = floors.time(framework, p["op"], world, nbytes,
+                                    realtime=p["realtime"])
         predicted, bound = _combine(net, floor, source, framework)
         row = {"kind": "collective", "run_id": p["run_id"], "cluster": p["cluster"],
                "what": f"{framework}/{p['op']}", "bytes": p["bytes"], "replicas": p["world"],
@@ -223,8 +261,8 @@ def validate_comm(store: ResultsStore) -> pd.DataFrame:
                # rounds have none): how far the measurement itself moved
                "spread_rel": p.get("spread_rel", math.nan)}
         fast = p.get("fast_s", math.nan)
-        fast_floor, fast_source = floor_time(points, framework, p["op"], world, nbytes,
-                                             "fast_s", p["realtime"])
+        fast_floor, fast_source = floors.time(framework, p["op"], world, nbytes, "fast_s",
+                                              p["realtime"])
         if isinstance(fast, float) and fast > 0 and fast_floor is not None:
             fast_predicted, _ = _combine(net, fast_floor, fast_source, framework)
             row.update({"measured_fast_s": fast, "predicted_fast_s": fast_predicted,
