@@ -312,18 +312,19 @@ def crossover(measured: pd.DataFrame) -> tuple[list[Markup], list[CrossoverNote]
     (at 10 Gbit/s) and against bandwidth (8 workers), simulated here (cheap)."""
     from harness.calibrate.workload import workload_facts
     from harness.sim import simulate
+    from harness.sim.systems.calibration import stating
 
     plots: list[Markup] = []
     notes: list[CrossoverNote] = []
     for workload in crossover_workloads(measured):
         compute = _compute_s(measured, workload)
         facts = workload_facts(workload)
-        profile = facts.at(step_time_s=compute)
+        measured_compute = stating(None, compute_s=compute)
 
-        def run(n: int, bits: float, profile: Any = profile, name: str = workload
-                ) -> dict[str, float]:
+        def run(n: int, bits: float, profile: Any = facts, name: str = workload,
+                calibration: Any = measured_compute) -> dict[str, float]:
             rows = simulate(f"switch:n={n},bw={bits:.0f}bit,lat=30us", n,
-                            list(CROSSOVER_STRATEGIES), profile, workload=name)
+                            list(CROSSOVER_STRATEGIES), profile, calibration, workload=name)
             return {r.strategy: float(r.step_time_median_s) for r in rows}
 
         by_n = {n: run(n, CROSSOVER_FIXED_BITS) for n in CROSSOVER_WORKERS}

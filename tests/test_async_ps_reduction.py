@@ -20,12 +20,14 @@ from harness.sim.step.async_ps import (
 )
 from harness.sim.step.async_ps import simulate_async_ps as simulate_deployed
 from harness.sim.step.result import StepResult
+from harness.sim.systems.calibration import Calibration, stating
 from workloads.execution import Execution, PsDeployment
 from workloads.spec import WorkloadSpec
 
-PROFILE = WorkloadSpec(params=25_000_000, step_time_s=0.1)
+SPEC = WorkloadSpec(params=25_000_000)
+PROFILE = stating(None, compute_s=0.1)  # the step's costs, as a profile states them
 # the servers apply each push in turn, 2% of a step: the queue the reduction times on average
-UPDATING = WorkloadSpec(params=25_000_000, step_time_s=0.1, optimizer_s=0.002)
+UPDATING = stating(None, compute_s=0.1, optimizer_s=0.002)
 # one switch with a NIC per device, leaves under an oversubscribed spine, single-device hosts
 TOPOLOGIES = (
     "two_level:hosts=8,gpus=8,intra=450GB/s,inter=400Gbit,nic=per_device",
@@ -35,13 +37,14 @@ TOPOLOGIES = (
 BOUND = 0.02
 
 
-def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec, *,
+def simulate_async_ps(topology: Topology, workers: int, profile: Calibration | None, *,
                       shards: int | None = None, colocated: bool = False,
                       shard_weights: list[float] | None = None, **run: object) -> StepResult:
-    """The asynchronous step with its servers' deployment given as loose options."""
+    """The asynchronous step of ``SPEC`` at ``profile``'s costs, its servers' deployment
+    given as loose options."""
     ps = PsDeployment(shards=shards, colocated=colocated,
                       shard_weights=None if shard_weights is None else tuple(shard_weights))
-    return simulate_deployed(topology, workers, profile, execution=Execution(ps=ps),
+    return simulate_deployed(topology, workers, SPEC, profile, execution=Execution(ps=ps),
                              **run)  # type: ignore[arg-type]
 
 

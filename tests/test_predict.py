@@ -38,12 +38,14 @@ def test_the_cpu_meter_counts_this_process_per_step():
 
 def test_a_runtimes_own_time_adds_to_synchronous_steps_and_not_to_asynchronous_ones():
     from harness.sim import simulate
+    from harness.sim.systems.calibration import stating
     from workloads.spec import WorkloadSpec
 
-    profile = WorkloadSpec(params=1_000_000, batch_size=32, step_time_s=0.01)
+    profile = WorkloadSpec(params=1_000_000, batch_size=32)
+    costs = stating(None, compute_s=0.01)
     names = ["parameter_server", "ddp", "parameter_server_async"]
-    plain = simulate("switch:n=8,bw=1Gbit", 4, names, profile)
-    slow = simulate("switch:n=8,bw=1Gbit", 4, names, profile, runtime_s=0.005)
+    plain = simulate("switch:n=8,bw=1Gbit", 4, names, profile, costs)
+    slow = simulate("switch:n=8,bw=1Gbit", 4, names, profile, costs, runtime_s=0.005)
     for before, after in zip(plain[:2], slow[:2], strict=True):
         assert after.step_time_median_s == pytest.approx(before.step_time_median_s + 0.005)
     assert slow[2].step_time_median_s == plain[2].step_time_median_s

@@ -628,7 +628,11 @@ def test_accumulating_micro_batches_adds_compute_or_whole_steps_for_fsdp():
 def test_the_gradient_add_is_paid_where_the_device_model_times_the_step_only():
     """Three fp32 copies of the dense gradients a micro-batch on the device's memory; a
     stated (or measured) step is one micro-batch's on a machine whose bandwidth is unknown."""
-    from harness.sim.systems.calibration import Calibration, accumulation_add_seconds
+    from harness.sim.systems.calibration import (
+        Calibration,
+        accumulation_add_seconds,
+        stating,
+    )
     from harness.sim.systems.device_model import device_rate
     from harness.sim.systems.preset import load_preset
     from workloads.execution import Execution
@@ -640,7 +644,7 @@ def test_the_gradient_add_is_paid_where_the_device_model_times_the_step_only():
     add = accumulation_add_seconds(spec, calibration, Execution(precision="tf32"))
     rate = device_rate(device, "tf32").bytes_per_s
     assert add == pytest.approx(3 * 4 * spec.params / rate, rel=0.01)
-    assert accumulation_add_seconds(spec.at(step_time_s=0.1), calibration) == 0.0
+    assert accumulation_add_seconds(spec, stating(calibration, compute_s=0.1)) == 0.0
     assert accumulation_add_seconds(spec, None) == 0.0
 
 

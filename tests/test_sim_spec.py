@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -15,6 +16,7 @@ from harness.sim.model.profile import for_simulation
 from harness.sim.network.topology import Hierarchy, Torus, link_classes, n_devices
 from harness.sim.systems.preset import load_preset, preset_names
 from harness.sim.systems.spec import KINDS, describe_topology, parse_topology
+from workloads.execution import Execution
 from workloads.profile import KEYS as PROFILE_KEYS
 from workloads.profile import parse_profile
 from workloads.spec import WorkloadError
@@ -141,16 +143,23 @@ def test_random_garbage_raises_spec_error_only(text):
                           max_size=20).map("".join)))
 def test_random_profiles_raise_workload_error_only(text):
     with contextlib.suppress(WorkloadError):
-        for_simulation(parse_profile(text))
+        for_simulation(parse_profile(text)[0])
 
 
 def test_profile_parses():
-    p = for_simulation(parse_profile("params=25M,batch=64,step_compute=120ms,sparsity=0.01,"
-                                "bucket=50MiB,optimizer=2ms,bytes=2,name=recsys,size=S"))
-    assert p.params == 25_000_000 and p.batch_size == 64
-    assert p.step_time_s == pytest.approx(0.12) and p.sparsity == 0.01
-    assert p.bucket_bytes == 50 * 2**20 and p.gradient_bytes == 5e7
-    assert p.touched_bytes == pytest.approx(5e5)
+    """The model apart from what is stated beside it: the step's compute and update (a
+    calibration's), the deployment's bytes and bucket (an execution's)."""
+    spec, stated = parse_profile("params=25M,batch=64,step_compute=120ms,sparsity=0.01,"
+                                 "bucket=50MiB,optimizer=2ms,bytes=2,name=recsys,size=S")
+    p, deployed = for_simulation(spec), stated.deployed(Execution(precision="bf16"))
+    assert p.params == 25_000_000 and p.batch_size == 64 and p.sparsity == 0.01
+    assert stated.step_compute_s == pytest.approx(0.12)
+    assert stated.optimizer_s == pytest.approx(0.002)
+    assert deployed.precision == "bf16" and deployed.bucket_bytes == 50 * 2**20
+    assert p.gradient_bytes(deployed.gradient_element_bytes) == 5e7
+    assert p.touched_bytes(deployed.gradient_element_bytes) == pytest.approx(5e5)
+    assert parse_profile("params=25M,step_compute=1s")[1].deployed(deployed) == replace(
+        deployed, gradient_element_bytes=4, bucket_bytes=None)
     with pytest.raises(WorkloadError, match="flops_per_sample= or step_compute="):
         parse_profile("params=1M")
 

@@ -9,28 +9,32 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.sim.step.data_parallel import simulate_step
+from harness.sim.systems.calibration import stating
 from harness.sim.systems.spec import parse_topology
 from workloads.configs import EmbeddingTables
+from workloads.execution import Execution
 from workloads.spec import WorkloadError, WorkloadSpec
 
 TOPO = parse_topology("switch:n=4,bw=1GB/s")
-DENSE = WorkloadSpec(params=1_000_000, step_time_s=0.01, bucket_bytes=10**9)
+DENSE = WorkloadSpec(params=1_000_000)
+COMPUTE = stating(None, compute_s=0.01)  # each step's forward and backward
+WHOLE = Execution(bucket_bytes=10**9)  # the model one FSDP unit
 
 
 def sparse(sparsity: float, dense: float = 0.2, tables: int = 4) -> WorkloadSpec:
     """A profile whose ``1 - dense`` of 1M parameters are ``tables`` embedding tables of
     64-byte rows, its lookups per sample unknown (hotness 0)."""
     rows = round(1_000_000 * (1 - dense) / 16 / tables)
-    return WorkloadSpec(params=1_000_000, step_time_s=0.01, sparsity=sparsity,
+    return WorkloadSpec(params=1_000_000, sparsity=sparsity,
                         tables=EmbeddingTables(rows=(rows,) * tables, dim=16, hotness=0))
 
 
 def test_fsdp_on_gloo_moves_a_third_more_than_on_nccl():
     """Per unit: gather for forward, gather again for backward (resharded), and a
     reduce-scatter that gloo runs as an all-reduce: 4 shares of (n-1)/n against 3."""
-    nccl = simulate_step("fsdp", TOPO, 4, DENSE)
-    gloo = simulate_step("fsdp", TOPO, 4, DENSE, library="gloo")
-    share = DENSE.gradient_bytes * 3 / 4 * 4  # (n-1)/n of the model, from every rank
+    nccl = simulate_step("fsdp", TOPO, 4, DENSE, COMPUTE, execution=WHOLE)
+    gloo = simulate_step("fsdp", TOPO, 4, DENSE, COMPUTE, execution=WHOLE, library="gloo")
+    share = DENSE.gradient_bytes() * 3 / 4 * 4  # (n-1)/n of the model, from every rank
     assert nccl.bytes_per_step == pytest.approx(3 * share)
     assert gloo.bytes_per_step == pytest.approx(4 * share)
 
@@ -42,9 +46,9 @@ def test_a_worker_pulls_its_own_rows_and_more_as_workers_grow(sparsity, workers)
     push, pull = p.ps_bytes(workers)
     assert p.ps_bytes(1)[1] == pytest.approx(push)  # alone: back what it pushed
     assert push - 1e-6 <= pull <= p.ps_bytes(workers + 1)[1] + 1e-6
-    whole_tables = p.gradient_bytes - p.dense_bytes
-    assert pull <= p.dense_bytes + whole_tables * (1 + 8 / 64) + 1e-6
-    assert p.ps_bytes(workers, "whole")[1] == p.gradient_bytes  # TF reads variables whole
+    whole_tables = p.gradient_bytes() - p.dense_bytes()
+    assert pull <= p.dense_bytes() + whole_tables * (1 + 8 / 64) + 1e-6
+    assert p.ps_bytes(workers, "whole")[1] == p.gradient_bytes()  # TF reads variables whole
 
 
 def test_an_unknown_pull_is_refused():
@@ -53,8 +57,8 @@ def test_an_unknown_pull_is_refused():
 
 
 def test_tf_gathers_every_table_apart_in_three_collectives():
-    one = simulate_step("allreduce_after_backward", TOPO, 4, sparse(0.3, tables=1))
-    four = simulate_step("allreduce_after_backward", TOPO, 4, sparse(0.3, tables=4))
+    one = simulate_step("allreduce_after_backward", TOPO, 4, sparse(0.3, tables=1), COMPUTE)
+    four = simulate_step("allreduce_after_backward", TOPO, 4, sparse(0.3, tables=4), COMPUTE)
     assert one.collectives == 1 + 3 and four.collectives == 1 + 3 * 4
     assert four.bytes_per_step == pytest.approx(one.bytes_per_step, rel=1e-4)  # + lengths
     assert four.step_time_s > one.step_time_s  # more messages, the same bytes
@@ -67,8 +71,8 @@ def test_tf_hands_over_a_row_per_lookup_not_per_distinct_row():
     config = parse_workload("recsys:S").config
     p = workload_facts("recsys:S").at(batch=64)
     per_lookup = 64 * config.hotness * len(config.table_rows) * (config.dim * 4 + 8)
-    assert p.lookup_rows_bytes == pytest.approx(per_lookup)
-    assert p.lookup_rows_bytes > p.sparse_rows_bytes  # popular ids repeat within a batch
+    assert p.lookup_rows_bytes() == pytest.approx(per_lookup)
+    assert p.lookup_rows_bytes() > p.sparse_rows_bytes()  # popular ids repeat within a batch
 
 
 @settings(max_examples=40, deadline=None)
@@ -76,15 +80,16 @@ def test_tf_hands_over_a_row_per_lookup_not_per_distinct_row():
 def test_accumulated_micro_batches_exchange_the_union_of_their_rows(sparsity, times):
     """A replica summing ``times`` micro-batches pushes every row any of them touched: more
     than one micro-batch's, at most ``times`` of them, never beyond the tables; its dense
-    part and its compute are one micro-batch's."""
+    part and its batch are one micro-batch's."""
     one = sparse(sparsity)
     summed = one.drawing(times)
     assert one.drawing(1) is one and DENSE.drawing(times) is DENSE
-    assert one.sparse_rows_bytes < summed.sparse_rows_bytes <= times * one.sparse_rows_bytes
-    assert summed.push_bytes <= one.dense_bytes + (one.gradient_bytes - one.dense_bytes) * (
-        1 + 8 / 64) + 1e-6
-    assert summed.dense_bytes == one.dense_bytes
-    assert (summed.step_time_s, summed.batch_size) == (0.01, one.batch_size)
+    rows = one.sparse_rows_bytes()
+    assert rows < summed.sparse_rows_bytes() <= times * rows
+    tables = one.gradient_bytes() - one.dense_bytes()
+    assert summed.push_bytes() <= one.dense_bytes() + tables * (1 + 8 / 64) + 1e-6
+    assert summed.dense_bytes() == one.dense_bytes()
+    assert summed.batch_size == one.batch_size
     assert summed.embedding_lookups == times * one.embedding_lookups  # TF: every lookup sent
 
 

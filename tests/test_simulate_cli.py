@@ -134,8 +134,8 @@ def test_framework_picks_that_frameworks_own_measured_compute(tmp_path):
             replicas=1, status="ok", global_batch=64, step_time_median_s=step), None)
     topo = "switch:n=4,bw=1Gbit"
     for framework, step in (("tf", 0.077), ("torch", 0.129), (None, 0.129)):
-        prof = _profile("mlp:S", None, tmp_path, topo, None, framework)
-        assert prof.step_time_s == pytest.approx(step), framework
+        _, said = _profile("mlp:S", None, tmp_path, topo, None, framework)
+        assert said.step_compute_s == pytest.approx(step), framework
 
 
 def test_tf_parameter_server_reads_variables_whole_where_torch_pulls_changed_rows():
@@ -249,13 +249,14 @@ def test_profile_and_workload_profile_take_the_same_keys_and_give_the_same_step(
 def test_the_library_parser_and_the_clis_converter_build_the_same_profile():
     from harness.calibrate.workload import workload_facts
     from harness.sim.model.profile import for_simulation
-    from workloads.profile import parse_profile
+    from workloads.profile import parse_profile, stated_by
 
-    by_library = for_simulation(parse_profile(PROFILE))
+    spec, stated = parse_profile(PROFILE)
+    by_library = for_simulation(spec)
     by_cli = workload_facts(f"profile:{PROFILE}")
-    for field in ("params", "batch_size", "bytes_per_element", "flops_per_sample",
-                  "step_time_s", "sparsity", "optimizer_s", "bucket_bytes"):
+    for field in ("params", "batch_size", "flops_per_sample", "sparsity"):
         assert getattr(by_library, field) == getattr(by_cli, field), field
+    assert stated == stated_by(f"profile:{PROFILE}") != stated_by("mlp:S")
 
 
 def test_a_preset_step_names_the_device_models_error_on_its_published_runs():

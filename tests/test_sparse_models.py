@@ -180,15 +180,16 @@ def test_a_synchronous_servers_round_applies_every_workers_gradient():
     servers' update grows with the workers they serve and shrinks with the shards."""
     from harness.calibrate.workload import workload_facts
     from harness.sim.step.data_parallel import simulate_step
+    from harness.sim.systems.calibration import stating
     from harness.sim.systems.spec import parse_topology
     from workloads.execution import Execution, PsDeployment
 
-    profile = dataclasses.replace(workload_facts("recsys:M").at(batch=128),
-                                  step_time_s=0.01, optimizer_s=0.004)
+    profile = workload_facts("recsys:M").at(batch=128)
+    costs = stating(None, compute_s=0.01, optimizer_s=0.004)
 
     def optimizer(workers: int, shards: int) -> float:
         return simulate_step("parameter_server", parse_topology("switch:n=8,bw=100Gbit,lat=5us"),
-                             workers, profile,
+                             workers, profile, costs,
                              execution=Execution(ps=PsDeployment(shards=shards))).optimizer_s
 
     assert optimizer(4, 2) == pytest.approx(2 * optimizer(2, 2))

@@ -31,6 +31,7 @@ from workloads import (
     shard,
 )
 from workloads.configs import CNNConfig, MLPConfig, RecsysConfig, TransformerConfig
+from workloads.profile import Stated
 
 FIXTURE = Path(__file__).parent / "fixtures" / "user_workload.py"
 REPO = Path(__file__).resolve().parents[1]
@@ -114,7 +115,7 @@ def test_specs_carry_activation_memory_and_name_their_rows():
     spec = get_spec("cnn", "S")
     assert spec.summary()["activation_bytes_per_sample"] == spec.activation_bytes_per_sample > 0
     assert (spec.name, spec.row_names()) == ("cnn:S", ("cnn", "S"))
-    assert profile_workload(params=10, step_time_s=1.0, name="x").row_names() == ("x", "")
+    assert profile_workload(params=10, step_compute_s=1.0, name="x")[0].row_names() == ("x", "")
 
 
 def test_sizes_do_what_they_are_for():
@@ -231,10 +232,14 @@ def test_real_offline_data():
 # --- profile workloads --------------------------------------------------------------------
 
 def test_profile_workload_parses():
-    p = parse_profile("profile:params=25e6,flops_per_sample=1.5e8,sparsity=0.03")
-    assert p == profile_workload(params=25_000_000, flops_per_sample=1.5e8, sparsity=0.03)
-    assert resolve_workload("profile:params=1.2G,step_time_s=0.08,batch=64,name=big") == \
-        profile_workload(params=1_200_000_000, step_time_s=0.08, batch_size=64, name="big")
+    p, stated = parse_profile("profile:params=25e6,flops_per_sample=1.5e8,sparsity=0.03")
+    assert (p, stated) == profile_workload(params=25_000_000, flops_per_sample=1.5e8,
+                                           sparsity=0.03)
+    assert stated == Stated()  # nothing stated beside the model
+    big, said = profile_workload(params=1_200_000_000, step_compute_s=0.08, batch_size=64,
+                                 name="big")
+    assert resolve_workload("profile:params=1.2G,step_time_s=0.08,batch=64,name=big") == big
+    assert said.step_compute_s == 0.08
     spec = p
     assert (spec.name, spec.grad_bytes, spec.frameworks) == ("profile", 100_000_000, ())
     assert spec.sparsity == 0.03
@@ -249,6 +254,8 @@ def test_profile_workload_parses():
     ("profile:params=1e6,params=2,step_time_s=1", "profile field 'params' given twice"),
     ("profile:params=1e6,step_time_s", "bad profile field 'step_time_s'"),
     ("profile:params=1.5,step_time_s=1", "profile params='1.5' must be a whole number"),
+    ("profile:params=1e6,step_time_s=1,bytes=32", "profile bytes=32 must be from 1 to 16"),
+    ("profile:params=1e6,step_time_s=1,bucket=0", "profile bucket=0 must be >= 1 byte"),
 ])
 def test_profile_errors_are_one_line(text, message):
     with pytest.raises(WorkloadError) as info:

@@ -13,10 +13,18 @@ import math
 from dataclasses import dataclass
 
 from workloads.precision import precision as find_precision
-from workloads.spec import PS_PULLS, WorkloadError, WorkloadSpec, choices_message
+from workloads.spec import (
+    BYTES_PER_PARAM,
+    PS_PULLS,
+    WorkloadError,
+    WorkloadSpec,
+    choices_message,
+)
 
 #: workers per parameter-server shard when no count is given
 WORKERS_PER_SHARD = 8
+#: DDP's default bucket_cap_mb: its buckets, and FSDP's units where the model has no blocks
+DEFAULT_BUCKET = 25 * 2**20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,7 +98,11 @@ class Execution:
     the forward twice (FLOPs- and time-based profiles scale their own figures by 4/3) and a
     replica keeps only the layers' inputs; ``owner_shares``: embedding sharding's each rank's
     share of the rows a replica asks for (one per worker; None: a built-in model's from its
-    runner's placement, ``sim.sparse_traffic.embedding_owner_shares``, else an even split).
+    runner's placement, ``sim.sparse_traffic.embedding_owner_shares``, else an even split);
+    ``gradient_element_bytes``: bytes of each gradient element the replicated strategies
+    exchange (fp32 by default; DDP's bf16_compress_hook: 2); ``bucket_bytes``: DDP's bucket
+    and FSDP's unit as stated (``simulate --bucket``, a profile's ``bucket=``; None: DDP's
+    25 MiB, FSDP one unit per block of the model, ``fsdp_unit_bytes``).
     """
 
     precision: str | None = None
@@ -100,8 +112,15 @@ class Execution:
     ps: PsDeployment = DEFAULT_PS
     recomputed: bool = False
     owner_shares: tuple[float, ...] | None = None
+    gradient_element_bytes: int = BYTES_PER_PARAM
+    bucket_bytes: int | None = None
 
     def __post_init__(self) -> None:
+        if not 1 <= self.gradient_element_bytes <= 16:
+            raise WorkloadError(f"profile bytes={self.gradient_element_bytes} must be from 1 "
+                                f"to 16")
+        if self.bucket_bytes is not None and self.bucket_bytes < 1:
+            raise WorkloadError(f"profile bucket={self.bucket_bytes} must be >= 1 byte")
         if self.owner_shares is not None and (
                 any(not (math.isfinite(x) and x >= 0) for x in self.owner_shares)
                 or sum(self.owner_shares) <= 0):
@@ -110,24 +129,33 @@ class Execution:
 
     # --- what FSDP exchanges: the step model reads these
 
-    def sharded_element(self, spec: WorkloadSpec) -> int:
+    @property
+    def sharded_element(self) -> int:
         """Bytes of one element FSDP gathers its parameters and reduce-scatters their
         gradients in: its compute precision's (FSDP2's MixedPrecisionPolicy param_dtype,
-        which the reduction takes unless told otherwise), else the workload's exchanged
-        element. Replicated weights stay fp32 under autocast, so DDP, all-reduce and
-        parameter-server strategies exchange at ``spec.bytes_per_element``."""
+        which the reduction takes unless told otherwise), else the exchanged element.
+        Replicated weights stay fp32 under autocast, so DDP, all-reduce and
+        parameter-server strategies exchange at ``gradient_element_bytes``."""
         if self.precision is None:
-            return spec.bytes_per_element
+            return self.gradient_element_bytes
         return find_precision(self.precision).value_bytes
 
     def sharded_bytes(self, spec: WorkloadSpec) -> float:
         """Bytes of all the parameters as FSDP gathers them (and reduces their gradients)."""
-        return float(spec.params * self.sharded_element(spec))
+        return float(spec.params * self.sharded_element)
+
+    @property
+    def ddp_bucket_bytes(self) -> int:
+        """DDP's bucket: as stated, else its default 25 MiB."""
+        return DEFAULT_BUCKET if self.bucket_bytes is None else self.bucket_bytes
 
     def fsdp_unit_bytes(self, spec: WorkloadSpec) -> float:
-        """Bytes of one FSDP unit's gradient (its parameters at ``sharded_element``)."""
-        return (spec.unit_params * self.sharded_element(spec) if spec.unit_params
-                else float(spec.bucket_bytes))
+        """Bytes of one FSDP unit's gradient: a stated size, else one of the model's blocks
+        at ``sharded_element`` (torchtitan wraps each TransformerBlock, torch's
+        transformer_auto_wrap_policy each layer class), else DDP's default bucket."""
+        if self.bucket_bytes is None and spec.block_params:
+            return spec.block_params * self.sharded_element
+        return float(self.ddp_bucket_bytes)
 
 
 #: nothing stated: the device's training precision under torch's defaults

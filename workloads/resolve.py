@@ -39,7 +39,7 @@ def resolve_workload(text: str) -> Workload:
     """The workload `text` names; WorkloadError (one line) if it names none."""
     text = text.strip()
     if text.startswith(PREFIX):
-        return parse_profile(text)
+        return parse_profile(text)[0]  # what it states beside: profile.stated_by
     if dims_of(text) is not None:
         return get_known(text).spec()
     target, sep, attr = text.rpartition(":")

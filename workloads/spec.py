@@ -22,7 +22,6 @@ FAMILIES = ("mlp", "cnn", "transformer", "recsys")
 SIZES = ("S", "M", "L")
 FRAMEWORKS = ("tf", "torch")
 BYTES_PER_PARAM = 4  # gradients are exchanged as dense fp32
-DEFAULT_BUCKET = 25 * 2**20  # DDP's default bucket_cap_mb
 #: what a parameter-server worker pulls back: the changed rows, or every variable whole
 PS_PULLS = ("changed", "whole")
 
@@ -49,8 +48,11 @@ class WorkloadSpec:
     `family`/`size` name a built-in (config set); known models (workloads.known) use family
     'known', user and profile workloads 'user' / 'profile', each with an empty size and its
     own `given_name`. `sparsity` is the expected fraction of gradient entries touched per step
-    at `batch_size` (1.0 = dense). What the simulator learns beyond the definition (a run's
-    size, a runner's per-server traffic, FSDP's unit) it adds to this same record.
+    at `batch_size` (1.0 = dense). It holds what the model is, never how a run deploys it
+    (bytes per exchanged element, buckets: ``workloads.execution.Execution``) nor what a
+    step costs (a stated or measured compute or update time:
+    ``harness.sim.systems.calibration.Calibration``); what the simulator learns of the model
+    beyond its definition (a run's size, its blocks) it adds to this same record.
     """
 
     params: int
@@ -65,29 +67,23 @@ class WorkloadSpec:
     # a known model or a profile none
     frameworks: tuple[str, ...] = ()
     given_name: str = ""  # a known model's, a profile's or a user's name
-    step_time_s: float | None = None  # forward + backward per replica, where known or stated
     # Bytes one sample keeps for backward (no recomputation); None = unknown.
     activation_bytes_per_sample: float | None = None
     # the forward operators of one sample (workloads.operators), where known: what the
     # device model times; a built-in's come from its config (``operators``)
     ops: tuple[Op, ...] = ()
-    # what a deployment may state beyond the model (the profile grammar's bytes, optimizer,
-    # bucket): bytes per exchanged gradient element, the optimizer's time per step, DDP's
-    # bucket or FSDP's unit
-    bytes_per_element: int = BYTES_PER_PARAM
-    optimizer_s: float = 0.0
-    bucket_bytes: int = DEFAULT_BUCKET
     # embedding tables a known model states (a built-in recommender's are its config's)
     tables: EmbeddingTables | None = None
     # what the weights are updated with (a known model's cited setup; Adam otherwise)
     optimizer: str = "adam"
-    # micro-batches a replica sums before it exchanges (``drawing``): its embedding gradient
-    # holds every one's lookups
+    # micro-batches a replica sums before it exchanges: part of the exchanged gradient's
+    # definition (set by ``drawing`` together with ``sparsity``: its embedding gradient holds
+    # every one's lookups), not an option of how the run deploys
     draws: int = 1
-    # FSDP's wrapping unit, in parameters: one block where the workload has blocks (torchtitan
-    # wraps each TransformerBlock, torch's transformer_auto_wrap_policy each layer class); 0:
-    # units of ``bucket_bytes``
-    unit_params: int = 0
+    # parameters of one of the model's repeated blocks (a transformer's layer, a residual
+    # block; ``sim.model.structure.fsdp_unit_params``); 0: unknown, or no blocks. FSDP wraps
+    # one per unit where no size is stated (``Execution.fsdp_unit_bytes``)
+    block_params: int = 0
 
     def __post_init__(self) -> None:
         if self.params < 1:
@@ -96,8 +92,6 @@ class WorkloadSpec:
             raise WorkloadError(f"profile batch={self.batch_size} must be >= 1")
         if not 0 < self.sparsity <= 1:
             raise WorkloadError(f"profile sparsity={self.sparsity} must be in (0, 1]")
-        if self.bucket_bytes < 1:
-            raise WorkloadError(f"profile bucket={self.bucket_bytes} must be >= 1 byte")
 
     @property
     def embedding_tables(self) -> EmbeddingTables | None:
@@ -167,7 +161,8 @@ class WorkloadSpec:
     @property
     def grad_bytes(self) -> int:
         """Bytes of one dense fp32 gradient, as a run records it (its ``grad_bytes`` column);
-        what the simulator exchanges is ``gradient_bytes``, at ``bytes_per_element``."""
+        what the simulator exchanges is ``gradient_bytes``, at the run's element size
+        (``Execution.gradient_element_bytes``)."""
         return self.params * BYTES_PER_PARAM
 
     def flops_per_step(self, batch_size: int | None = None) -> float | None:
@@ -190,43 +185,39 @@ class WorkloadSpec:
 
     # --- what a step exchanges: read by the simulator, the memory model, the recommender
 
-    def at(self, step_time_s: float | None = None, batch: int | None = None) -> WorkloadSpec:
-        """This workload with a compute time per step (where one is measured or stated) or
-        another batch per replica (a sparse gradient's touched rows with it:
-        ``rows_touched``)."""
+    def at(self, batch: int | None = None) -> WorkloadSpec:
+        """This workload at another batch per replica (a sparse gradient's touched rows with
+        it: ``rows_touched``)."""
         batch = batch or self.batch_size
         return replace(self, batch_size=batch,
-                       sparsity=self._sparsity_over(batch / self.batch_size),
-                       step_time_s=(step_time_s if step_time_s is not None
-                                    else self.step_time_s))
+                       sparsity=self._sparsity_over(batch / self.batch_size))
 
-    @property
-    def gradient_bytes(self) -> float:
-        """Bytes of one dense gradient (= of the parameters) at ``bytes_per_element``."""
-        return float(self.params * self.bytes_per_element)
+    def gradient_bytes(self, element_bytes: int = BYTES_PER_PARAM) -> float:
+        """Bytes of one dense gradient (= of the parameters) at ``element_bytes`` each (what
+        the run exchanges: ``Execution.gradient_element_bytes``)."""
+        return float(self.params * element_bytes)
 
-    @property
-    def touched_bytes(self) -> float:
+    def touched_bytes(self, element_bytes: int = BYTES_PER_PARAM) -> float:
         """Bytes a sparse-aware exchange (a parameter server) moves per direction."""
-        return self.gradient_bytes * self.sparsity
+        return self.gradient_bytes(element_bytes) * self.sparsity
 
-    @property
-    def push_bytes(self) -> float:
+    def push_bytes(self, element_bytes: int = BYTES_PER_PARAM) -> float:
         """What one worker pushes to the parameter servers: dense gradients whole, the
         embedding tables' touched rows with an int64 index each where the rows are known."""
         if not self.embedding_row_bytes:
-            return self.touched_bytes
-        return self.dense_bytes + self.sparse_rows_bytes
+            return self.touched_bytes(element_bytes)
+        return self.dense_bytes(element_bytes) + self.sparse_rows_bytes(element_bytes)
 
-    def pull_bytes(self, workers: int) -> float:
+    def pull_bytes(self, workers: int, element_bytes: int = BYTES_PER_PARAM) -> float:
         """What one worker pulls back after a synchronous round: the dense parameters and
         every row some worker changed (the union of ``workers`` independent draws,
         ``_independent_rows``), with their indices."""
         if not self.embedding_row_bytes or self.dense_fraction >= 1:
-            return self.touched_bytes
-        tables = self.gradient_bytes - self.dense_bytes
+            return self.touched_bytes(element_bytes)
+        dense = self.dense_bytes(element_bytes)
+        tables = self.gradient_bytes(element_bytes) - dense
         union = tables * self._independent_rows(max(1, workers))
-        return self.dense_bytes + union * (1 + 8 / self.embedding_row_bytes)
+        return dense + union * (1 + 8 / self.embedding_row_bytes)
 
     def rows_touched(self, draws: float) -> float:
         """The fraction of the sparse rows (the embedding tables; the whole gradient of a
@@ -294,14 +285,13 @@ class WorkloadSpec:
             return self
         return replace(self, sparsity=self._sparsity_over(times), draws=self.draws * times)
 
-    @property
-    def lookup_rows_bytes(self) -> float:
+    def lookup_rows_bytes(self, element_bytes: int = BYTES_PER_PARAM) -> float:
         """One replica's embedding gradients as TensorFlow hands them over: an IndexedSlices
         row (values and an int64 index) per lookup, repeated ids not merged (recsys:S on 3
         hosts: 195 kB on the wire per host and step, 177 kB by this count, 117 kB by
-        distinct rows). Distinct rows where the lookups are unknown."""
+        distinct rows). Distinct rows (at ``element_bytes``) where the lookups are unknown."""
         if not self.embedding_lookups or not self.embedding_row_bytes:
-            return self.sparse_rows_bytes
+            return self.sparse_rows_bytes(element_bytes)
         return (self.batch_size * self.embedding_lookups
                 * (self.embedding_row_bytes + 8))
 
@@ -311,9 +301,10 @@ class WorkloadSpec:
         id per lookup, as torch's uncoalesced sparse gradient and TensorFlow's IndexedSlices
         keep them: ``lookup_rows_bytes``), in place of a dense gradient of the tables; None
         for a model without embedding tables."""
-        return self.lookup_rows_bytes if self.embedding_row_bytes else None
+        return self.lookup_rows_bytes() if self.embedding_row_bytes else None
 
-    def ps_bytes(self, workers: int, pull: str = "changed") -> tuple[float, float]:
+    def ps_bytes(self, workers: int, pull: str = "changed",
+                 element_bytes: int = BYTES_PER_PARAM) -> tuple[float, float]:
         """(push, pull) bytes of one worker per step. ``pull``: "changed", the rows any
         worker changed (the torch RPC servers here), or "whole": every variable read whole
         (TF's ParameterServerStrategy: measured on the wire, recsys:S on 3 hosts moved 1.8 MB
@@ -324,20 +315,18 @@ class WorkloadSpec:
         if pull not in PS_PULLS:
             raise WorkloadError(choices_message("parameter-server pull", pull, PS_PULLS))
         if pull == "whole":  # TF: IndexedSlices pushed as they come, variables read whole
-            pushed = (self.dense_bytes + self.lookup_rows_bytes if self.embedding_row_bytes
-                      else self.push_bytes)
-            return pushed, self.gradient_bytes
-        return self.push_bytes, self.pull_bytes(workers)
+            pushed = (self.dense_bytes(element_bytes) + self.lookup_rows_bytes(element_bytes)
+                      if self.embedding_row_bytes else self.push_bytes(element_bytes))
+            return pushed, self.gradient_bytes(element_bytes)
+        return self.push_bytes(element_bytes), self.pull_bytes(workers, element_bytes)
 
-    @property
-    def dense_bytes(self) -> float:
-        return self.gradient_bytes * self.dense_fraction
+    def dense_bytes(self, element_bytes: int = BYTES_PER_PARAM) -> float:
+        return self.gradient_bytes(element_bytes) * self.dense_fraction
 
-    @property
-    def sparse_rows_bytes(self) -> float:
+    def sparse_rows_bytes(self, element_bytes: int = BYTES_PER_PARAM) -> float:
         """One replica's touched embedding rows as IndexedSlices: values plus an int64 index
         per row (0 for a dense model)."""
-        values = max(0.0, self.touched_bytes - self.dense_bytes)
+        values = max(0.0, self.touched_bytes(element_bytes) - self.dense_bytes(element_bytes))
         index = 8 * values / self.embedding_row_bytes if self.embedding_row_bytes else 0.0
         return values + index
 
@@ -347,5 +336,4 @@ class WorkloadSpec:
                 "batch_size": self.batch_size, "params": self.params,
                 "flops_per_sample": self.flops_per_sample, "grad_bytes": self.grad_bytes,
                 "sparsity": self.sparsity, "frameworks": list(self.frameworks),
-                "step_time_s": self.step_time_s,
                 "activation_bytes_per_sample": self.activation_bytes_per_sample}

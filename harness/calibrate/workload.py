@@ -76,7 +76,7 @@ def workload_facts(text: str, measured: pd.DataFrame | None = None) -> WorkloadS
                        frameworks=(workload.framework,))
     from harness.sim.model.structure import fsdp_unit_params
 
-    return replace(for_simulation(workload), unit_params=fsdp_unit_params(text))
+    return replace(for_simulation(workload), block_params=fsdp_unit_params(text))
 
 
 def _rows_named(measured: pd.DataFrame, name: str) -> pd.DataFrame:

@@ -89,15 +89,19 @@ def simulate_stage(store: ResultsStore, run_id: str, workloads: list[str]) -> in
 
     from harness.calibrate.workload import workload_facts
     from harness.sim import from_preset, simulate
+    from harness.sim.systems.calibration import stated
+    from workloads.execution import DEFAULT_EXECUTION
+    from workloads.profile import stated_by
 
     rows = []
     for target in SIM_TARGETS:
         preset = target.split(":", 1)[1].split(",", 1)[0]
         topology_workers = 8 * 16 if "dgx" in preset else 8 * 4
         for name in workloads:
-            profile = workload_facts(name)
-            rows += [r.to_row() for r in simulate(target, topology_workers, "all", profile,
-                                                  from_preset(preset), workload=name)]
+            profile, said = workload_facts(name), stated_by(name)
+            rows += [r.to_row() for r in simulate(
+                target, topology_workers, "all", profile, stated(from_preset(preset), said),
+                workload=name, execution=said.deployed(DEFAULT_EXECUTION))]
     store.write_table(run_id, "simulated", "presets", pd.DataFrame(rows))
     return len(rows)
 

@@ -30,15 +30,18 @@ if TYPE_CHECKING:  # the domain's records, imported where they are built (a verb
     from harness.predict.emulated import Calibrated
     from harness.predict.step import PredictedRow
     from harness.sim import LayoutRow, Scalar, SimulatedRow
+    from workloads.execution import Execution
+    from workloads.profile import Stated
     from workloads.spec import WorkloadSpec
 
 
 def _profile(workload: str | None, profile: str | None, results: Path, topology: str,
-             calibration: Any, framework: str | None = None, execution: Any = None) -> Any:
+             calibration: Any, framework: str | None = None, execution: Any = None
+             ) -> tuple[WorkloadSpec, Stated]:
     """The simulator's profile: from --profile, or from the workload (any that `recommend`
-    takes: a built-in, a known model, a user's file after one run), with the compute time
-    measured here when nothing else can tell it (a topology without a device speed, run as
-    ``execution`` says)."""
+    takes: a built-in, a known model, a user's file after one run), and what is stated beside
+    it (a profile's numbers), with the compute time measured here when nothing else can tell
+    it (a topology without a device speed, run as ``execution`` says)."""
     from harness.core.errors import SpecError
     from harness.sim.systems.calibration import compute_seconds
 
@@ -55,18 +58,18 @@ def _profile(workload: str | None, profile: str | None, results: Path, topology:
         scaled_compute,
         workload_facts,
     )
-    from harness.sim.systems.calibration import from_preset, merge
+    from harness.sim.systems.calibration import from_preset, merge, stated
     from workloads.execution import DEFAULT_EXECUTION
+    from workloads.profile import stated_by
 
     measured = _measured(results)
-    facts = workload_facts(workload, measured)
-    prof = facts
+    facts, said = workload_facts(workload, measured), stated_by(workload)
     kind, _, rest = topology.strip().partition(":")
     base = from_preset(rest.partition(",")[0].strip()) if kind == "preset" else None
     known = merge(base, calibration) if base and calibration else (calibration or base)
     try:
-        compute_seconds(prof, known, execution or DEFAULT_EXECUTION)
-        return prof
+        compute_seconds(facts, stated(known, said), execution or DEFAULT_EXECUTION)
+        return facts, said
     except SpecError:
         pass
     # --framework: that framework's own one-device run (TF's and torch's kernels differ:
@@ -76,7 +79,7 @@ def _profile(workload: str | None, profile: str | None, results: Path, topology:
     if here is None:
         raise InputError(no_compute_message(facts.name))
     info(f"compute: {here.note}")
-    return facts.at(step_time_s=scaled_compute(here, facts.batch_size))
+    return facts, replace(said, step_compute_s=scaled_compute(here, facts.batch_size))
 
 
 def _measured(results: Path) -> Any:
@@ -246,10 +249,11 @@ def _strategy_names(strategies: tuple[str, ...], framework: str | None) -> list[
             else f"{framework}:{name}" for name in strategies]
 
 
-def _deployed(profile: Any, names: list[str] | str, ps_shards: int | None,
+def _deployed(execution: Execution, names: list[str] | str, ps_shards: int | None,
               ps_placement: str | None, bucket: str | None,
-              bytes_per_element: int | None) -> Any:
-    """The profile as the deployment runs it; an option no chosen strategy uses is refused.
+              bytes_per_element: int | None) -> Execution:
+    """The execution with the deployment options given; an option no chosen strategy uses is
+    refused.
     The replicated strategies' weights and gradients stay fp32 under autocast (or Keras's
     mixed policy) unless ``bytes_per_element`` says otherwise (DDP's bf16_compress_hook: 2);
     FSDP gathers and reduces in the precision (``Execution.sharded_element``)."""
@@ -267,11 +271,11 @@ def _deployed(profile: Any, names: list[str] | str, ps_shards: int | None,
             raise InputError(f"--bucket applies to DDP-style bucketed all-reduce and FSDP; "
                              f"the strategies chosen ({', '.join(sorted(chosen))}) have no "
                              f"buckets")
-        profile = replace(profile, bucket_bytes=max(1, int(parse_size(bucket, "bucket"))),
-                          unit_params=0)  # FSDP's units the size stated, not a block
+        # FSDP's units the size stated, not a block
+        execution = replace(execution, bucket_bytes=max(1, int(parse_size(bucket, "bucket"))))
     if bytes_per_element is not None:
-        profile = replace(profile, bytes_per_element=bytes_per_element)
-    return profile
+        execution = replace(execution, gradient_element_bytes=bytes_per_element)
+    return execution
 
 
 def _layout(workers: int, strategies: tuple[str, ...], stages: int | None, tensor: int | None,
@@ -334,7 +338,7 @@ def _simulate_layout(topology: str, workload: str | None, profile: str | None, r
     if stage_layers:
         layout = replace(layout, stage_blocks=parse_stage_layers(
             stage_layers, len(model.blocks), layout.stages * layout.virtual))
-    compute = _profile(workload, None, results, topology, calib).step_time_s
+    compute = _profile(workload, None, results, topology, calib)[1].step_compute_s
     batch = global_batch or model.batch_size * layout.data
     if microbatches is None:  # one sample per micro-batch: the smallest bubble
         layout = replace(layout, microbatches=max(1, batch // layout.data))
@@ -815,6 +819,7 @@ def _print_data_parallel(o: SimulateOptions, topology: str, calib: Any, read_as:
     """Each data-parallel or parameter-server strategy's step."""
     from harness.core.strategies import library
     from harness.sim import simulate
+    from harness.sim.systems.calibration import stated
     from workloads.execution import Execution, PsDeployment
 
     names = _strategy_names(o.strategies, o.framework)
@@ -822,9 +827,10 @@ def _print_data_parallel(o: SimulateOptions, topology: str, calib: Any, read_as:
         precision=o.precision, framework=o.framework, channels_last=o.channels_last,
         ps=PsDeployment(shards=o.ps_shards, colocated=o.ps_placement == "colocated",
                         pull=library(o.framework or "torch").ps_pull))
-    prof = _deployed(_profile(o.workload, o.profile, results_dir(o.results), topology, calib,
-                              o.framework, execution),
-                     names, o.ps_shards, o.ps_placement, o.bucket, o.bytes_per_element)
+    prof, said = _profile(o.workload, o.profile, results_dir(o.results), topology, calib,
+                          o.framework, execution)
+    execution = _deployed(said.deployed(execution), names, o.ps_shards, o.ps_placement,
+                          o.bucket, o.bytes_per_element)
     if o.global_batch is not None:
         per_replica, rest = divmod(o.global_batch, o.workers)
         if rest or not per_replica:
@@ -833,7 +839,8 @@ def _print_data_parallel(o: SimulateOptions, topology: str, calib: Any, read_as:
         prof = replace(prof, batch_size=per_replica)
 
     def run(c: Any) -> list[SimulatedRow]:
-        return simulate(topology, o.workers, names, prof, c, workload=o.workload,
+        return simulate(topology, o.workers, names, prof, stated(c, said),
+                        workload=o.workload,
                         stragglers=o.stragglers, straggler_factor=o.straggler_factor,
                         execution=execution)
 

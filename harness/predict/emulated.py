@@ -77,7 +77,7 @@ def predict_emulated(ctx: Calibrated, facts: WorkloadSpec, links: MeasuredLinks,
     links = placed(links, hosts)
     profile = facts.at(batch=compute.batch)
     share, exchange = step_shares(ctx.sweeps, ctx.fits, framework, strategy, links, cluster,
-                                  hosts, profile.sparse_rows_bytes, profile.dense_bytes)
+                                  hosts, profile.sparse_rows_bytes(), profile.dense_bytes())
     row = predict_step(framework, strategy, profile, links, hosts,
                        compute.worker(framework, strategy), fits=ctx.fits,
                        cores=machine_cores(), ps=ps, runtime_s=ctx.runtimes[key],

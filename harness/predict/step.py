@@ -159,6 +159,7 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
     parameter servers' transports are not collectives and keep the probed rate);
     ``exchange_share``: the share its all-to-alls reach, where swept (else ``link_share``)."""
     from harness.sim import simulate
+    from harness.sim.systems.calibration import stating
 
     model = simulated_as(framework, strategy)
     if model is None:
@@ -192,9 +193,9 @@ def predict_step(framework: str, strategy: str, profile: Any, links: MeasuredLin
     compute = (split.total_s - split.apply_s) * oversold
     if record is not None and record.runtime_in_lockstep:  # runtime_overhead: a core per rank
         runtime_s *= oversold
-    stated = {"optimizer_s": split.apply_s * oversold} if split.apply_s else {}
-    (row,) = simulate(topology, replicas, model, dataclasses.replace(
-        profile, step_time_s=compute, **stated), None, library="gloo",
+    stated = stating(None, compute_s=compute,
+                     optimizer_s=split.apply_s * oversold if split.apply_s else None)
+    (row,) = simulate(topology, replicas, model, profile, stated, library="gloo",
         execution=Execution(ps=deployment), runtime_s=runtime_s,
         exchange_share=exchange_share / link_share if collective and exchange_share else 1.0,
         oneway_share=1.0 / link_share if collective else 1.0)

@@ -36,6 +36,7 @@ from harness.sim.api import activations_on_device
 from harness.sim.rows import LayoutRow, Scalar, SimulatedRow
 from harness.sim.systems.calibration import Calibration
 from workloads.execution import Execution
+from workloads.profile import NOTHING_STATED, Stated
 from workloads.spec import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -73,6 +74,14 @@ class Context:
     # the stack's mechanisms every model-parallel candidate runs with (harness.core.layout.
     # MECHANISMS, as stated; the rest Layout's defaults)
     mechanisms: dict[str, bool | str] = field(default_factory=dict)
+    # what the workload's profile states beside its model (its step's compute and update,
+    # its bytes and bucket: ``workloads.profile.Stated``); set per workload
+    stated: Stated = NOTHING_STATED
+
+    @property
+    def execution(self) -> Execution:
+        """How every simulated candidate runs: in ``precision``, deployed as stated."""
+        return self.stated.deployed(Execution(precision=self.precision))
 
 
 def runs_as(model: str, device: str, hosts: int = 1, zero: int = 0,
@@ -351,21 +360,27 @@ def topology_points(ctx: Context, facts: WorkloadSpec, target: Target) -> list[C
     from harness.sim.systems.calibration import (
         accumulation_add_seconds,
         compute_seconds,
+        optimizer_seconds,
+        stated,
+        stating,
         with_device_update,
     )
 
     device = ctx.device or target.preset_name
     facts, calibration, compute_s, compute_note, checked = _compute_basis(ctx, facts, device)
     price, basis = _price(ctx, target, measured_here=device is None)
-    execution = Execution(precision=ctx.precision)
-    profile = with_device_update(facts.at(step_time_s=compute_s), calibration, execution)
-    one = _per_replica(facts, profile, ctx.global_batch, 1)
+    execution = ctx.execution
+    # the data-parallel steps' costs: the compute and update stated (or measured here) over
+    # the device's, the update timed on the device where none is
+    timed = with_device_update(facts, stating(stated(calibration, ctx.stated), compute_s),
+                               execution)
+    one = _per_replica(facts, timed, ctx.global_batch, 1)
     assert one is not None  # one device takes every sample of a step
-    single_facts, single_profile, single_times = one
-    single_compute = compute_seconds(single_profile, calibration, execution)[0]
-    add_s = accumulation_add_seconds(profile, calibration, execution)
+    single_facts, single_timed, single_times = one
+    single_compute = compute_seconds(single_facts, single_timed, execution)[0]
+    add_s = accumulation_add_seconds(facts, timed, execution)
     single_s = (single_times * single_compute + (single_times - 1) * add_s
-                + profile.optimizer_s)
+                + optimizer_seconds(timed))
     batch = ctx.global_batch or facts.batch_size  # the single device's samples a step
     single_batch, single_layout = _accumulation(single_facts, single_times)
     out = [_point(facts, framework="sim", strategy="single_device", replicas=1,
@@ -376,7 +391,7 @@ def topology_points(ctx: Context, facts: WorkloadSpec, target: Target) -> list[C
                   layout=single_layout)]
     shared = _Shared(batch=batch, single_s=single_s, price=price, basis=basis,
                      source="simulated", compute_note=compute_note)
-    out += _data_parallel_points(ctx, facts, target, profile, calibration, add_s, shared)
+    out += _data_parallel_points(ctx, facts, target, calibration, timed, add_s, shared)
     for row in _model_parallel_rows(ctx, facts, target, calibration, compute_s):
         point = _sim_point(ctx, facts, target, _Step.of(row), framework="sim",
                            strategy=row.strategy, model=row.strategy, shared=shared)
@@ -420,9 +435,9 @@ def _compute_basis(ctx: Context, facts: WorkloadSpec, device: str | None) -> tup
             checked = published_check(device, ctx.precision)
         # activations as the device keeps them: every candidate's memory reads this
         facts = replace(facts, activation_bytes_per_sample=activations_on_device(
-            facts, calibration, facts.name, execution=Execution(precision=ctx.precision)))
-    elif facts.step_time_s is not None:
-        compute_s, compute_note = facts.step_time_s, "compute stated by the profile"
+            facts, calibration, facts.name, execution=ctx.execution))
+    elif ctx.stated.step_compute_s is not None:
+        compute_s, compute_note = ctx.stated.step_compute_s, "compute stated by the profile"
     else:
         measured = (measured_compute(ctx.measured, facts.name)
                     or estimated_compute(ctx.measured, facts))
@@ -434,24 +449,24 @@ def _compute_basis(ctx: Context, facts: WorkloadSpec, device: str | None) -> tup
 
 
 def _data_parallel_points(ctx: Context, facts: WorkloadSpec, target: Target,
-                          profile: WorkloadSpec, calibration: Calibration | None,
+                          calibration: Calibration | None, timed: Calibration | None,
                           add_s: float, shared: _Shared) -> list[Candidate]:
-    """Each data-parallel strategy at each device count of the sweep past one."""
+    """Each data-parallel strategy at each device count of the sweep past one; ``timed``:
+    the calibration with the step's compute and update stated, measured or timed."""
     out: list[Candidate] = []
-    checkpointed = _checkpointed_activations(facts, calibration, Execution(precision=ctx.precision))
+    checkpointed = _checkpointed_activations(facts, calibration, ctx.execution)
     for n in [c for c in device_counts(target) if c > 1]:
-        share = _per_replica(facts, profile, ctx.global_batch, n)
+        share = _per_replica(facts, timed, ctx.global_batch, n)
         if share is None:  # the global batch does not split over n replicas
             continue
-        at_n, profile_n, times = share
+        at_n, timed_n, times = share
         fitting, too_big = _fitting_strategies(ctx, at_n, target, n)
         rows = (None if ctx.global_batch else _stored(ctx, facts, target, n)) or (
-            _simulated(target.spec, n, fitting, profile_n, times, calibration, facts.name,
-                       Execution(precision=ctx.precision))
+            _simulated(target.spec, n, fitting, at_n, times, timed_n, facts.name,
+                       ctx.execution)
             if fitting else [])
         rows += too_big
-        wrapped = (_checkpointed_fsdp(ctx, at_n, target, n, profile_n, calibration,
-                                      checkpointed)
+        wrapped = (_checkpointed_fsdp(ctx, at_n, target, n, timed_n, checkpointed)
                    if "fsdp" not in fitting and checkpointed is not None else None)
         for row, need in [*((r, None) for r in rows), *([wrapped] if wrapped else [])]:
             row = _accumulated(row, times, at_n.batch_size * n * times, add_s)
@@ -489,26 +504,31 @@ def _annotate(out: list[Candidate], ctx: Context, facts: WorkloadSpec, target: T
     return annotated
 
 
-def _per_replica(facts: WorkloadSpec, profile: WorkloadSpec, global_batch: int | None,
-                 n: int) -> tuple[WorkloadSpec, WorkloadSpec, int] | None:
-    """What one of ``n`` data-parallel replicas runs per step: (the workload and its profile
-    at the micro-batch, micro-batches per step). Without a global batch, one micro-batch of
-    the workload's batch; with one, its share of the samples in micro-batches of the
-    workload's batch, or of the largest smaller one that divides the share (gradient
-    accumulation). None where the global batch does not split over ``n`` replicas."""
+def _per_replica(facts: WorkloadSpec, timed: Calibration | None, global_batch: int | None,
+                 n: int) -> tuple[WorkloadSpec, Calibration | None, int] | None:
+    """What one of ``n`` data-parallel replicas runs per step: (the workload and its costs
+    at the micro-batch: a stated or measured compute scaled to it, micro-batches per step).
+    Without a global batch, one micro-batch of the workload's batch; with one, its share of
+    the samples in micro-batches of the workload's batch, or of the largest smaller one that
+    divides the share (gradient accumulation). None where the global batch does not split
+    over ``n`` replicas."""
     if global_batch is None:
-        return facts, profile, 1
+        return facts, timed, 1
     if global_batch % n:
         return None
     share = global_batch // n
     micro = largest_divisor(share, facts.batch_size)
-    if micro == profile.batch_size:
-        return facts, profile, share // micro
-    measured = profile.step_time_s
-    return (facts.at(batch=micro),
-            profile.at(step_time_s=(measured * micro / profile.batch_size
-                                    if measured is not None else None), batch=micro),
+    if micro == facts.batch_size:
+        return facts, timed, share // micro
+    return (facts.at(batch=micro), _compute_scaled(timed, micro, facts.batch_size),
             share // micro)
+
+
+def _compute_scaled(timed: Calibration | None, by: float, per: float) -> Calibration | None:
+    """The calibration with its stated or measured compute per step times ``by / per``."""
+    if timed is None or timed.compute_s_per_step is None:
+        return timed
+    return replace(timed, compute_s_per_step=timed.compute_s_per_step * by / per)
 
 
 def _simulated(spec: str, n: int, strategies: list[str], profile: WorkloadSpec,
@@ -520,23 +540,26 @@ def _simulated(spec: str, n: int, strategies: list[str], profile: WorkloadSpec,
     device model times the update, apply it (torch's sum keeps every micro-batch's rows)."""
     from harness.sim import simulate
     from harness.sim.step.data_parallel import EXCHANGES_EVERY_MICROBATCH
-    from harness.sim.systems.calibration import compute_seconds, device_step
+    from harness.sim.systems.calibration import compute_seconds, device_step, stating
 
     summed = profile.drawing(times)
     if summed is profile:
         return [_Step.of(r) for r in simulate(spec, n, strategies, profile, calibration,
                                               workload=label, execution=execution)]
     timed = device_step(summed, calibration, execution)  # None: measured or stated
+    summed_costs = calibration
     if timed is not None:
-        summed = replace(summed, optimizer_s=timed.optimizer_s)
+        assert calibration is not None  # the device model timed it on the calibration's
+        summed_costs = replace(calibration, optimizer_s=timed.optimizer_s)
     # its compute stays one micro-batch's, as the device model times the profile
-    summed = replace(summed, step_time_s=compute_seconds(profile, calibration,
-                                                                execution)[0])
+    summed_costs = stating(summed_costs, compute_seconds(profile, calibration, execution)[0])
     each = [s for s in strategies if s in EXCHANGES_EVERY_MICROBATCH]
     once = [s for s in strategies if s not in EXCHANGES_EVERY_MICROBATCH]
-    rows = {row.strategy: _Step.of(row) for part, at in ((each, profile), (once, summed))
-            if part for row in simulate(spec, n, part, at, calibration,
-                                                  workload=label, execution=execution)}
+    rows = {row.strategy: _Step.of(row)
+            for part, at, costs in ((each, profile, calibration),
+                                    (once, summed, summed_costs))
+            if part for row in simulate(spec, n, part, at, costs,
+                                        workload=label, execution=execution)}
     return [rows[s] for s in strategies if s in rows]
 
 
@@ -634,11 +657,12 @@ def _checkpointed_activations(facts: WorkloadSpec, calibration: Any, execution: 
 
 
 def _checkpointed_fsdp(ctx: Context, facts: WorkloadSpec, target: Target, n: int,
-                       profile: Any, calibration: Any, per_sample: float
+                       timed: Calibration | None, per_sample: float
                        ) -> tuple[_Step, float] | None:
     """FSDP with every layer checkpointed and wrapped (torchtitan's default for large
     models): the row and its memory per device, or None when even that does not fit. The
-    forward runs twice; each block is one FSDP unit (the profile's ``unit_params``)."""
+    forward runs twice (a stated or measured compute in ``timed`` scaled with it); each
+    block is one FSDP unit (the model's ``block_params``)."""
     from harness.sim import simulate
     from harness.sim.model.memory import replica_memory
 
@@ -647,13 +671,10 @@ def _checkpointed_fsdp(ctx: Context, facts: WorkloadSpec, target: Target, n: int
                           "fsdp", n, ctx.optimizer_slots).total
     if math.isfinite(cap) and need > cap:
         return None
-    again = replace(profile,
-                    flops_per_sample=(profile.flops_per_sample * 4 / 3
-                                      if profile.flops_per_sample else None),
-                    step_time_s=(profile.step_time_s * 4 / 3
-                                 if profile.step_time_s is not None else None))
-    row = simulate(target.spec, n, ["fsdp"], again, calibration, workload=facts.name,
-                   execution=Execution(precision=ctx.precision, recomputed=True))[0]
+    again = replace(facts, flops_per_sample=(facts.flops_per_sample * 4 / 3
+                                             if facts.flops_per_sample else None))
+    row = simulate(target.spec, n, ["fsdp"], again, _compute_scaled(timed, 4, 3),
+                   workload=facts.name, execution=replace(ctx.execution, recomputed=True))[0]
     return _Step.of(row), need
 
 

@@ -67,6 +67,7 @@ from harness.recommend.targets import Target, parse_targets
 from harness.sim.model.memory import GRADIENT_COPIES, data_parallel_memory
 from harness.sim.model.memory import optimizer_slots as slots_of
 from harness.validate.score import latest_validation
+from workloads.profile import stated_by
 from workloads.spec import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -310,7 +311,7 @@ def recommend(measured: pd.DataFrame, *, workloads: Sequence[str] = (),
     answers: list[Answer] = []
     for name, fact in facts.items():
         slots = slots_of(optimizer or fact.optimizer)
-        wctx = dataclasses.replace(ctx, optimizer_slots=slots)
+        wctx = dataclasses.replace(ctx, optimizer_slots=slots, stated=stated_by(name))
         for target in parsed:
             try:
                 points = _points(wctx, fact, target)

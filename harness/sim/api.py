@@ -80,7 +80,8 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
     allreduce_halving_doubling, allreduce_hierarchical, fsdp, parameter_server,
     parameter_server_async, central_storage), a framework's name (ddp, mirrored,
     multi_worker_mirrored, fsdp, 'tf:parameter_server', ...), or a list of those.
-    ``calibration``: link and compute costs (e.g. measured ones); whatever it leaves out comes
+    ``calibration``: link and compute costs (e.g. measured ones, or the compute and update
+    times a profile states: ``calibration.stating``); whatever it leaves out comes
     from the preset (``preset:NAME``: links, device speed, price) or the spec's own bandwidths
     and latencies. ``library``: nccl (GPUs) or gloo (CPUs, emulated hosts): whose collectives
     the strategies run. ``execution``: how it runs beside the calibration's fits (the
@@ -100,8 +101,8 @@ def simulate(topology_spec: str, workers: int, strategy: str | Sequence[str] = "
         raise SpecError(f"unknown simulation mode {mode!r} (choose from {', '.join(MODES)})")
     topo, calib = _setup(topology_spec, workers, calibration)
     pairs = expand_strategies(strategy)
-    profile = cal.with_device_update(profile, calib, execution)
-    single = cal.compute_seconds(profile, calib, execution)[0] + profile.optimizer_s
+    calib = cal.with_device_update(profile, calib, execution)
+    single = cal.compute_seconds(profile, calib, execution)[0] + cal.optimizer_seconds(calib)
     rows = []
     stem, size = profile.row_names()
     for requested, sim in pairs:

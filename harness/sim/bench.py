@@ -101,15 +101,17 @@ def measure_parameter_server(workers: int, strategy: str = "parameter_server"
     """One parameter-server step (synchronous, or ``parameter_server_async``'s steady state)
     with the default shards and dedicated servers; wall time and memory."""
     from harness.sim.step.data_parallel import simulate_step
+    from harness.sim.systems.calibration import stating
     from workloads.spec import WorkloadSpec
 
     topo = parse_topology(two_level(workers))
-    profile = WorkloadSpec(params=25_000_000, step_time_s=0.1)
+    profile = WorkloadSpec(params=25_000_000)
+    compute = stating(None, compute_s=0.1)
     started = time.perf_counter()
-    r = simulate_step(strategy, topo, workers, profile)
+    r = simulate_step(strategy, topo, workers, profile, compute)
     wall = time.perf_counter() - started
     tracemalloc.start()  # a second run for the memory: tracing slows pure Python severalfold
-    simulate_step(strategy, topo, workers, profile)
+    simulate_step(strategy, topo, workers, profile, compute)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     return ParameterServerTiming(

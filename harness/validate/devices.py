@@ -37,6 +37,7 @@ from harness.sim.model.memory import optimizer_slots
 from harness.sim.model.profile import for_simulation
 from harness.sim.model.structure import layered
 from harness.sim.step.data_parallel import accumulated_step
+from harness.sim.systems.calibration import stating
 from harness.sim.systems.compute import fit_efficiency
 from harness.sim.systems.device_model import (
     FP32_BYTES,
@@ -503,9 +504,9 @@ def predict_step(row: Row, efficiency: float | None = None) -> dict[str, float |
     exposed = 0.0
     if row.gpus > 1:
         profile = WorkloadSpec(params=int(get_known(row.model).params),
-                               batch_size=row.batch_per_gpu, step_time_s=micro,
-                               given_name=row.id)
-        (result,) = simulate(f"preset:{row.system},hosts=1", row.gpus, "ddp", profile)
+                               batch_size=row.batch_per_gpu, given_name=row.id)
+        (result,) = simulate(f"preset:{row.system},hosts=1", row.gpus, "ddp", profile,
+                             stating(None, compute_s=micro))
         exposed = float(result.exposed_comm_s)
     one = micro + update + exposed + rate.device.step_overhead_s  # a step of one micro-batch
     step = accumulated_step("ddp", one, micro, update, row.accumulation, add)

@@ -327,7 +327,7 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
         profile = facts.at(batch=r["global_batch"] // r["replicas"])
         share, exchange = step_shares(points, fits, r["framework"], r["strategy"], links,
                                       r["cluster"], int(r["replicas"]),
-                                      profile.sparse_rows_bytes, profile.dense_bytes)
+                                      profile.sparse_rows_bytes(), profile.dense_bytes())
         sim = predict_step(r["framework"], r["strategy"], profile, links, int(r["replicas"]),
                            worker_compute(base.iloc[0], r["framework"], r["strategy"]),
                            fits=fits, cores=cores, ps=ps,
@@ -338,11 +338,11 @@ def validate_steps(store: ResultsStore) -> pd.DataFrame:
             continue
         wire = r.get("wire_bytes_per_step")
         if isinstance(wire, float) and math.isfinite(wire) and wire > 0:
-            rows.append(_wire_row(r, sim, facts.gradient_bytes, links.hosts, wire))
+            rows.append(_wire_row(r, sim, facts.gradient_bytes(), links.hosts, wire))
         measured = float(r["step_time_median_s"])
         rows.append({"kind": "step", "run_id": r["run_id"], "cluster": r["cluster"],
                      "what": f"{r['framework']}/{r['strategy']}/{r['workload']}:{r['size']}",
-                     "bytes": facts.gradient_bytes, "replicas": r["replicas"],
+                     "bytes": facts.gradient_bytes(), "replicas": r["replicas"],
                      "topology": sim.topology, "model": sim.model,
                      "link_share": sim.link_share,
                      "exchange_share": sim.exchange_share, "measured_s": measured,
@@ -457,7 +457,7 @@ def _exchange_gaps(frame: pd.DataFrame, points: pd.DataFrame, framework: str,
             facts = workload_facts(f"{workload}:{size}", frame)
         except InputError:
             continue
-        exchange = facts.at(batch=batch // replicas).sparse_rows_bytes
+        exchange = facts.at(batch=batch // replicas).sparse_rows_bytes()
         if exchange > 0 and not swept_near(points, framework, str(cluster), "all_to_all",
                                            exchange):
             out.append(f"{framework}'s all-to-all was never swept near embedding sharding's "

@@ -47,7 +47,7 @@ from harness.sim.network.topology import (
 )
 from harness.sim.schedules.ps import server_ranks
 from harness.sim.step.result import StepResult, worker_classes
-from harness.sim.systems.calibration import Calibration, compute_seconds
+from harness.sim.systems.calibration import Calibration, compute_seconds, optimizer_seconds
 from workloads.execution import DEFAULT_EXECUTION, Execution
 from workloads.spec import WorkloadSpec
 
@@ -175,18 +175,19 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
     k = ps.shard_count(workers)
     weights = list(ps.weights(workers))
     compute, source = compute_seconds(profile, calibration, execution)
+    update = optimizer_seconds(calibration)
     classes = worker_classes(workers, stragglers, straggler_factor)
     if max_explicit_workers is None:
         max_explicit_workers = EXPLICIT_WORKERS["colocated" if colocated else "dedicated"]
     w, groups, exact = reduction(topology, workers, max_explicit_workers, weights,
                                  [c for c, _ in classes], colocated,
-                                 profile.optimizer_s > 0)
+                                 update > 0)
     scale = workers / w
     slow = 0 if len(classes) == 1 else max(1, round(stragglers / scale))
     factors = [1.0] * (w - slow) + [float(straggler_factor)] * slow
     topo, devices, server_devices = _placed(topology, workers, w, k, groups, colocated)
     run = _run(topo, devices, server_devices, groups, sum(weights), profile, k, workers,
-               compute, factors, iterations, ps.pull)
+               compute, factors, iterations, ps.pull, execution.gradient_element_bytes, update)
     # throughput after the warm-up round: fast workers lap slow ones, as they would for real
     end, total = run.end, iterations * w
     rate = (total - w) / (end - run.window_start) if end > run.window_start else w / end
@@ -205,7 +206,7 @@ def simulate_async_ps(topology: Topology, workers: int, profile: WorkloadSpec,
     rep_k = len(groups)
     return StepResult(
         strategy="parameter_server_async", workers=workers, step_time_s=median,
-        compute_s=compute, optimizer_s=profile.optimizer_s / k,
+        compute_s=compute, optimizer_s=update / k,
         comm_s=max(0.0, median - compute), exposed_comm_s=max(0.0, median - compute),
         bytes_per_step=run.moved * per_step, throughput_samples_s=throughput,
         collectives=0, events=run.events, mode="detailed",
@@ -267,7 +268,8 @@ class _Run:
 def _run(topo: Topology, devices: list[int], server_devices: list[int],
          groups: Sequence[ShardGroup], total_weight: float, profile: WorkloadSpec, k: int,
          workers: int,
-         compute: float, factors: list[float], iterations: int, pull: str) -> _Run:
+         compute: float, factors: list[float], iterations: int, pull: str, element: int,
+         update: float) -> _Run:
     """The representatives pulling, computing and pushing on their own clocks, in SimPy."""
     w, rep_k = len(factors), len(groups)
     scale = workers / w
@@ -275,12 +277,12 @@ def _run(topo: Topology, devices: list[int], server_devices: list[int],
     table = link_table(topo)
     net = FluidNetwork(env, table.capacity.tolist())
     run = _Run(table=table, link_bytes=[], crossed=[0.0] * len(table.class_names))
-    pushed, pulled = profile.ps_bytes(workers, pull)
+    pushed, pulled = profile.ps_bytes(workers, pull, element)
     shard_bytes = [pushed * g.weight / total_weight for g in groups]
     pull_bytes = [pulled * g.weight / total_weight for g in groups]
     # a representative server applies its shards' updates in parallel, as their servers do,
     # each server ``scale`` times as many as a representative worker pushes
-    update_s = profile.optimizer_s / k * scale
+    update_s = update / k * scale
     # a representative's push is its workers' pushes, applied one after another in its turn:
     # on average a real push of the turn is applied (scale + 1) / 2 updates in, when the
     # worker goes on, the server busy with the rest (so a queue of pushes that land together

@@ -70,8 +70,8 @@ from harness.sim.step.strategies import (
     channel_rings,
     fsdp_schedules,
 )
-from harness.sim.systems.calibration import Calibration, compute_seconds
-from workloads.execution import DEFAULT_EXECUTION, Execution, PsDeployment
+from harness.sim.systems.calibration import Calibration, compute_seconds, optimizer_seconds
+from workloads.execution import DEFAULT_EXECUTION, Execution
 from workloads.spec import WorkloadSpec
 
 Process = Generator[simpy.Event, object, None]
@@ -150,23 +150,26 @@ def simulate_step(strategy: str, topology: Topology, workers: int, profile: Work
     classes = worker_classes(workers, stragglers, straggler_factor)
     env = CountingEnvironment()
     colls = _Collectives(topology, mode)
-    optimizer = profile.optimizer_s  # what the step spends in the optimizer
-    after = optimizer  # the part of it that runs after the exchange
+    update = optimizer_seconds(calibration)  # what the step spends in the optimizer
+    optimizer = after = update  # after: the part of it that runs after the exchange
+    element = execution.gradient_element_bytes
     if strategy in ALLREDUCE:
         finish = _allreduce_step(env, strategy, topology, workers, profile, compute, classes,
-                                 colls)
+                                 colls, execution)
     elif strategy == AFTER_BACKWARD:
-        finish = _after_backward_step(env, topology, workers, profile, compute, classes, colls)
+        finish = _after_backward_step(env, topology, workers, profile, compute, classes, colls,
+                                      element)
     elif strategy == EMBEDDING_SHARDING:
         finish = _embedding_step(topology, workers, profile, compute, classes, colls,
-                                 execution.owner_shares, exchange_share, oneway_share)
+                                 execution, exchange_share, oneway_share)
     elif strategy == "fsdp":
-        optimizer = after = profile.optimizer_s / workers  # each rank updates its shard
+        optimizer = after = update / workers  # each rank updates its shard
         finish = _fsdp_step(env, topology, workers, profile, compute, classes, colls, library,
                             execution)
     elif strategy in ("parameter_server", "central_storage"):
         finish, colls, optimizer = _server_step(
-            env, strategy, topology, workers, profile, compute, classes, mode, execution.ps)
+            env, strategy, topology, workers, profile, compute, classes, mode, execution,
+            update)
         after = 0.0
     else:
         raise SpecError(f"unknown simulator strategy {strategy!r}")
@@ -204,10 +207,12 @@ def _class_totals(log: Sequence[CollectiveResult]) -> tuple[dict[str, float], di
 
 def _server_step(env: CountingEnvironment, strategy: str, topology: Topology, workers: int,
                  profile: WorkloadSpec, compute: float, classes: list[tuple[int, float]],
-                 mode: str, ps: PsDeployment
+                 mode: str, execution: Execution, update: float
                  ) -> tuple[Callable[[], float], _Collectives, float]:
     """A synchronous parameter server's or central storage's round: its finish, the
-    collectives it ran on, and the servers' update time (mid-exchange, none after it)."""
+    collectives it ran on, and the servers' update time (mid-exchange, none after it;
+    ``update``: the optimizer's per step on one replica's gradient)."""
+    ps = execution.ps
     colls = _Collectives(topology, mode)
     colocated = ps.colocated or strategy == "central_storage"
     shards = 1 if strategy == "central_storage" else ps.shard_count(workers, colocated)
@@ -221,7 +226,7 @@ def _server_step(env: CountingEnvironment, strategy: str, topology: Topology, wo
     if traffic is not None and len(traffic[0]) != shards:
         traffic = None
     nbytes = ((sum(traffic[0]), sum(traffic[1])) if traffic
-              else profile.ps_bytes(workers, ps.pull))
+              else profile.ps_bytes(workers, ps.pull, execution.gradient_element_bytes))
     if strategy == "central_storage":
         push = back = phases(central_storage(workers))
     else:
@@ -231,7 +236,7 @@ def _server_step(env: CountingEnvironment, strategy: str, topology: Topology, wo
         back = phases(ps_sync(workers, shards, colocated, weights=pull_weights,
                               beside=ps.beside))
     # on the servers, mid-exchange: a round applies every worker's gradient (summed)
-    optimizer = profile.optimizer_s * workers / shards
+    optimizer = update * workers / shards
     finish = _ps_step(env, (push[0], back[1]), nbytes, compute, classes, colls, optimizer)
     return finish, colls, optimizer
 
@@ -279,13 +284,13 @@ def _compute(env: simpy.Environment, seconds: float,
 
 def _allreduce_step(env: simpy.Environment, strategy: str, topology: Topology, workers: int,
                     profile: WorkloadSpec, compute: float, classes: list[tuple[int, float]],
-                    colls: _Collectives) -> Callable[[], float]:
+                    colls: _Collectives, execution: Execution) -> Callable[[], float]:
     """Buckets fill at an even pace through backward; one collective at a time, each as soon
     as every worker has its bucket. No SimPy process per bucket: with one stream the bucket
     order is fixed, so each collective starts at max(previous end, bucket ready on the
     slowest worker), the same times the event loop gave (a 175B model has 28,000 buckets)."""
-    sizes = buckets(profile.gradient_bytes, profile.bucket_bytes) if workers > 1 else []
-    total = profile.gradient_bytes
+    total = profile.gradient_bytes(execution.gradient_element_bytes)
+    sizes = buckets(total, execution.ddp_bucket_bytes) if workers > 1 else []
     slowest = compute * max(f for _, f in classes)
     schedules = {size: allreduce_schedule(strategy, topology, workers, size)
                  for size in set(sizes)}
@@ -300,10 +305,10 @@ def _allreduce_step(env: simpy.Environment, strategy: str, topology: Topology, w
 
 def _after_backward_step(env: simpy.Environment, topology: Topology, workers: int,
                          profile: WorkloadSpec,
-                         compute: float, classes: list[tuple[int, float]], colls: _Collectives
-                         ) -> Callable[[], float]:
+                         compute: float, classes: list[tuple[int, float]], colls: _Collectives,
+                         element: int) -> Callable[[], float]:
     state = {"end": 0.0}
-    dense, rows = profile.dense_bytes, profile.lookup_rows_bytes
+    dense, rows = profile.dense_bytes(element), profile.lookup_rows_bytes(element)
     allreduce = channel_rings(ring_allreduce, topology, workers)
     gather = channel_rings(ring_all_gather, topology, workers)
 
@@ -351,11 +356,11 @@ def _exchange_time(colls: _Collectives, matrix: np.ndarray, share: float,
 
 def _embedding_step(topology: Topology, workers: int, profile: WorkloadSpec,
                     compute: float, classes: list[tuple[int, float]], colls: _Collectives,
-                    owner_shares: Sequence[float] | None = None, share: float = 1.0,
+                    execution: Execution = DEFAULT_EXECUTION, share: float = 1.0,
                     oneway: float = 1.0) -> Callable[[], float]:
     """Each replica's distinct rows (``sparse_rows_bytes``: their values and an int64 id
-    each) asked of their owners in the owners' shares (``owner_shares``, else a built-in
-    model's by its runner's placement, else evenly), its own share never leaving it: the
+    each) asked of their owners in the owners' shares (``execution.owner_shares``, else a
+    built-in model's by its runner's placement, else evenly), its own share never leaving it: the
     requests (a (table, id) pair of int64 per row) and the rows' gradients go to the owners,
     the rows come back from them; everything in series, as one rank runs it. ``share``: the
     links' share the all-to-alls reach against the all-reduce's, ``oneway`` what traffic one
@@ -363,10 +368,11 @@ def _embedding_step(topology: Topology, workers: int, profile: WorkloadSpec,
     slowest = compute * max(f for _, f in classes)
     if workers < 2:
         return lambda: slowest
-    rows = (profile.sparse_rows_bytes / (profile.embedding_row_bytes + 8)
+    element = execution.gradient_element_bytes
+    rows = (profile.sparse_rows_bytes(element) / (profile.embedding_row_bytes + 8)
             if profile.embedding_row_bytes else 0.0)
     values = rows * profile.embedding_row_bytes
-    shares = owner_shares or embedding_owner_shares(
+    shares = execution.owner_shares or embedding_owner_shares(
         profile.name, profile.batch_size, workers)
     if shares is not None and len(shares) != workers:
         raise SpecError(f"{len(shares)} owner shares for {workers} workers")
@@ -379,8 +385,9 @@ def _embedding_step(topology: Topology, workers: int, profile: WorkloadSpec,
         took += _exchange_time(colls, asked * 16.0 * rows, share, oneway)  # the requests
         took += _exchange_time(colls, asked.T * values, share, oneway)  # the rows
         took += _exchange_time(colls, asked * values, share, oneway)  # their gradients
-    if profile.dense_bytes > 0:
-        took += colls.time(channel_rings(ring_allreduce, topology, workers), profile.dense_bytes)
+    if profile.dense_bytes(element) > 0:
+        took += colls.time(channel_rings(ring_allreduce, topology, workers),
+                           profile.dense_bytes(element))
     finish = slowest + took
     return lambda: finish
 

@@ -39,7 +39,12 @@ from harness.sim.schedules.pipeline import PipelineTiming, run_pipeline, schedul
 from harness.sim.schedules.schedule import parallel
 from harness.sim.step.fsdp import UnitPass, exposed_s
 from harness.sim.step.result import StepResult
-from harness.sim.systems.calibration import Calibration, compute_seconds, efficiency_source
+from harness.sim.systems.calibration import (
+    Calibration,
+    compute_seconds,
+    efficiency_source,
+    stating,
+)
 from harness.sim.systems.compute import (
     ComputeSplit,
     DeviceRate,
@@ -570,10 +575,10 @@ def _shared_splits(model: LayeredModel, stages: list[tuple[Layer, ...]], micro: 
     """A whole step's compute (measured, or FLOPs over a device speed) shared by FLOPs."""
     scale = micro / model.batch_size
     profile = WorkloadSpec(params=model.params, batch_size=micro,
-                           flops_per_sample=model.flops_per_sample,
-                           step_time_s=(step_compute_s * scale
-                                        if step_compute_s is not None else None))
-    whole, source = compute_seconds(profile, calibration, execution)  # one micro-batch
+                           flops_per_sample=model.flops_per_sample)
+    whole, source = compute_seconds(profile, stating(
+        calibration, step_compute_s * scale if step_compute_s is not None else None),
+        execution)  # one micro-batch
     of = recomputed(model, how)
     out = []
     for layers in stages:

@@ -1,8 +1,9 @@
 """Calibration: the numbers the simulator runs on, each saying where it came from.
 
 Alpha (latency per message, s) and beta (s per byte) per link class, and how long a step's
-compute takes, either measured (``stratbench comm`` / ``run`` results, fitted by
-``harness/calibrate/fits.py``) or taken from a preset or the topology spec. The simulator takes a
+compute and its optimizer's update take, either measured (``stratbench comm`` / ``run``
+results, fitted by ``harness/calibrate/fits.py``), stated by a profile (``stating``), or
+taken from a preset or the topology spec. The simulator takes a
 :class:`Calibration`; it never fits one. How a run computes (its precision, framework,
 attention, memory format) is no fit: it comes beside it, as ``workloads.execution.Execution``.
 """
@@ -10,6 +11,7 @@ attention, memory format) is no fit: it comes beside it, as ``workloads.executio
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from typing import overload
 
 from harness.core.errors import SpecError
 from harness.sim.model.memory import optimizer_slots
@@ -28,6 +30,7 @@ from harness.sim.systems.preset import Device, load_preset
 from harness.sim.systems.spec import parse_topology
 from workloads.execution import DEFAULT_EXECUTION, Execution
 from workloads.precision import precision
+from workloads.profile import Stated
 from workloads.spec import WorkloadSpec
 
 SOURCES = ("measured", "preset", "spec", "profile")
@@ -54,10 +57,17 @@ class LinkCalibration:
 
 @dataclass(frozen=True)
 class Calibration:
-    """Per-class link costs and per-step compute; any part may be missing."""
+    """Per-class link costs and per-step compute; any part may be missing.
+
+    ``compute_s_per_step``: forward + backward seconds of one replica's step, measured or
+    stated (``compute_source`` says which: "profile" where a profile states it or a local
+    run's time is scaled to the batch, ``stating``); ``optimizer_s``: the optimizer's
+    seconds per step, stated by a profile or timed by the device model
+    (``with_device_update``); None: not known (no update time)."""
 
     links: dict[str, LinkCalibration] = field(default_factory=dict)
     compute_s_per_step: float | None = None  # forward + backward, per replica
+    optimizer_s: float | None = None  # the optimizer's update, per step
     device_flops: float | None = None  # achieved FLOP/s per device
     compute_source: str = "preset"
     name: str = ""
@@ -103,6 +113,28 @@ def merge(base: Calibration, override: Calibration) -> Calibration:
     return Calibration(**values)
 
 
+def stating(calibration: Calibration | None, compute_s: float | None = None,
+            optimizer_s: float | None = None) -> Calibration | None:
+    """``calibration`` with a compute time per step (a profile's, or a local run's scaled to
+    the batch: source "profile") and an update time stated over whatever it knows: they
+    take precedence (``merge``). ``calibration`` as it is where nothing is stated."""
+    if compute_s is None and optimizer_s is None:
+        return calibration
+    said = Calibration(compute_s_per_step=compute_s, compute_source="profile",
+                       optimizer_s=optimizer_s)
+    return said if calibration is None else merge(calibration, said)
+
+
+def stated(calibration: Calibration | None, said: Stated) -> Calibration | None:
+    """``calibration`` with the step's costs a profile states (``workloads.profile.Stated``)."""
+    return stating(calibration, said.step_compute_s, said.optimizer_s)
+
+
+def optimizer_seconds(calibration: Calibration | None) -> float:
+    """The optimizer's seconds per step: stated or timed, else none."""
+    return (calibration.optimizer_s or 0.0) if calibration is not None else 0.0
+
+
 def apply(topology: Topology, calibration: Calibration | None) -> Topology:
     """The topology with every class the calibration knows replaced by its alpha and beta."""
     if calibration is None or not calibration.links:
@@ -135,9 +167,8 @@ def device_step(profile: WorkloadSpec, calibration: Calibration | None,
 def _device_times(profile: WorkloadSpec, calibration: Calibration | None) -> bool:
     """Whether the device model times the profile's step: nothing stated or measured, a
     device, and the workload's operators."""
-    return (profile.step_time_s is None and calibration is not None
-            and calibration.compute_s_per_step is None and calibration.device is not None
-            and bool(profile.ops))
+    return (calibration is not None and calibration.compute_s_per_step is None
+            and calibration.device is not None and bool(profile.ops))
 
 
 def _rate(calibration: Calibration, execution: Execution, name: str) -> DeviceRate:
@@ -162,15 +193,21 @@ def accumulation_add_seconds(profile: WorkloadSpec, calibration: Calibration | N
     return accumulation_seconds(profile.params * profile.dense_fraction, FP32_BYTES, rate)
 
 
+@overload
+def with_device_update(profile: WorkloadSpec, calibration: Calibration,
+                       execution: Execution = ...) -> Calibration: ...
+@overload
 def with_device_update(profile: WorkloadSpec, calibration: Calibration | None,
-                       execution: Execution = DEFAULT_EXECUTION) -> WorkloadSpec:
-    """The profile with the optimizer's update timed on the calibration's device, where the
-    device model times its step and the profile states no update time: every strategy and
-    the one-device baseline then pay the same update."""
+                       execution: Execution = ...) -> Calibration | None: ...
+def with_device_update(profile: WorkloadSpec, calibration: Calibration | None,
+                       execution: Execution = DEFAULT_EXECUTION) -> Calibration | None:
+    """The calibration with the profile's optimizer update timed on its device, where the
+    device model times the step and no update time is stated: every strategy and the
+    one-device baseline then pay the same update."""
     step = device_step(profile, calibration, execution)
-    if step is None or profile.optimizer_s:
-        return profile
-    return replace(profile, optimizer_s=step.optimizer_s)
+    if step is None or calibration is None or calibration.optimizer_s:
+        return calibration
+    return replace(calibration, optimizer_s=step.optimizer_s)
 
 
 def efficiency_source(calibration: Calibration) -> str:
@@ -184,13 +221,11 @@ def compute_seconds(profile: WorkloadSpec, calibration: Calibration | None,
                     execution: Execution = DEFAULT_EXECUTION) -> tuple[float, str]:
     """Forward + backward seconds per step per replica, and where the number came from.
 
-    Precedence: a time the profile states; a measured time in the calibration; the
-    workload's operators timed on the calibration's device (harness/sim/systems/device_model.py,
-    with the framework's own per-step work); the profile's FLOPs over the calibration's
-    device speed.
+    Precedence: a time the calibration holds (a profile's stated one over a measured one:
+    ``stating``); the workload's operators timed on the calibration's device
+    (harness/sim/systems/device_model.py, with the framework's own per-step work); the
+    profile's FLOPs over the calibration's device speed.
     """
-    if profile.step_time_s is not None:
-        return profile.step_time_s, "profile"
     if calibration is not None and calibration.compute_s_per_step is not None:
         return calibration.compute_s_per_step, calibration.compute_source
     step = device_step(profile, calibration, execution)
