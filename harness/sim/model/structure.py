@@ -148,7 +148,7 @@ def fsdp_unit_params(text: str) -> int:
     recommender, whose blocks (residual blocks; embedding tables) differ in size, is as
     many equal units as the runner wraps, its root (stem or dense layers, and head) one of
     them, so FSDP pays each unit's gather and reduce-scatter as often as the run does. 0
-    where it has no blocks here (units are then the profile's bucket)."""
+    where it has no blocks here (units are then DDP's bucket: ``Execution.fsdp_unit_bytes``)."""
     try:
         model = layered(text)
     except WorkloadError:

@@ -4,7 +4,7 @@ compute hides.
 A step is forward (1/3 of compute), backward (2/3), the exchange, and the optimizer:
 
 * all-reduce strategies (DDP, Mirrored, MultiWorkerMirrored): gradients fill buckets
-  (``bucket_bytes``, 25 MiB as DDP) at an even pace through backward; each bucket is
+  (``Execution.ddp_bucket_bytes``, 25 MiB as DDP) at an even pace through backward; each bucket is
   all-reduced as soon as every worker has it, one collective at a time (one NCCL stream), so
   communication overlaps the rest of backward;
 * TensorFlow's custom loop under MirroredStrategy / MultiWorkerMirroredStrategy
@@ -13,8 +13,8 @@ A step is forward (1/3 of compute), backward (2/3), the exchange, and the optimi
   gradients (one pack: ``CommunicationOptions.bytes_per_pack`` defaults to 0) and a ring
   all-gather of the embedding gradients' touched rows, which TF hands over as
   ``IndexedSlices`` (values and int64 indices) and gathers rather than all-reduces;
-* FSDP: units of one block's parameters (``fsdp_unit_bytes``; ``bucket_bytes`` where the
-  workload has no blocks); each unit is all-gathered before its forward
+* FSDP: units of one block's parameters (``Execution.fsdp_unit_bytes``; a stated bucket, or
+  DDP's where the workload has no blocks); each unit is all-gathered before its forward
   and again before its backward (prefetched one unit ahead), its gradient reduce-scattered
   after; the optimizer works on a 1/W shard;
 * synchronous parameter server / central storage: compute, then push and pull the touched
