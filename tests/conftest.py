@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import os
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
 
 import pytest
+from filelock import FileLock
 from procs import SESSION_MARKER, session_case_processes
+
+T = TypeVar("T")
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ[SESSION_MARKER] = f"{os.getpid()}-{os.urandom(4).hex()}"
@@ -18,33 +25,61 @@ def results_root(tmp_path, monkeypatch):
     return root
 
 
+def once_per_run(tmp_path_factory, worker_id: str, name: str, compute: Callable[[], T]) -> T:
+    """``compute()`` once a test run, however many xdist workers ask: the first pickles its
+    answer under the run's shared temporary folder, the others wait on a lock and read it
+    (a session fixture alone is computed once per worker)."""
+    if worker_id == "master":
+        return compute()
+    path = tmp_path_factory.getbasetemp().parent / f"{name}.pickle"
+    with FileLock(f"{path}.lock"):
+        if path.is_file():
+            return pickle.loads(path.read_bytes())
+        value = compute()
+        path.write_bytes(pickle.dumps(value))
+        return value
+
+
+@pytest.fixture(scope="session", autouse=True)
+def probe_cache(tmp_path_factory, worker_id):
+    """One framework probe per test run, shared by every command the tests start
+    (``$STRATBENCH_PROBE_CACHE``): each would import TensorFlow or torch again for it."""
+    from harness.run.environment import PROBE_CACHE_ENV
+
+    base = tmp_path_factory.getbasetemp()
+    folder = (base if worker_id == "master" else base.parent) / "probes"
+    os.environ.setdefault(PROBE_CACHE_ENV, str(folder))
+    yield folder
+
+
 @pytest.fixture(scope="session")
-def device_comparison():
+def device_comparison(tmp_path_factory, worker_id):
     """The device corpus against the device model (`devices.compare()`, the slowest of the
     published comparisons), computed once a test run: tests read it, none changes it."""
     from harness.validate import devices
 
-    return devices.compare()
+    return once_per_run(tmp_path_factory, worker_id, "device_comparison", devices.compare)
 
 
 @pytest.fixture(scope="session")
-def layout_picks():
+def layout_picks(tmp_path_factory, worker_id):
     """The layout search on every published model-parallel run, computed once a test run."""
     from harness.recommend import layout_check
 
-    return [layout_check.check(row) for row in layout_check.model_parallel_rows()]
+    return once_per_run(tmp_path_factory, worker_id, "layout_picks", lambda: [
+        layout_check.check(row) for row in layout_check.model_parallel_rows()])
 
 
 @pytest.fixture(scope="session")
-def emulated_validations():
+def emulated_validations(tmp_path_factory, worker_id):
     """Every checked-in emulated campaign scored by `validate` (docs/VALIDATION.md's
     sections), once a test run, by folder name; each run is predicted with the cores it
     recorded, so the machine's own count does not move them."""
-    from pathlib import Path
-
     from harness.docs.validation import emulated_tables
 
-    return emulated_tables(Path(__file__).resolve().parent.parent / "validation")
+    root = Path(__file__).resolve().parent.parent / "validation"
+    return once_per_run(tmp_path_factory, worker_id, "emulated_validations",
+                        lambda: emulated_tables(root))
 
 
 def _cuda_available() -> bool:
@@ -54,7 +89,10 @@ def _cuda_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """GPU tests run only where a GPU is; everything else always runs (CI runs heavy ones)."""
+    """Long tests first (xdist hands tests out in this order: a long one left for last keeps
+    one core busy while the other idles); GPU tests run only where a GPU is; everything else
+    always runs (CI runs heavy ones)."""
+    items.sort(key=lambda item: "long" not in item.keywords)  # stable: the rest as written
     if _cuda_available():
         return
     skip = pytest.mark.skip(reason="no CUDA GPU on this machine")

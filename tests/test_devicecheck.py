@@ -68,6 +68,7 @@ def test_rows_a_bare_gpu_machine_printed_are_compared_from_their_file(tmp_path):
     assert bad.returncode != 0 and "line 1 is not a JSON row" in bad.stderr
 
 
+@pytest.mark.long
 def test_each_case_runs_in_its_own_process_and_ends_in_a_stored_row(tmp_path):
     """On this machine's CPU the tool runs (it checks the tool, not a GPU): the row is
     measured and stored with the environment, read back by --compare, and with no system

@@ -34,3 +34,27 @@ def test_nvidia_smi_absent_or_parsed():
     assert isinstance(gpus, list)
     for gpu in gpus:
         assert gpu["name"] and gpu["memory_bytes"]
+
+
+def test_a_probe_is_kept_across_commands_in_the_cache_folder_until_the_devices_change(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv(environment.PROBE_CACHE_ENV, str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    calls = []
+
+    def probe(name, timeout):
+        calls.append(name)
+        return {"available": True, "version": f"probe {len(calls)}"}
+
+    monkeypatch.setattr(environment, "_probe", probe)
+
+    def command():  # a new command: nothing kept in its process yet
+        monkeypatch.setattr(environment, "_FOUND", {})
+        return environment.probe_framework("torch")
+
+    assert command() == command() == {"available": True, "version": "probe 1"}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # other devices visible: probed again
+    assert command()["version"] == "probe 2" and calls == ["torch", "torch"]
+    monkeypatch.delenv(environment.PROBE_CACHE_ENV)  # no folder: each command probes
+    command()
+    assert len(calls) == 3

@@ -88,6 +88,7 @@ def _beside_one_device(tmp_path, strategy: str, *options: str):
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.long
 def test_a_pipeline_trains_to_one_devices_weights_and_measures_its_bubble(tmp_path, schedule):
 
     rows = _beside_one_device(tmp_path, "pipeline", "--stages", "2", "--microbatches", "4",
@@ -100,6 +101,7 @@ def test_a_pipeline_trains_to_one_devices_weights_and_measures_its_bubble(tmp_pa
     assert pipe["grad_bytes"] == rows.loc["single_device", "grad_bytes"]  # the whole model
 
 
+@pytest.mark.long
 def test_uneven_stages_train_to_one_devices_weights(tmp_path):
     """Issue 37: 3 stages of a 4-block transformer (1, 2, 1 blocks) train the same weights
     as one device, and the row records the split the prediction reads back."""
@@ -141,6 +143,7 @@ def test_a_tensor_parallel_case_and_the_degrees_the_heads_refuse():
                  pipeline=CaseOptions(tensor=tensor))
 
 
+@pytest.mark.long
 def test_tensor_parallelism_trains_to_one_devices_weights(tmp_path):
 
     rows = _beside_one_device(tmp_path, "tensor_parallel", "--tensor-parallel", "2")
@@ -155,6 +158,7 @@ def test_tensor_parallelism_trains_to_one_devices_weights(tmp_path):
     assert "all-reduces per block" in tp["extra"]["bytes_sent_method"]
 
 
+@pytest.mark.long
 def test_measured_memory_of_pipeline_and_tensor_parallel_stages_is_within_20_percent(tmp_path):
     """transformer:L (203 MB of parameters and gradients) split two ways, against the memory
     model plus the framework's working memory measured on transformer:S the same way."""

@@ -397,6 +397,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     ("torch_workload", "single_device", "tiny-torch"),
     ("keras_application", "one_device", "mobilenet_v2-0.35"),  # keras.applications, no weights
 ])
+@pytest.mark.long
 def test_a_users_model_after_one_measured_run_is_recommended_on_a_preset_and_a_described_topology(
         tmp_path, factory, baseline, name):
     """One measured run sizes a user's model (its gradient bytes) and times its compute: from

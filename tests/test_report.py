@@ -153,6 +153,7 @@ def plant_bench_runs(monkeypatch: pytest.MonkeyPatch, single_s: float, ddp_s: fl
         status="unavailable", reason="skipped in this test"))
 
 
+@pytest.mark.long
 def test_bench_ends_with_recommend_and_report(tmp_path, monkeypatch):
     """The nightly job's last stages, with its heavy stages replaced by stored rows."""
 

@@ -17,6 +17,7 @@ from results import load
 FAST = ["--steps", "3", "--warmup", "1", "--repeats", "1", "--timeout", "120"]
 
 
+@pytest.mark.long
 def test_run_json_gives_rows_and_nothing_else_on_stdout(tmp_path):
     proc = stratbench("run", "--framework", "torch", "--strategy", "single_device",
                       "--strategy", "ddp", "--workload", "mlp:S", *FAST,
@@ -71,6 +72,7 @@ def test_resume_without_an_earlier_run_is_a_clear_error(tmp_path):
     assert "no earlier run" in proc.stderr
 
 
+@pytest.mark.long
 def test_a_user_workload_from_a_file_runs_through_the_pipeline(tmp_path):
     fixture = os.path.join(os.path.dirname(__file__), "fixtures", "user_workload.py")
     proc = stratbench("run", "--framework", "all", "--strategy", "single_device",

@@ -74,6 +74,7 @@ def test_embedding_sharding_runs_only_when_named_and_only_on_embedding_models():
         plan([chosen], [mlp], "local", 4, 1, 1, 60.0)
 
 
+@pytest.mark.long
 def test_embedding_sharding_ends_with_one_devices_weights_table_wise_and_row_wise(tmp_path):
     """recsys:S's four equal tables: table-wise on 2 ranks, row-wise on 3 (two tables on one
     rank would load it twice the mean); both within 1e-5 of one device on the global batch.

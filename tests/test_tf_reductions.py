@@ -25,6 +25,7 @@ CHILD_ENV = "STRATBENCH_TF_REDUCTIONS_CHILD"
 LOGICAL_CPUS = 4
 
 if os.environ.get(CHILD_ENV) != "1":
+    @pytest.mark.long
     def test_tf_reductions_equal_numpy_in_a_fresh_process_with_4_logical_cpus() -> None:
         env = {**os.environ, CHILD_ENV: "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
         proc = subprocess.run(

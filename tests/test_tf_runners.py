@@ -116,6 +116,7 @@ def test_on_emulated_hosts_every_task_runs_in_its_host_and_listens_on_its_addres
 
 # --- real runs ---------------------------------------------------------------------------
 
+@pytest.mark.long
 def test_every_tf_strategy_ends_in_a_row_with_timing_and_correctness(store, tmp_path):
     rows = execute(_cases(["all"]), store, "r1")
     by = {r.strategy: r for r in rows}
@@ -155,6 +156,7 @@ def test_every_tf_strategy_ends_in_a_row_with_timing_and_correctness(store, tmp_
     assert not case_processes(), "a case left processes behind"
 
 
+@pytest.mark.long
 def test_recsys_parameter_server_pushes_only_the_touched_embedding_rows(store):
     (row,) = execute(_cases(["parameter_server"], "recsys:S"), store, "r2")
     assert row.status == "ok", row.reason
@@ -266,6 +268,7 @@ def test_a_killed_parameter_server_task_ends_the_case_failed_naming_it(store, ro
     assert not case_processes()
 
 
+@pytest.mark.long
 def test_keras_fit_trains_where_keras_3_can_and_says_why_where_it_cannot(store):
     """`run --tf-loop fit`: one_device, mirrored and central_storage train with model.fit and
     end at one device's weights (the sparse embedding of recsys included); Keras 3 cannot fit

@@ -104,6 +104,7 @@ def _close(a: np.ndarray, b: np.ndarray) -> None:
                                    atol=1e-5 if a.dtype == np.float32 else 1e-12)
 
 
+@pytest.mark.long
 @settings(max_examples=30, deadline=None)
 @given(collective_inputs())
 def test_all_reduce_equals_numpy_sum(gloo, arrays):

@@ -483,6 +483,7 @@ def test_memory_is_predicted_as_the_model_plus_the_frameworks_own_measured_worki
     assert one["error"] == pytest.approx(one["predicted_bytes"] / 300e6 - 1)
 
 
+@pytest.mark.long
 def test_measured_memory_of_data_parallel_runs_is_within_20_percent_of_the_model(tmp_path):
     run = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--framework", "torch",
                           "--strategy", "single_device", "--strategy", "ddp", "--workload",

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
+
 from harness.core.case import reference_threads
 from harness.core.strategies import ROUNDING_MARGIN, WEIGHT_TOLERANCE, weights_agree
 
@@ -21,6 +23,7 @@ def test_a_run_matches_within_the_tolerance_or_within_the_margin_of_its_rounding
     assert [reference_threads("rounding", t) for t in (1, 2, 8)] == [2, 1, 1]
 
 
+@pytest.mark.long
 def test_one_device_on_another_thread_count_moves_mlp_l_as_far_as_a_flagged_run(tmp_path):
     """TF on mlp:L: the reference (2 threads) and the rounding run (1 thread) end about 1e-4
     apart after 9 steps on the 6-worker global batch, so 1.9e-4 (TF multi_worker_mirrored

@@ -9,6 +9,7 @@ parent process must stay free of both frameworks (DESIGN.md's boundaries).
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import platform
@@ -152,17 +153,60 @@ def git_commit() -> GitCommit:
 def probe_framework(name: str, timeout: float = PROBE_TIMEOUT_S) -> FrameworkProbe:
     """Run `harness.probes <name>` in a child and return its JSON, or why it could not. An
     answer found is kept for the process (a framework's versions and devices cannot change
-    under a running command, and each probe imports the framework: seconds); a failure is
-    probed again next time."""
+    under a running command, and each probe imports the framework: seconds), and across
+    commands in ``$STRATBENCH_PROBE_CACHE`` where that names a folder; a failure is probed
+    again next time."""
     if name not in _FOUND:
-        result = _probe(name, timeout)
+        cached = _cache_file(name)
+        result = _read_cached(cached) or _probe(name, timeout)
         if not result.get("available"):
             return result
         _FOUND[name] = result
+        if cached is not None and not cached.is_file():
+            _write_cached(cached, result)
     return copy.deepcopy(_FOUND[name])
 
 
 _FOUND: dict[str, FrameworkProbe] = {}
+#: a folder where probes are kept across commands (many commands in one session: a test run,
+#: a nightly job); unset, each command probes for itself
+PROBE_CACHE_ENV = "STRATBENCH_PROBE_CACHE"
+# what else moves a probe's answer: the devices a process may see, the Keras it loads
+_PROBE_ENV = ("CUDA_VISIBLE_DEVICES", "TPU_NAME", "TF_USE_LEGACY_KERAS")
+
+
+def _cache_file(name: str) -> Path | None:
+    """Where ``name``'s probe is kept: one file per interpreter, installed version and
+    device environment, so a reinstalled framework or other visible devices probe again."""
+    folder = os.environ.get(PROBE_CACHE_ENV)
+    if not folder:
+        return None
+    try:
+        installed = [metadata.version(d) for d in (name, "keras") if d == name or
+                     name == "tensorflow"]  # TF's Keras is its own distribution
+    except metadata.PackageNotFoundError:
+        return None
+    key = json.dumps([name, installed, sys.executable,
+                      [os.environ.get(k) for k in _PROBE_ENV]])
+    return Path(folder) / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
+def _read_cached(path: Path | None) -> FrameworkProbe | None:
+    try:
+        return json.loads(path.read_text()) if path is not None else None
+    except (OSError, ValueError):
+        return None
+
+
+def _write_cached(path: Path, result: FrameworkProbe) -> None:
+    """Written whole under a temporary name, then renamed: a reader never sees half."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(f".{path.name}.{os.getpid()}")
+        part.write_text(json.dumps(result))
+        os.replace(part, path)
+    except OSError:
+        pass  # a cache that cannot be written is only slower
 
 
 def _probe(name: str, timeout: float) -> FrameworkProbe:
