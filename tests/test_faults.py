@@ -16,8 +16,6 @@ from harness.run.execute import execute
 from results import CorruptResultWarning, ResultRow, ResultsStore, load
 from results.store import StoreError
 
-pytestmark = pytest.mark.heavy
-
 
 def _case(strategy: str, **options) -> Case:
     return Case(framework="torch", strategy=strategy, workload="mlp:S", cluster="local",
@@ -25,6 +23,7 @@ def _case(strategy: str, **options) -> Case:
                 per_replica_batch=16, options={"ps_shards": 2, **options})
 
 
+@pytest.mark.heavy  # a 20-second deadline: a loaded machine may reach it first
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp", "parameter_server",
                                       "parameter_server_async"])
 def test_a_worker_killed_mid_step_ends_failed_and_the_run_goes_on(tmp_path, strategy):
@@ -45,6 +44,7 @@ def test_a_worker_killed_mid_step_ends_failed_and_the_run_goes_on(tmp_path, stra
     assert sorted(load(tmp_path).status) == ["failed", "ok", "ok"]
 
 
+@pytest.mark.heavy  # waits on its deadline
 def test_a_frozen_peer_times_out_and_its_tree_is_killed(tmp_path):
     (row,) = execute([_case("ddp", hang_at_step=2, die_rank=1)], ResultsStore(tmp_path), "r")
     assert row.status == "timeout" and "timed out after 20 s" in row.reason
