@@ -17,7 +17,10 @@ Written by `python -m harness.docs.reference` from each command's `--help`; edit
 (in `harness/commands/`), not this file. Every command takes `-h/--help`. Bad input gets one
 line on stderr and exit code 2. Results go to `--results DIR`, else `$STRATBENCH_RESULTS`, else
 `./stratbench-results`. `--json` puts machine-readable output on stdout and nothing else there;
-progress goes to stderr.
+progress goes to stderr. Commands that start a framework probe it once (its versions and
+devices, in a child that imports it: seconds); `$STRATBENCH_PROBE_CACHE`, where it names a
+folder, keeps that probe there for later commands until the framework or the visible devices
+change.
 """
 
 
