@@ -10,6 +10,7 @@ import warnings
 import click
 
 from harness import __version__
+from harness.commands.common import CONTEXT_SETTINGS
 from harness.core.errors import InputError
 from workloads.spec import WorkloadError
 
@@ -37,8 +38,7 @@ class _LazyVerbs(click.Group):
         return command
 
 
-@click.group(cls=_LazyVerbs,
-             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=_LazyVerbs, context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, prog_name="stratbench")
 def cli() -> None:
     """Measure, simulate and recommend distributed-training strategies."""

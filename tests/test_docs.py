@@ -14,6 +14,18 @@ def test_the_command_reference_is_what_the_commands_help_prints():
     assert (ROOT / "docs" / "COMMANDS.md").read_text() == reference.render()
 
 
+def test_a_verb_reached_alone_first_keeps_its_short_help_option():
+    """click keeps a command's help option from the first context that asks for it: a verb
+    invoked alone (as a test's CliRunner does) before the reference is written must still
+    take -h (a CI run's order once lost it for `bench`)."""
+    from click.testing import CliRunner
+
+    from harness.commands import bench
+
+    assert CliRunner().invoke(bench.command, ["-h"]).exit_code == 0
+    assert (ROOT / "docs" / "COMMANDS.md").read_text() == reference.render()
+
+
 def test_the_grammar_systems_strategies_and_stacks_are_what_their_records_say():
     """Regenerate with `python -m harness.docs.systems > docs/SYSTEMS.md`."""
     assert (ROOT / "docs" / "SYSTEMS.md").read_text() == systems.render()

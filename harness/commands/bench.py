@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from harness.calibrate.collective_sweep import run_comm, store_comm, sweep_sizes
-from harness.commands.common import info, results_option
+from harness.commands.common import CONTEXT_SETTINGS, info, results_option
 from harness.commands.report import exit_on_regressions, fail_on_regression_option, make_report
 from harness.commands.run import SUITES, on_cluster, run_cases, start_run
 from harness.core import strategies as strategy_records
@@ -130,7 +130,7 @@ file's edit explains.
 """
 
 
-@click.command("bench", help=HELP)
+@click.command("bench", help=HELP, context_settings=CONTEXT_SETTINGS)
 @click.option("--config", default=None, metavar="FILE",
               help="A project file (stratbench.toml, or a pyproject.toml's [tool.stratbench]): "
                    "the workloads, the clusters to measure on, the targets to recommend for. "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from harness.commands.common import info, results_option
+from harness.commands.common import CONTEXT_SETTINGS, info, results_option
 from harness.core.paths import results_dir
 from harness.launch import netns
 
@@ -28,7 +28,7 @@ def remove_stale_temporaries(root: Path, older_than_s: float = STALE_TMP_S) -> l
     return removed
 
 
-@click.command("cleanup")
+@click.command("cleanup", context_settings=CONTEXT_SETTINGS)
 @results_option
 def command(results: str | None) -> None:
     """Remove leftovers of earlier runs: emulated hosts, stale temporary files."""

@@ -12,7 +12,14 @@ from harness.calibrate.collective_sweep import (
     sweep_sizes,
 )
 from harness.calibrate.fits import TERMS
-from harness.commands.common import NotBuiltError, info, json_option, print_json, results_option
+from harness.commands.common import (
+    CONTEXT_SETTINGS,
+    NotBuiltError,
+    info,
+    json_option,
+    print_json,
+    results_option,
+)
 from harness.commands.run import on_cluster
 from harness.core import clusters
 from harness.core import strategies as strategy_records
@@ -63,7 +70,7 @@ replica context exposes; --framework all does both. Not built: over Slurm.
 """
 
 
-@click.command("comm", help=HELP)
+@click.command("comm", help=HELP, context_settings=CONTEXT_SETTINGS)
 @click.option("--framework", default="torch", show_default=True, help="tf, torch or all.")
 @click.option("--cluster", default="local", show_default=True)
 @click.option("--sizes", default="1KiB:64MiB", show_default=True, metavar="MIN:MAX",

@@ -15,6 +15,11 @@ if TYPE_CHECKING:  # every command imports this module: the device corpus only w
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: every verb's and the group's: ``-h`` is help however a command is reached (click keeps a
+#: command's help option from the first context that asks for it)
+CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"],
+                                    "max_content_width": 100}
+
 
 def json_option(func: F) -> F:
     return click.option("--json", "as_json", is_flag=True,

@@ -14,7 +14,7 @@ from typing import cast
 
 import click
 
-from harness.commands.common import info, json_option, print_json, results_option
+from harness.commands.common import CONTEXT_SETTINGS, info, json_option, print_json, results_option
 from harness.core.errors import InputError
 from harness.core.paths import results_dir
 from results.schema import DeviceStep
@@ -98,7 +98,7 @@ OpenXLA's published per-shape H100 table: `python -m harness.validate.gemm_table
 """
 
 
-@click.command("devicecheck", help=HELP)
+@click.command("devicecheck", help=HELP, context_settings=CONTEXT_SETTINGS)
 @click.option("--models", default=",".join(MODELS), show_default=True,
               help="Comma-separated: resnet50, bert_large (128 tokens), gpt2_xl (1024).")
 @click.option("--precisions", default="fp32,bf16", show_default=True,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from harness.commands.common import json_option, print_json
+from harness.commands.common import CONTEXT_SETTINGS, json_option, print_json
 from harness.run import environment
 
 
@@ -53,7 +53,7 @@ torch / simpy / pandas versions, the project's git commit. Every run stores it.
 """
 
 
-@click.command("env", help=HELP)
+@click.command("env", help=HELP, context_settings=CONTEXT_SETTINGS)
 @json_option
 @click.option("--no-frameworks", is_flag=True,
               help="Skip the TensorFlow and torch probes (fast).")

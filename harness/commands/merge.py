@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from harness.commands.common import info
+from harness.commands.common import CONTEXT_SETTINGS, info
 from harness.core.errors import InputError
 
 HELP = """
@@ -19,7 +19,7 @@ nights in one directory, compared only within each machine.
 """
 
 
-@click.command("merge", help=HELP)
+@click.command("merge", help=HELP, context_settings=CONTEXT_SETTINGS)
 @click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--into", "into", required=True, type=click.Path(path_type=Path),
               help="The results directory to merge into (created if missing).")

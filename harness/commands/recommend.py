@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from harness.commands.common import (
+    CONTEXT_SETTINGS,
     info,
     json_option,
     mechanism_options,
@@ -82,7 +83,7 @@ and by how much it misses), a model that fits nowhere, an unknown model: one lin
 """
 
 
-@click.command("recommend", help=HELP)
+@click.command("recommend", help=HELP, context_settings=CONTEXT_SETTINGS)
 @click.option("--workload", "workloads", multiple=True, metavar="WORKLOAD",
               help="Workload(s) to recommend for: FAMILY:SIZE, a known model (resnet50), "
                    "profile:..., or your own file.py:callable after one run (default: every "

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from harness.commands.common import info, results_option
+from harness.commands.common import CONTEXT_SETTINGS, info, results_option
 from harness.core.errors import InputError
 from harness.core.paths import results_dir
 
@@ -65,7 +65,7 @@ pick or runner-up is always a strategy a framework runs on those devices.
 """
 
 
-@click.command("report", help=HELP)
+@click.command("report", help=HELP, context_settings=CONTEXT_SETTINGS)
 @results_option
 @click.option("--out", metavar="FILE.html", default=None,
               help="Where to write the report (default: <results>/report.html).")

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from harness.commands.common import info, json_option, print_json, results_option
+from harness.commands.common import CONTEXT_SETTINGS, info, json_option, print_json, results_option
 from harness.core import clusters
 from harness.core import strategies as strategy_records
 from harness.core.case import Case, CaseOptions
@@ -130,7 +130,7 @@ each link with TCP before the run, and always tears them down. rate=unshaped kee
 """
 
 
-@click.command("run", help=HELP)
+@click.command("run", help=HELP, context_settings=CONTEXT_SETTINGS)
 @click.option("--suite", type=click.Choice(sorted(SUITES)), default=None,
               help="A predefined set of workloads (quick: mlp:S recsys:S).")
 @click.option("--framework", default="all", show_default=True, help="tf, torch or all.")

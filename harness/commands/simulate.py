@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from harness.commands.common import (
+    CONTEXT_SETTINGS,
     info,
     json_option,
     mechanism_options,
@@ -654,7 +655,7 @@ that does not divide its heads) is one line and exit 2.
 """
 
 
-@click.command("simulate", help=HELP)
+@click.command("simulate", help=HELP, context_settings=CONTEXT_SETTINGS)
 @click.option("--topology", default=None, metavar="SPEC",
               help="e.g. two_level:hosts=4,gpus=8,intra=450GB/s,inter=400Gbit, "
                    "preset:dgx_h100_ib,hosts=16, or this machine's emulated hosts "

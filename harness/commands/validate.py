@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from harness.commands.common import info, json_option, print_json, results_option
+from harness.commands.common import CONTEXT_SETTINGS, info, json_option, print_json, results_option
 from harness.core.paths import results_dir
 from harness.run import environment
 from harness.validate.score import (
@@ -48,7 +48,7 @@ no --cluster); validate names what a directory lacks.
 """
 
 
-@click.command("validate", help=HELP)
+@click.command("validate", help=HELP, context_settings=CONTEXT_SETTINGS)
 @results_option
 @json_option
 @click.option("--force", is_flag=True,

@@ -6,7 +6,7 @@ from typing import TypedDict
 
 import click
 
-from harness.commands.common import json_option, print_json
+from harness.commands.common import CONTEXT_SETTINGS, json_option, print_json
 from workloads.spec import WorkloadSpec
 
 
@@ -68,7 +68,7 @@ then the known models (numbers only, for simulation; sources in docs/MODELS.md a
 Known models by name (resnet50, gpt3_175b, dlrm, ...): docs/MODELS.md."""
 
 
-@click.command("workloads", help=HELP)
+@click.command("workloads", help=HELP, context_settings=CONTEXT_SETTINGS)
 @json_option
 def command(as_json: bool) -> None:
     """List the workloads: parameters, training FLOPs per sample, gradient bytes, batch,
