@@ -54,3 +54,17 @@ def test_the_simulator_doc_is_a_reference_and_docs_hold_no_dated_history():
     for doc in sorted((ROOT / "docs").glob("*.md")):
         found = [line for line in doc.read_text().splitlines() if dated.search(line)]
         assert found == [], (doc.name, found[:3])
+
+
+def test_the_validation_tables_outside_the_checkout_are_a_one_line_error(tmp_path):
+    """The campaigns are read from the checkout's validation/: run elsewhere, the command
+    says where to run it, in one line, and exits 2."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "harness.docs.validation"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "repository's root" in proc.stderr, proc.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,5 +159,16 @@ def render(device_comparison: tuple[dict[str, float], list[dict[str, Any]]] | No
     return "\n".join(parts)
 
 
+def main() -> int:
+    """The tables on stdout; one line on stderr and exit 2 where the campaigns are not here."""
+    try:
+        text = render()
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(text, end="")
+    return 0
+
+
 if __name__ == "__main__":
-    print(render(), end="")
+    raise SystemExit(main())
