@@ -182,8 +182,9 @@ def _cache_file(name: str) -> Path | None:
     if not folder:
         return None
     try:
-        installed = [metadata.version(d) for d in (name, "keras") if d == name or
-                     name == "tensorflow"]  # TF's Keras is its own distribution
+        # TF's Keras is a distribution of its own
+        dists = (name, "keras") if name == "tensorflow" else (name,)
+        installed = [metadata.version(d) for d in dists]
     except metadata.PackageNotFoundError:
         return None
     key = json.dumps([name, installed, sys.executable,
