@@ -62,6 +62,15 @@ def device_comparison(tmp_path_factory, worker_id):
 
 
 @pytest.fixture(scope="session")
+def system_fits(tmp_path_factory, worker_id):
+    """Each system file's efficiency refitted on the run it cites
+    (`devices.system_file_fits()`, 27 s), once a test run."""
+    from harness.validate import devices
+
+    return once_per_run(tmp_path_factory, worker_id, "system_fits", devices.system_file_fits)
+
+
+@pytest.fixture(scope="session")
 def layout_picks(tmp_path_factory, worker_id):
     """The layout search on every published model-parallel run, computed once a test run."""
     from harness.recommend import layout_check

@@ -472,12 +472,12 @@ def test_the_a100s_half_precision_efficiency_is_the_megatron_fit_it_cites():
     assert max(abs(r["error"]) for r in records[1:]) < 0.10
 
 
-def test_the_h100s_efficiencies_are_the_fit_they_cite():
+def test_the_h100s_efficiencies_are_the_fit_they_cite(system_fits):
     """The H100's bf16/fp16 efficiency is fitted on llm-foundry's MPT-7B row (outside the
     corpus, another team and stack than its H100 rows): refitting with today's device model
     gives the system file's number; fp8 is that fit times the best shapes' ratio it cites."""
     h100 = load_preset("dgx_h100_ib").device
-    fits = devices.system_file_fits()
+    fits = system_fits
     bf16 = fits["dgx_h100_ib/bf16"].efficiency
     assert h100.matmul_efficiency["bf16"] == pytest.approx(bf16, abs=0.005)
     assert h100.matmul_efficiency["fp16"] == h100.matmul_efficiency["bf16"]
@@ -488,11 +488,11 @@ def test_the_h100s_efficiencies_are_the_fit_they_cite():
     assert not {fit.run for fit in fits.values()} & corpus_ids
 
 
-def test_every_fitted_system_file_efficiency_is_the_fit_it_cites():
+def test_every_fitted_system_file_efficiency_is_the_fit_it_cites(system_fits):
     """Each system-file efficiency taken from a published run (``system_sources``) is what
     refitting with today's device model gives: B200 and GB200 by their Megatron-Bridge run
     against the H100's (one recipe on both), applied to the H100 file's own values."""
-    fits = devices.system_file_fits()
+    fits = system_fits
     assert {"hgx_b200/bf16", "hgx_b200/fp8", "gb200_nvl72/bf16", "gb200_nvl72/fp8"} <= set(fits)
     for group, fit in fits.items():
         system, precision = group.split("/")

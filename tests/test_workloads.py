@@ -301,8 +301,10 @@ def test_user_workload_reference_errors():
         workloads.load_entry_point("nope")
 
 
-def test_entry_points_are_found(monkeypatch):
+def test_entry_points_are_found(monkeypatch, request):
     import importlib.metadata as md
+
+    from workloads import user
 
     ep = md.EntryPoint("tiny", "user_workload:torch_workload", workloads.ENTRY_POINT_GROUP)
     monkeypatch.syspath_prepend(str(FIXTURE.parent))
@@ -311,6 +313,8 @@ def test_entry_points_are_found(monkeypatch):
         return md.EntryPoints([ep] if group == workloads.ENTRY_POINT_GROUP else [])
 
     monkeypatch.setattr(md, "entry_points", fake)
+    user._entry_points.cache_clear()  # read once a process: this one reads the fake
+    request.addfinalizer(user._entry_points.cache_clear)  # and the next test the real ones
     assert workloads.entry_point_names() == ["tiny"]
     loaded = resolve_workload("tiny")
     assert isinstance(loaded, UserWorkload) and loaded.name == "tiny-torch"
