@@ -29,10 +29,8 @@ def test_one_device_on_another_thread_count_moves_mlp_l_as_far_as_a_flagged_run(
     apart after 9 steps on the 6-worker global batch, so 1.9e-4 (TF multi_worker_mirrored
     on 6 hosts, flagged before) is rounding, while a wrong step (lr x gradient) is not."""
     from harness.core.strategies import strategies
-    from harness.launch import placement as layout
-    from harness.launch.processes import run_group
-    from harness.run.execute import _max_weight_diff, _rounding_floor
     from harness.run.plan import plan, resolve_workloads
+    from harness.run.references import References, max_weight_diff
 
     (choice,) = resolve_workloads(["mlp:L"])
     (case,) = plan(strategies("tf", ["multi_worker_mirrored"]), [choice], "local", 8, 1, 1,
@@ -40,13 +38,64 @@ def test_one_device_on_another_thread_count_moves_mlp_l_as_far_as_a_flagged_run(
     case = dataclasses.replace(case, replicas=6)  # the flagged run's global batch
     case_file = tmp_path / "case.json"
     case_file.write_text(case.to_json())
-    ref = run_group([layout.reference(case, case_file)], tmp_path / "reference", 300.0)
-    assert ref.status == "ok", ref.reason
-    report = ref.outcomes[0].report
-    floor = _rounding_floor(case, case_file, tmp_path, report["weights"])
+    with References.kept(tmp_path) as references:
+        ref = references.reference(case, case_file, tmp_path)
+        assert not isinstance(ref, str), ref
+        floor = references.floor(case, case_file, tmp_path)
+        assert max_weight_diff(ref, ref) == 0.0
+        assert references.trained == 2  # the reference once, the rounding run once
     # measured: 1.1e-4 after 9 steps at batch 384, beyond the fixed tolerance by itself
     assert floor is not None and floor > 1e-5
     assert weights_agree(1.9e-4, floor)
+    report = json.loads(next((tmp_path / "reference").rglob("*.json")).read_text())
     rounding = json.loads(next((tmp_path / "rounding").rglob("*.json")).read_text())
     assert rounding["threads"] != report["threads"]
-    assert _max_weight_diff(report["weights"], report["weights"]) == 0.0
+
+
+def test_cases_that_differ_only_in_deployment_share_one_reference():
+    """The key drops the strategy, its replicas (not the global batch), layout, servers and
+    loop; it keeps what the reference trains on, and an option it does not know."""
+    from harness.core.case import Case, reference_key
+
+    base = Case("tf", "mirrored", "mlp:S", "local", 2, 8, 2, 3, 300.0, 16)
+    same = [dataclasses.replace(base, strategy="multi_worker_mirrored", repeats=1),
+            dataclasses.replace(base, strategy="central_storage", timeout_s=60.0),
+            dataclasses.replace(base, replicas=4, per_replica_batch=8),  # the same 32
+            dataclasses.replace(base, strategy="pipeline",
+                                options={"pipeline_stages": 2, "microbatches": 4,
+                                         "stage_layers": "1,2"}),
+            dataclasses.replace(base, options={"tf_loop": "fit", "ps_shards": 2})]
+    assert {reference_key(c) for c in same} == {reference_key(base)}
+    other = [dataclasses.replace(base, framework="torch"),
+             dataclasses.replace(base, workload="mlp:M"),
+             dataclasses.replace(base, steps=9), dataclasses.replace(base, warmup=1),
+             dataclasses.replace(base, seed=1), dataclasses.replace(base, replicas=4),
+             dataclasses.replace(base, options={"workload_size": "L"}),
+             dataclasses.replace(base, options={"die_rank": 0, "die_at_step": 3}),
+             dataclasses.replace(base, options={"an_option_nobody_listed": 1})]  # type: ignore[typeddict-unknown-key]
+    keys = [reference_key(c) for c in other]
+    assert reference_key(base) not in keys and len(set(keys)) == len(keys)
+
+
+def test_a_run_trains_one_reference_for_the_strategies_of_one_model(tmp_path):
+    """torch DDP and FSDP on mlp:S: one reference process, the same weights file for both;
+    another global batch trains its own."""
+    from harness.core.strategies import strategies
+    from harness.run.plan import plan, resolve_workloads
+    from harness.run.references import References
+
+    (choice,) = resolve_workloads(["mlp:S"])
+    ddp, fsdp = plan(strategies("torch", ["ddp", "fsdp"]), [choice], "local", 2, 0, 1, 120.0)
+    with References.kept(tmp_path) as references:
+        got = []
+        for case in (ddp, fsdp):
+            case_file = tmp_path / f"{case.strategy}.json"
+            case_file.write_text(case.to_json())
+            got.append(references.reference(case, case_file, tmp_path / case.strategy))
+        assert references.trained == 1 and got[0] == got[1] and got[0].exists(), got
+        wider = dataclasses.replace(ddp, per_replica_batch=2 * ddp.per_replica_batch)
+        case_file = tmp_path / "wider.json"
+        case_file.write_text(wider.to_json())
+        assert references.reference(wider, case_file, tmp_path / "wider") != got[0]
+        assert references.trained == 2
+    assert not got[0].exists()  # the run's references end with it

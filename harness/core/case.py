@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict
 
+from harness.core.layout import COLUMNS, STAGE_LAYERS
 from harness.core.strategies import Strategy
 
 # Replicas per strategy on the local cluster: multi-replica strategies use 2 (this machine
@@ -113,6 +114,26 @@ class Case:
     @classmethod
     def from_json(cls, text: str) -> Case:
         return cls(**json.loads(text))
+
+
+# What a one-device reference does not read: how its case is deployed (the fields, and the
+# options of servers, buckets, reductions, layouts and the TF loop). The runners' reference
+# role trains `workload` on the global batch alone; everything else, an option nobody listed
+# here included, stays in its key, so an unknown option never shares a reference it should not.
+DEPLOYMENT_FIELDS = ("strategy", "replicas", "per_replica_batch", "cluster", "timeout_s",
+                     "repeats")
+DEPLOYMENT_OPTIONS = frozenset({"ps_shards", "tf_loop", "bucket_mb", "cross_device_ops",
+                                *COLUMNS.values(), STAGE_LAYERS})
+
+
+def reference_key(case: Case) -> str:
+    """The same for two cases exactly when their one-device references train the same model
+    on the same data: a run checks every strategy of one model against one reference."""
+    fields: dict[str, Any] = {k: v for k, v in asdict(case).items()
+                              if k not in DEPLOYMENT_FIELDS}
+    fields["global_batch"] = case.global_batch
+    fields["options"] = {k: v for k, v in case.options.items() if k not in DEPLOYMENT_OPTIONS}
+    return json.dumps(fields, sort_keys=True)
 
 
 def replicas_for(strategy: Strategy, hosts: int = 1) -> int:

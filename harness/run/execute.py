@@ -26,9 +26,7 @@ from harness.core.case import Case, Placement, WireCounts, WorkerReport
 from harness.core.strategies import (
     FIT_UNAVAILABLE,
     STRATEGIES,
-    WEIGHT_TOLERANCE,
     Strategy,
-    weights_agree,
 )
 from harness.launch import netns, slurm
 from harness.launch import placement as layout
@@ -37,6 +35,7 @@ from harness.launch.processes import GroupResult, run_group
 from harness.launch.slurm import SlurmTarget
 from harness.measure import stats, wire
 from harness.run import environment
+from harness.run.references import References
 from results.schema import ResultRow, Status
 from results.store import ResultsStore, load
 
@@ -84,13 +83,6 @@ def strategy_of(case: Case) -> Strategy:
 class CaseOutcome:
     row: ResultRow
     steps: pd.DataFrame | None
-
-
-def _max_weight_diff(a_path: str, b_path: str) -> float:
-    with np.load(a_path, allow_pickle=False) as a, np.load(b_path, allow_pickle=False) as b:
-        if sorted(a.files) != sorted(b.files):
-            return math.inf
-        return max(float(np.max(np.abs(a[k] - b[k]))) if a[k].size else 0.0 for k in a.files)
 
 
 def _bytes_sent(case: Case, exchange: str, report: WorkerReport) -> tuple[float, str]:
@@ -204,8 +196,10 @@ class _Repeats:
         return self.reports[0]
 
 
-def execute_case(case: Case, run_id: str, workdir: Path,
-                 cluster: Where = None) -> CaseOutcome:
+def execute_case(case: Case, run_id: str, workdir: Path, cluster: Where = None,
+                 references: References | None = None) -> CaseOutcome:
+    """One case, all its repetitions, in one row; a synchronous case's weights checked
+    against its reference (`references`: the run's, else one trained for this case alone)."""
     started = _now()
     why = unavailable_reason(case, cluster)
     if why:
@@ -227,7 +221,11 @@ def execute_case(case: Case, run_id: str, workdir: Path,
     _extra(row, case, cluster, got)
     strat = strategy_of(case)
     if strat.weights_match and strat.exchange != "none" and got.weights:
-        _check_weights(row, case, case_file, workdir, got.weights)
+        if references is None:
+            with References.kept(workdir) as alone:
+                alone.check(row, case, case_file, workdir, got.weights)
+        else:
+            references.check(row, case, case_file, workdir, got.weights)
     return CaseOutcome(row, pd.DataFrame(got.step_rows))
 
 
@@ -326,36 +324,6 @@ def _extra(row: ResultRow, case: Case, cluster: Where, got: _Repeats) -> None:
                 extra.setdefault(f"ps_{key}", []).append(value)
 
 
-def _check_weights(row: ResultRow, case: Case, case_file: Path, workdir: Path,
-                   weights: str) -> None:
-    """The largest weight difference from one device trained on the global batch, in the
-    row and its ``extra``."""
-    extra = row.extra
-    ref = run_group([layout.reference(case, case_file)], workdir / "reference",
-                    case.timeout_s)
-    ref_weights = ref.outcomes[0].report.get("weights") if ref.outcomes[0].report else None
-    if ref.status == "ok" and ref_weights:
-        row.max_weight_diff = _max_weight_diff(weights, ref_weights)
-        floor = (None if row.max_weight_diff <= WEIGHT_TOLERANCE
-                 else _rounding_floor(case, case_file, workdir, ref_weights))
-        if floor is not None:
-            extra["rounding_floor"] = floor
-        extra["weights_match"] = weights_agree(row.max_weight_diff, floor)
-    else:
-        extra["reference_error"] = ref.reason
-
-
-def _rounding_floor(case: Case, case_file: Path, workdir: Path, ref_weights: str
-                    ) -> float | None:
-    """How far one device alone ends from the reference when trained again on another thread
-    count (float32 sums in another order): measured only for a run beyond the tolerance;
-    None where that run failed."""
-    again = run_group([layout.reference(case, case_file, "rounding")], workdir / "rounding",
-                      case.timeout_s)
-    weights = again.outcomes[0].report.get("weights") if again.outcomes[0].report else None
-    return _max_weight_diff(weights, ref_weights) if again.status == "ok" and weights else None
-
-
 def fill_scaling_efficiency(row: ResultRow, baselines: dict[tuple[str, str], float]) -> None:
     """Against the same framework's one-replica case on the same workload, this run."""
     key = (row.framework, f"{row.workload}:{row.size}")
@@ -386,32 +354,40 @@ def execute(cases: list[Case], store: ResultsStore, run_id: str,
     rows: list[ResultRow] = []
     baselines = _stored_baselines(store, run_id) if skip else {}
     machine = environment.fingerprint(environment.collect(frameworks=False))
-    for case in cases:
-        if skip and case.case_id in skip:
-            continue
-        # Slurm tasks on other nodes read and write the case's folder: keep it beside the
-        # results (shared on a cluster), not in this node's /tmp
-        scratch = store.root / ".scratch" if isinstance(cluster, SlurmTarget) else None
-        if scratch:
-            scratch.mkdir(parents=True, exist_ok=True)
-        workdir = Path(tempfile.mkdtemp(prefix="stratbench-case-", dir=scratch))
-        try:
-            try:
-                outcome = execute_case(case, run_id, workdir, cluster)
-            except Exception as exc:  # a bug of ours still ends the case in a row
-                reason = f"stratbench error: {type(exc).__name__}: {exc}"
-                outcome = CaseOutcome(_base_row(case, run_id, Status.FAILED.value, reason,
-                                                _now()), None)
-            if outcome.row.status in (Status.FAILED.value, Status.TIMEOUT.value):
-                logs = store.keep_logs(run_id, case.case_id, workdir)
-                if logs is not None:
-                    outcome.row.extra["logs"] = str(logs.relative_to(store.root))
-        finally:  # an interrupt too: the scratch folder never outlives its case
-            shutil.rmtree(workdir, ignore_errors=True)
-        outcome.row.env_fingerprint = machine
-        fill_scaling_efficiency(outcome.row, baselines)
-        store.write_case(outcome.row, outcome.steps)
-        rows.append(outcome.row)
-        if progress:
-            progress(case, outcome.row)
+    # Slurm tasks on other nodes read and write the case's folder: keep it beside the
+    # results (shared on a cluster), not in this node's /tmp
+    scratch = store.root / ".scratch" if isinstance(cluster, SlurmTarget) else None
+    if scratch:
+        scratch.mkdir(parents=True, exist_ok=True)
+    with References.kept(scratch) as references:
+        for case in cases:
+            if skip and case.case_id in skip:
+                continue
+            outcome = _case_in_scratch(case, run_id, store, cluster, scratch, references)
+            outcome.row.env_fingerprint = machine
+            fill_scaling_efficiency(outcome.row, baselines)
+            store.write_case(outcome.row, outcome.steps)
+            rows.append(outcome.row)
+            if progress:
+                progress(case, outcome.row)
     return rows
+
+
+def _case_in_scratch(case: Case, run_id: str, store: ResultsStore, cluster: Where,
+                     scratch: Path | None, references: References) -> CaseOutcome:
+    """One case in a folder of its own, removed when it ends; a failed case's logs kept."""
+    workdir = Path(tempfile.mkdtemp(prefix="stratbench-case-", dir=scratch))
+    try:
+        try:
+            outcome = execute_case(case, run_id, workdir, cluster, references)
+        except Exception as exc:  # a bug of ours still ends the case in a row
+            reason = f"stratbench error: {type(exc).__name__}: {exc}"
+            outcome = CaseOutcome(_base_row(case, run_id, Status.FAILED.value, reason,
+                                            _now()), None)
+        if outcome.row.status in (Status.FAILED.value, Status.TIMEOUT.value):
+            logs = store.keep_logs(run_id, case.case_id, workdir)
+            if logs is not None:
+                outcome.row.extra["logs"] = str(logs.relative_to(store.root))
+    finally:  # an interrupt too: the scratch folder never outlives its case
+        shutil.rmtree(workdir, ignore_errors=True)
+    return outcome
