@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import psutil
+import pytest
 
 from harness.launch.ports import free_ports
 from harness.launch.processes import ProcessSpec, blame_order, run_group
@@ -153,3 +154,20 @@ def test_the_telling_line_names_the_error_not_the_crashs_continuation():
     assert error_line("no named error here\nsomething failed with an error") == \
         "something failed with an error"
     assert error_line("just noise\nlast") == "last" and error_line("") == "no output"
+
+
+def test_a_module_hidden_while_a_runner_imports_is_importable_after():
+    """A TF worker imports TF with scikit-learn hidden (harness.worker.HIDDEN_WHILE_IMPORTING);
+    a module already imported is left alone, and the hidden one imports afterwards."""
+    import importlib
+
+    from harness.worker import HIDDEN_WHILE_IMPORTING, hidden
+
+    assert "sklearn" in HIDDEN_WHILE_IMPORTING["tf"]
+    name = "wave"  # the standard library's, which nothing here imports
+    sys.modules.pop(name, None)
+    with hidden((name, "json")):
+        with pytest.raises(ImportError):
+            importlib.import_module(name)
+        assert importlib.import_module("json") is json
+    assert importlib.import_module(name).__name__ == name
