@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import json
 
+import lazy
 import pytest
-import torch
 
-from harness.measure.gemm_step import main as gemm_step_main
-from harness.measure.gemm_step import measure_gemm, read_shapes
 from harness.sim.systems.device_model import device_rate, pass_times, recorded_gemms
 from harness.sim.systems.preset import load_preset
 from harness.validate import gemm_shapes
 from harness.validate.gemm_shapes import compare, corpus_shapes, read_measured, shape_lines
 from workloads import get_known
+
+torch = lazy.module("torch")  # imported by the first test that uses it, not at collection
+gemm_step = lazy.module("harness.measure.gemm_step")  # imports torch
 
 
 def test_the_recorded_gemms_are_every_gemm_second_the_device_model_counts():
@@ -41,7 +42,7 @@ def test_the_list_holds_the_corpus_rows_shapes_widest_first():
     lines = [json.loads(line) for line in shape_lines(shapes)]
     flops = [2 * s["m"] * s["n"] * s["k"] * s["repeat"] for s in lines]
     assert flops == sorted(flops, reverse=True) and len(lines) == len(shapes)
-    assert read_shapes(shape_lines(shapes)) == lines
+    assert gemm_step.read_shapes(shape_lines(shapes)) == lines
     with pytest.raises(Exception, match="no corpus row runs on"):
         corpus_shapes("eth25_v100")
 
@@ -71,23 +72,23 @@ def test_a_measurement_compares_back_shape_by_shape_and_row_by_row():
 
 
 def test_a_gemm_is_timed_on_the_cpu_and_a_missing_gpu_is_said():
-    row = measure_gemm(64, 32, 16, "fp32", device="cpu", steps=2, warmup=1)
+    row = gemm_step.measure_gemm(64, 32, 16, "fp32", device="cpu", steps=2, warmup=1)
     assert row["status"] == "ok" and row["seconds"] > 0 and row["tflops"] > 0
-    assert measure_gemm(8, 8, 8, "bf16", repeat=3, device="cpu", steps=1,
+    assert gemm_step.measure_gemm(8, 8, 8, "bf16", repeat=3, device="cpu", steps=1,
                         warmup=0)["status"] == "ok"
     if not torch.cuda.is_available():
-        assert measure_gemm(8, 8, 8, "bf16")["status"] == "unavailable"
+        assert gemm_step.measure_gemm(8, 8, 8, "bf16")["status"] == "unavailable"
     with pytest.raises(ValueError, match="unknown precision"):
-        measure_gemm(8, 8, 8, "int4", device="cpu")
+        gemm_step.measure_gemm(8, 8, 8, "int4", device="cpu")
 
 
 def test_bad_shape_files_are_one_line(tmp_path, capsys):
     with pytest.raises(ValueError, match="shapes line 2"):
-        read_shapes(['{"m": 1, "n": 2, "k": 3, "precision": "bf16"}', '{"m": 1}'])
+        gemm_step.read_shapes(['{"m": 1, "n": 2, "k": 3, "precision": "bf16"}', '{"m": 1}'])
     bad = tmp_path / "shapes.jsonl"
     bad.write_text("not json\n")
     with pytest.raises(SystemExit) as exit_:
-        gemm_step_main(["--shapes", str(bad), "--device", "cpu"])
+        gemm_step.main(["--shapes", str(bad), "--device", "cpu"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("gemm_step: error: shapes line 1") and "\n" not in err
@@ -98,7 +99,7 @@ def test_bad_shape_files_are_one_line(tmp_path, capsys):
 
 
 def test_one_shape_from_the_command_line(capsys):
-    gemm_step_main(["--shape", "32,16,8", "--precision", "fp32", "--device", "cpu",
+    gemm_step.main(["--shape", "32,16,8", "--precision", "fp32", "--device", "cpu",
                     "--steps", "2", "--warmup", "0"])
     row = json.loads(capsys.readouterr().out)
     assert (row["m"], row["n"], row["k"], row["status"]) == (32, 16, 8, "ok")

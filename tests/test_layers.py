@@ -251,3 +251,22 @@ def test_functions_are_composed_from_parts_and_verbs_are_thin():
     """No function in harness/ past 100 lines; a verb parses and calls, in 60 at most."""
     assert _long_functions(ROOT / "harness", 100) == []
     assert _long_functions(ROOT / "harness" / "commands", 60) == []
+
+
+def test_collecting_the_tests_imports_no_framework(tmp_path):
+    """Every pytest process collects every test module (each xdist worker, and the heavy
+    phase, which runs no framework in-process): a module-level TensorFlow or torch import
+    costs each 7.6 s or 3.9 s. Test modules import them at first use (tests/lazy.py)."""
+    import subprocess
+    import sys
+
+    tests = Path(__file__).resolve().parent
+    code = ("import sys, pytest\n"
+            f"code = pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', "
+            f"'--rootdir', {str(tests.parent)!r}, {str(tests)!r}])\n"
+            "print('imported:', sorted({'tensorflow', 'torch', 'keras'} & set(sys.modules)))\n"
+            "sys.exit(code)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "imported: []" in proc.stdout, proc.stdout[-500:]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import lazy
 import numpy as np
 import pytest
 
@@ -26,10 +27,11 @@ from workloads import (
     load_user_workload,
 )
 
-tf_models = pytest.importorskip("workloads.tf_models")
-torch_models = pytest.importorskip("workloads.torch_models")
-torch = pytest.importorskip("torch")
-tf = pytest.importorskip("tensorflow")
+# imported by the first test that uses them (tests/lazy.py), not at collection
+tf_models = lazy.module("workloads.tf_models")
+torch_models = lazy.module("workloads.torch_models")
+torch = lazy.module("torch")
+tf = lazy.module("tensorflow")
 
 FIXTURE = Path(__file__).parent / "fixtures" / "user_workload.py"
 BACKENDS = {"tf": tf_models, "torch": torch_models}
