@@ -64,6 +64,16 @@ class Cluster:
     def rack_of(self, host: int) -> int:
         return rack_of(host, len(self.hosts), self.racks)
 
+    def crosses_racks(self, src: int, dst: int) -> bool:
+        return self.rack_of(src) != self.rack_of(dst)
+
+    def pair_bits(self, src: int, dst: int) -> float:
+        """The rate a transfer from `src` to `dst` is shaped to: the hosts' links, or across
+        racks the uplink where it is slower."""
+        if self.uplink_bits is not None and self.crosses_racks(src, dst):
+            return min(self.rate_bits, self.uplink_bits)
+        return self.rate_bits
+
 
 def unavailable_reason() -> str | None:
     """Why emulated hosts cannot be built here, or None."""
@@ -240,7 +250,8 @@ def measure_link(cluster: Cluster, src: int, dst: int) -> dict[str, float]:
     import sys
 
     server_host, client_host = cluster.hosts[dst], cluster.hosts[src]
-    nbytes = min(PROBE_MAX_BYTES, max(1 << 20, int(cluster.rate_bits / 8 * PROBE_SECONDS)))
+    configured = cluster.pair_bits(src, dst)  # a probe lasts PROBE_SECONDS across racks too
+    nbytes = min(PROBE_MAX_BYTES, max(1 << 20, int(configured / 8 * PROBE_SECONDS)))
     server = subprocess.Popen(list(server_host.wrap([
         sys.executable, "-m", "harness.launch.linkprobe", "serve", server_host.address,
         str(PROBE_PORT)])), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -254,7 +265,7 @@ def measure_link(cluster: Cluster, src: int, dst: int) -> dict[str, float]:
         if server.poll() is None:
             server.kill()
     result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
-    result.update(src=src, dst=dst, configured_bits_s=cluster.rate_bits)
+    result.update(src=src, dst=dst, configured_bits_s=configured)
     return result
 
 
@@ -263,10 +274,7 @@ def measure_links(cluster: Cluster) -> list[dict[str, float]]:
     n = len(cluster.hosts)
     links = [measure_link(cluster, i, (i + 1) % n) for i in range(n)]
     if cluster.racks > 1:  # which pairs cross an uplink (their rate is the uplink's)
-        assert cluster.uplink_bits is not None
         for link in links:
-            crosses = cluster.rack_of(int(link["src"])) != cluster.rack_of(int(link["dst"]))
-            link["cross_rack"] = float(crosses)
-            if crosses:
-                link["configured_bits_s"] = min(cluster.rate_bits, cluster.uplink_bits)
+            link["cross_rack"] = float(cluster.crosses_racks(int(link["src"]),
+                                                             int(link["dst"])))
     return links
