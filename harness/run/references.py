@@ -4,7 +4,8 @@ batch, each such reference trained once a run.
 Cases that differ only in how they are deployed share their reference
 (`core.case.reference_key`): a run of every strategy on one model trains one device on it
 once, not once per strategy. A reference that failed is tried again by the next case that
-needs it; a killed run keeps nothing (its references live in a temporary folder).
+needs it. The references live in a temporary folder removed when the run ends, an
+interrupt included, as its cases' folders are; a resumed run trains them again.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class References:
     @classmethod
     @contextlib.contextmanager
     def kept(cls, beside: Path | None = None) -> Iterator[References]:
-        """For one run; the folder is removed when the run ends, however it ends."""
+        """For one run; the folder is removed when the run ends (an exception or an
+        interrupt included)."""
         folder = Path(tempfile.mkdtemp(prefix="stratbench-references-", dir=beside))
         try:
             yield cls(folder)
