@@ -47,6 +47,7 @@ def test_error_is_prediction_over_measurement(tmp_path, measured, error):
 
 
 @pytest.mark.heavy
+@pytest.mark.alone  # predicts measured collectives within 15%
 @pytest.mark.netns
 @pytest.mark.skipif(netns.unavailable_reason() is not None, reason="needs root, ip and tc")
 def test_simulator_predicts_large_all_reduce_on_emulated_hosts(tmp_path):
@@ -238,6 +239,7 @@ def test_the_uncontended_statistic_is_predicted_from_its_own_floor_and_scored_ap
 
 
 @pytest.mark.heavy
+@pytest.mark.alone  # the wire's bytes within 10%, and no emulated host left
 @pytest.mark.netns
 @pytest.mark.skipif(netns.unavailable_reason() is not None, reason="needs root, ip and tc")
 def test_nightly_emulated_stage_validates_the_simulator_into_its_run(tmp_path):
@@ -247,7 +249,7 @@ def test_nightly_emulated_stage_validates_the_simulator_into_its_run(tmp_path):
 
     store = ResultsStore(tmp_path)
     run_id = store.start_run({"kind": "bench"})
-    emulated_stage(store, run_id, steps=2)
+    emulated_stage(store, run_id, steps=2, rounds=3)  # the nightly's 7 rounds check no more
     rows = load(tmp_path)
     assert set(rows["status"]) == {"ok"}, rows[["case_id", "status", "reason"]]
     assert set(rows["strategy"]) == {"single_device", "ddp", "parameter_server"}

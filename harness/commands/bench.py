@@ -19,6 +19,7 @@ from harness.commands.common import CONTEXT_SETTINGS, info, results_option
 from harness.commands.report import exit_on_regressions, fail_on_regression_option, make_report
 from harness.commands.run import SUITES, on_cluster, run_cases, start_run
 from harness.core import strategies as strategy_records
+from harness.core.case import COMM_ROUNDS
 from harness.core.clusters import UNSHAPED, ClusterSpec, parse_cluster
 from harness.core.errors import InputError
 from harness.core.paths import results_dir
@@ -42,9 +43,9 @@ EMULATED_SIZES = (1024, 4 * 2**20)
 
 
 def _emulated_sweep(store: ResultsStore, run_id: str, spec: ClusterSpec, framework: str,
-                    hosts: Cluster | None) -> None:
+                    hosts: Cluster | None, rounds: int) -> None:
     comm = run_comm(framework, spec.text, sweep_sizes(*EMULATED_SIZES), spec.hosts, 600.0,
-                    hosts)
+                    hosts, rounds=rounds)
     if comm.status == "ok":
         rate = "unshaped" if spec.unshaped else "shaped"
         store_comm(store, run_id, comm, f"{framework}-netns-{spec.hosts}-{rate}")
@@ -52,8 +53,10 @@ def _emulated_sweep(store: ResultsStore, run_id: str, spec: ClusterSpec, framewo
         info(f"stage emulated: comm on {spec.text} {comm.status}: {comm.reason}")
 
 
-def emulated_stage(store: ResultsStore, run_id: str, steps: int) -> None:
-    """Collectives and a few cases on emulated hosts, then `validate` into this run."""
+def emulated_stage(store: ResultsStore, run_id: str, steps: int,
+                   rounds: int = COMM_ROUNDS) -> None:
+    """Collectives and a few cases on emulated hosts, then `validate` into this run; each
+    sweep runs `rounds` times (a point is their median)."""
     from harness.launch import netns
     from harness.validate.score import VALIDATION_TABLE, summarize, validate
 
@@ -69,10 +72,10 @@ def emulated_stage(store: ResultsStore, run_id: str, steps: int) -> None:
          f"{len(cases)} cases on {spec.text}")
     with on_cluster(floor, store, run_id) as hosts:
         unshaped = hosts if isinstance(hosts, netns.Cluster) else None
-        _emulated_sweep(store, run_id, floor, framework, unshaped)
+        _emulated_sweep(store, run_id, floor, framework, unshaped, rounds)
     with on_cluster(spec, store, run_id) as hosts:
         emulated = hosts if isinstance(hosts, netns.Cluster) else None
-        _emulated_sweep(store, run_id, spec, framework, emulated)
+        _emulated_sweep(store, run_id, spec, framework, emulated, rounds)
         run_cases(cases, store, run_id, set(), quiet=False, cluster=emulated)
     table = validate(store)
     if table.empty:
