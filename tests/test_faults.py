@@ -23,7 +23,8 @@ def _case(strategy: str, **options) -> Case:
                 per_replica_batch=16, options={"ps_shards": 2, **options})
 
 
-@pytest.mark.heavy  # a 20-second deadline: a loaded machine may reach it first
+@pytest.mark.heavy
+@pytest.mark.alone  # a 20-second deadline: a loaded machine may reach it first
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp", "parameter_server",
                                       "parameter_server_async"])
 def test_a_worker_killed_mid_step_ends_failed_and_the_run_goes_on(tmp_path, strategy):
@@ -88,7 +89,8 @@ def test_collectives_listen_on_loopback_only(tmp_path, strategy):
     from harness.launch.processes import run_group
 
     options = {"sizes": [1024, 2**20], "ps_shards": 2} if strategy == "comm" else {}
-    for case in (Case(**{**_case(strategy).__dict__, "steps": 400, **(
+    # 100 steps: a second or more of training with every socket open, for a 50 ms watcher
+    for case in (Case(**{**_case(strategy).__dict__, "steps": 100, **(
             {"options": options} if options else {})}),):
         case_file = tmp_path / f"{case.strategy}.json"
         case_file.write_text(case.to_json())
