@@ -165,6 +165,7 @@ RECOMMEND_DATA = Path(__file__).parent.parent / "validation" / "2026-11-24-recom
 
 
 @pytest.mark.heavy
+@pytest.mark.long
 @pytest.mark.netns
 @pytest.mark.skipif(netns.unavailable_reason() is not None, reason="needs root, ip and tc")
 def test_the_documented_flow_on_three_racks_answers_before_and_after_calibrating(tmp_path):

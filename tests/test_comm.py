@@ -58,6 +58,7 @@ def test_fit_reports_a_bad_model_as_a_large_residual():
 
 
 @pytest.mark.heavy
+@pytest.mark.alone  # times collectives; torch's ranks at real-time priority
 def test_comm_cli_prints_points_and_fits(tmp_path):
     root = tmp_path
     proc = subprocess.run([sys.executable, "-m", "harness.cli", "comm", "--sizes", "1KiB:256KiB",
@@ -80,6 +81,7 @@ def test_comm_cli_prints_points_and_fits(tmp_path):
 
 
 @pytest.mark.heavy
+@pytest.mark.alone  # times collectives; torch's ranks at real-time priority
 def test_tf_comm_sweeps_mwms_collectives_beside_torch(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "harness.cli", "comm", "--framework", "all",
                            "--sizes", "1KiB:64KiB", "--results", str(tmp_path), "--json"],
@@ -104,6 +106,7 @@ def _may_run_realtime() -> bool:
 
 
 @pytest.mark.heavy
+@pytest.mark.alone  # times collectives; torch's ranks at real-time priority
 def test_no_realtime_keeps_torch_ranks_at_normal_priority(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "harness.cli", "comm", "--no-realtime",
                            "--sizes", "1KiB:4KiB", "--rounds", "1", "--results", str(tmp_path),
@@ -115,6 +118,7 @@ def test_no_realtime_keeps_torch_ranks_at_normal_priority(tmp_path):
 
 
 @pytest.mark.heavy
+@pytest.mark.alone  # times collectives; torch's ranks at real-time priority
 def test_one_framework_failing_keeps_the_others_sweep_and_exits_1(tmp_path, monkeypatch):
     """A TF sweep failed once at 6 local ranks (a worker's gRPC peer refused the connection);
     the torch sweep of the same command must still run and be stored."""
@@ -181,6 +185,7 @@ def test_ops_names_what_a_sweep_times_and_refuses_what_none_does(tmp_path):
 
 
 @pytest.mark.heavy
+@pytest.mark.alone  # times collectives; torch's ranks at real-time priority
 def test_torch_rpc_sweeps_a_buffer_to_the_next_rank_by_tensorpipe(tmp_path):
     """`comm --ops rpc`: two local ranks, each 1 MiB to the other by torch RPC; its points
     and fit stored like any op's (bus bandwidth = algbw: one buffer a rank)."""

@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.heavy, pytest.mark.netns]
 
 
 @needs_root
+@pytest.mark.alone  # measures shaped links: needs the cores to itself
 def test_links_are_shaped_to_the_configured_rate_and_torn_down():
     with netns.emulated(3, 200e6) as cluster:
         names = set(netns.namespaces())
@@ -36,6 +37,7 @@ def test_links_are_shaped_to_the_configured_rate_and_torn_down():
 
 
 @needs_root
+@pytest.mark.alone  # measures shaped links: needs the cores to itself
 def test_racks_behind_an_oversubscribed_uplink_are_slower_across_than_within():
     with netns.emulated(4, 400e6, racks=2, uplink_bits=100e6) as cluster:
         assert [cluster.rack_of(i) for i in range(4)] == [0, 0, 1, 1]
@@ -57,6 +59,7 @@ def test_an_error_inside_still_tears_everything_down():
 
 
 @needs_root
+@pytest.mark.alone  # cleanup removes every emulated host on the machine
 def test_cleanup_removes_what_a_killed_run_left():
     cluster = netns.create(2, 100e6)  # never destroyed: as if the run was SIGKILLed
     assert netns.leftovers()
@@ -67,6 +70,7 @@ def test_cleanup_removes_what_a_killed_run_left():
 
 
 @needs_root
+@pytest.mark.alone  # compares step times
 def test_gradient_exchange_dominates_slower_links_are_slower(tmp_path):
     medians = {}
     for rate in ("100mbit", "800mbit"):
@@ -84,6 +88,7 @@ def test_gradient_exchange_dominates_slower_links_are_slower(tmp_path):
 
 
 @needs_root
+@pytest.mark.alone  # measures shaped links: needs the cores to itself
 def test_every_multi_process_strategy_of_both_frameworks_runs_across_hosts(tmp_path):
     """The issue's acceptance: TF multi_worker_mirrored and parameter_server, torch ddp and
     parameter_server, on 4 hosts at 400 Mbit/s, with the links measured within 10%."""
@@ -128,6 +133,7 @@ def test_every_multi_process_strategy_of_both_frameworks_runs_across_hosts(tmp_p
 
 
 @needs_root
+@pytest.mark.alone  # waits for any emulated host, then for none
 @pytest.mark.parametrize("stop, framework, strategy, cluster", [
     (signal.SIGINT, "torch", "ddp", "netns:hosts=2,rate=100mbit"),
     # a scheduler's or CI's kill; TF's local cluster runs in a private loopback namespace

@@ -185,6 +185,7 @@ def test_first_screen_is_the_verdict(verdict_report, tmp_path):
     assert opened > height + 1000  # the evidence is there, collapsed
 
 
+@pytest.mark.long
 def test_a_project_bench_leads_with_exactly_its_cards_in_order(tmp_path):
     """A project naming a user's model from a file, a known model, a described two-level
     target with a budget, measured on this machine: `bench --config` (what `tox -e bench --

@@ -41,6 +41,7 @@ def test_unknown_workload_is_exit_code_2(tmp_path):
 
 
 @pytest.mark.heavy
+@pytest.mark.long
 def test_resume_after_a_kill_finishes_without_repeating_finished_cases(tmp_path):
     args = ["run", "--framework", "torch", "--strategy", "single_device", "--strategy", "ddp",
             "--strategy", "fsdp", "--workload", "mlp:S", *FAST, "--results", str(tmp_path)]

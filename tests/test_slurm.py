@@ -22,7 +22,8 @@ from harness.launch.slurm import SlurmTarget
 from harness.run.plan import plan, resolve_workloads
 from results import load
 
-pytestmark = [pytest.mark.heavy, pytest.mark.netns]
+# one Slurm at a time: the tests of this module share one bed, on one xdist worker
+pytestmark = [pytest.mark.heavy, pytest.mark.netns, pytest.mark.xdist_group("slurm")]
 needs_slurm = pytest.mark.skipif(slurm_testbed.unavailable_reason() is not None,
                                  reason=str(slurm_testbed.unavailable_reason()))
 CLUSTER = "slurm:nodes=2,partition=bench"

@@ -215,6 +215,7 @@ def _listening_in_namespace_of(pid: int) -> set[tuple[str, int]]:
 
 
 @pytest.mark.heavy
+@pytest.mark.alone  # no emulated host may be left on the machine
 @pytest.mark.skipif(netns.unavailable_reason() is not None, reason="needs root (namespaces)")
 def test_tf_grpc_servers_listen_only_inside_a_private_namespace(store):
     """TF's gRPC servers bind every interface; on the local cluster they run in a namespace
@@ -253,6 +254,7 @@ def test_tf_grpc_servers_listen_only_inside_a_private_namespace(store):
 
 
 @pytest.mark.heavy
+@pytest.mark.long
 @pytest.mark.parametrize("role", ["ps", "worker"])
 def test_a_killed_parameter_server_task_ends_the_case_failed_naming_it(store, role):
     """The launcher does not wait for ClusterCoordinator to move a dead worker's steps onto
