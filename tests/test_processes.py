@@ -9,6 +9,7 @@ import textwrap
 import psutil
 import pytest
 
+from harness.core.case import Case
 from harness.launch.ports import free_ports
 from harness.launch.processes import ProcessSpec, blame_order, run_group
 
@@ -171,3 +172,19 @@ def test_a_module_hidden_while_a_runner_imports_is_importable_after():
             importlib.import_module(name)
         assert importlib.import_module("json") is json
     assert importlib.import_module(name).__name__ == name
+
+
+def test_only_a_tf_parameter_servers_tasks_import_tf_without_keras():
+    """Its `worker` and `ps` tasks serve the chief's graphs; the chief, every other TF process
+    and every torch one build models and keep Keras."""
+    from harness.worker import hidden_while_importing
+
+    def case(framework: str, strategy: str) -> Case:
+        return Case(framework, strategy, "mlp:S", "local", 2, 3, 1, 1, 60.0, 16)
+
+    ps = case("tf", "parameter_server")
+    assert "keras" in hidden_while_importing(ps, "worker")
+    assert "keras" in hidden_while_importing(ps, "ps")
+    assert "keras" not in hidden_while_importing(ps, "chief")
+    assert "keras" not in hidden_while_importing(case("tf", "multi_worker_mirrored"), "worker")
+    assert hidden_while_importing(case("torch", "parameter_server"), "worker") == ()
