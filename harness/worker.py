@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from harness.core.case import Case, Placement, WorkerReport
+from harness.core.strategies import TF_PS_SERVER_ROLES
 from harness.launch.priority import realtime_priority
 
 # framework -> module holding `run(case, role, index, workdir) -> dict`
@@ -27,16 +28,16 @@ RUNNER_MODULES = {"torch": "harness.runners.torch_runner", "tf": "harness.runner
 # (`python -X importtime -c "import tensorflow"`). A TF worker imports its runner with these
 # hidden (Keras then goes without its wrappers) and may import them afterwards (the digits).
 HIDDEN_WHILE_IMPORTING = {"tf": ("sklearn",), "torch": ()}
-# A TF parameter-server cluster's `worker` and `ps` tasks are gRPC servers: they run the graphs
-# the chief sends and build no model, so they import TF without Keras too, which TF imports
-# eagerly where it can (1.1 s of CPU a server, of 7.6).
-SERVER_ROLES = ("worker", "ps")
+# A TF parameter-server cluster's server tasks (TF_PS_SERVER_ROLES) run the graphs the chief
+# sends and build no model, so they import TF without Keras too, which TF imports eagerly
+# where it can (1.1 s of CPU a server, of 7.6).
 
 
 def hidden_while_importing(case: Case, role: str) -> tuple[str, ...]:
     """What the worker imports its runner without (`hidden`)."""
     hide = HIDDEN_WHILE_IMPORTING[case.framework]
-    if case.framework == "tf" and case.strategy == "parameter_server" and role in SERVER_ROLES:
+    if (case.framework, case.strategy) == ("tf", "parameter_server") \
+            and role in TF_PS_SERVER_ROLES:
         return (*hide, "keras")
     return hide
 

@@ -273,6 +273,8 @@ FIT_UNAVAILABLE = {
     "parameter_server": "Keras 3's model.fit has no ClusterCoordinator support for "
                         "ParameterServerStrategy; --tf-loop custom trains it",
 }
+#: A TF parameter-server cluster's gRPC server tasks: they run the graphs the chief sends.
+TF_PS_SERVER_ROLES = ("worker", "ps")
 
 FRAMEWORKS = ("tf", "torch")
 # A synchronous strategy's weights must end this close to one device trained on the global

@@ -34,6 +34,7 @@ from harness.core.case import (
     WorkerReport,
     reference_threads,
 )
+from harness.core.strategies import TF_PS_SERVER_ROLES
 from harness.core.strategies import strategy as find_strategy
 from harness.measure.cpu import CpuMeter
 from harness.measure.stats import OVERLAP_ROUNDS
@@ -314,7 +315,7 @@ def run(case: Case, role: str, index: int, workdir: Path) -> WorkerReport:
 
         shards = int(case.options.get("ps_shards", 1))
         _configure(1 + case.replicas + shards)
-        if role in ("worker", "ps"):
+        if role in TF_PS_SERVER_ROLES:
             return _serve(case, role, index)
         return train_parameter_server(case, workdir)
     raise ValueError(f"no TF runner for strategy {case.strategy!r}")
