@@ -130,7 +130,11 @@ def _leftovers() -> list[str]:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Once, at the end of the run: no test may leave processes or namespaces behind."""
+    """Once, at the end of the run: no test may leave processes or namespaces behind. A
+    session that only collected ran none, and the namespaces then on the machine are another
+    session's (test_layers collects beside running tests)."""
+    if session.config.option.collectonly:
+        return
     leftovers = _leftovers()
     if leftovers:
         print("\nleft behind by the tests:\n  " + "\n  ".join(leftovers))
